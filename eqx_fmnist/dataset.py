@@ -1,0 +1,170 @@
+"""The in-memory device dataset: arrays on an accelerator, batched inside compiled code.
+
+There is no data loader. The whole split lives on the device as `uint8` pixels (four
+times smaller than float32, and a fraction of the bandwidth to gather), shuffling is a
+`jax.random.permutation` on the device, and batches are fixed-shape index arrays, so
+that a whole epoch can run as one `lax.scan`. Pixels become `float32` in `[0, 1]`
+inside the compiled step, by [`normalize`][eqx_fmnist.dataset.normalize].
+"""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, Integer, PRNGKeyArray, Shaped, UInt8
+
+from .data import IMAGE_SIZE, NUM_CLASSES, FashionMNIST
+
+
+def normalize(images: Shaped[Array, "*batch 784"]) -> Float[Array, "*batch 784"]:
+    """Scale `uint8` pixels to `float32` in `[0, 1]`; float input is returned unchanged.
+
+    **Arguments:**
+
+    - `images`: pixels of shape `(..., 784)`.
+
+    **Returns:**
+
+    An array of the same shape, floating point.
+    """
+    if jnp.issubdtype(images.dtype, jnp.floating):
+        return images
+    return images.astype(jnp.float32) / 255.0
+
+
+class ArrayDataset(eqx.Module):
+    """A split of Fashion-MNIST held as device arrays: flat `uint8` pixels and labels."""
+
+    images: UInt8[Array, "n 784"]
+    labels: Int[Array, " n"]
+
+    def __init__(
+        self,
+        images: Shaped[Array | np.ndarray, "n ..."],
+        labels: Integer[Array | np.ndarray, " n"],
+        *,
+        device=None,
+    ):
+        """**Arguments:**
+
+        - `images`: `uint8` images of shape `(n, 28, 28)` or `(n, 784)`.
+        - `labels`: integer labels of shape `(n,)`, each in `0..9`.
+        - `device`: a `jax.Device` or `jax.sharding.Sharding` to place the arrays on.
+            Defaults to JAX's default device.
+        """
+        images = np.asarray(images) if isinstance(images, np.ndarray) else images
+        if images.dtype != np.uint8:
+            raise TypeError(
+                f"`images` must be uint8 pixels (0..255), but got dtype {images.dtype}. "
+                "Scale floats back with `(x * 255).round().astype(np.uint8)`."
+            )
+        n = images.shape[0]
+        if math.prod(images.shape[1:]) != IMAGE_SIZE:
+            raise ValueError(
+                f"`images` must have shape (n, 28, 28) or (n, 784), but got {images.shape}."
+            )
+        if labels.shape != (n,):
+            raise ValueError(f"`labels` must have shape ({n},), but got {labels.shape}.")
+        if isinstance(labels, np.ndarray) and labels.size:
+            if labels.min() < 0 or labels.max() >= NUM_CLASSES:
+                raise ValueError(
+                    f"`labels` must lie in 0..{NUM_CLASSES - 1}, but got values from "
+                    f"{labels.min()} to {labels.max()}."
+                )
+        self.images = jax.device_put(jnp.reshape(images, (n, IMAGE_SIZE)), device)
+        self.labels = jax.device_put(jnp.asarray(labels, dtype=jnp.int32), device)
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+    @property
+    def devices(self) -> set[jax.Device]:
+        """The devices the arrays live on."""
+        return set(self.images.devices()) | set(self.labels.devices())
+
+    def to(self, device) -> "ArrayDataset":
+        """A copy on another `jax.Device` (or under another sharding)."""
+        return ArrayDataset(self.images, self.labels, device=device)
+
+    def take(self, indices: Int[Array | np.ndarray, " k"]) -> "ArrayDataset":
+        """The examples at `indices`, as a new dataset on the same device."""
+        indices = jnp.asarray(indices)
+        return ArrayDataset(self.images[indices], self.labels[indices])
+
+    def split(self, n_valid: int, *, key: PRNGKeyArray) -> tuple["ArrayDataset", "ArrayDataset"]:
+        """Split off a random validation set.
+
+        **Arguments:**
+
+        - `n_valid`: how many examples go to the validation set.
+        - `key`: the PRNG key that picks them.
+
+        **Returns:**
+
+        `(train, valid)`, with `len(self) - n_valid` and `n_valid` examples.
+        """
+        if not 0 < n_valid < len(self):
+            raise ValueError(f"`n_valid` must be in 1..{len(self) - 1}, but got {n_valid}.")
+        perm = jr.permutation(key, len(self))
+        return self.take(perm[n_valid:]), self.take(perm[:n_valid])
+
+
+def to_datasets(data: FashionMNIST, *, device=None) -> tuple[ArrayDataset, ArrayDataset]:
+    """Put both splits of a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST] on a device.
+
+    **Returns:**
+
+    `(train, test)` as [`ArrayDataset`][eqx_fmnist.dataset.ArrayDataset]s.
+    """
+    train = ArrayDataset(data.train_images, data.train_labels, device=device)
+    test = ArrayDataset(data.test_images, data.test_labels, device=device)
+    return train, test
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    """Full batches in an epoch of `n` examples; the remainder is dropped."""
+    if batch_size <= 0 or batch_size > n:
+        raise ValueError(f"`batch_size` must be in 1..{n} for {n} examples, but got {batch_size}.")
+    return n // batch_size
+
+
+def epoch_indices(key: PRNGKeyArray, n: int, batch_size: int) -> Int[Array, "steps batch"]:
+    """A fresh permutation of `0..n-1`, cut into full batches (remainder dropped).
+
+    Pure and fixed-shape, so it runs inside `jit`: every index appears at most once, and
+    exactly `steps * batch_size` of them appear.
+    """
+    steps = steps_per_epoch(n, batch_size)
+    perm = jr.permutation(key, n)
+    return perm[: steps * batch_size].reshape(steps, batch_size)
+
+
+def padded_batches(
+    dataset: ArrayDataset, batch_size: int
+) -> tuple[UInt8[Array, "steps batch 784"], Int[Array, "steps batch"], Bool[Array, "steps batch"]]:
+    """All examples in order, in batches, the last one padded; the mask marks real ones.
+
+    **Arguments:**
+
+    - `dataset`: the examples.
+    - `batch_size`: the batch size.
+
+    **Returns:**
+
+    `(images, labels, mask)` of shapes `(steps, batch, 784)`, `(steps, batch)` and
+    `(steps, batch)` with `steps = ceil(n / batch)`. Padding repeats example 0 and is
+    masked out, so every example is counted exactly once.
+    """
+    n = len(dataset)
+    if batch_size <= 0:
+        raise ValueError(f"`batch_size` must be a positive int, but got {batch_size}.")
+    steps = -(-n // batch_size)
+    pad = steps * batch_size - n
+    index = jnp.concatenate([jnp.arange(n), jnp.zeros(pad, dtype=jnp.int32)])
+    mask = jnp.arange(steps * batch_size) < n
+    images = dataset.images[index].reshape(steps, batch_size, IMAGE_SIZE)
+    labels = dataset.labels[index].reshape(steps, batch_size)
+    return images, labels, mask.reshape(steps, batch_size)

@@ -1,0 +1,45 @@
+import os
+
+import pytest
+
+from helpers import DEBIAN_DIR
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own empty user cache and no $EQX_FMNIST_DATA."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.delenv("EQX_FMNIST_DATA", raising=False)
+
+
+def _require_real_data():
+    if not all((DEBIAN_DIR / f).is_file() for f in _REAL_FILES):
+        message = f"the Debian package dataset-fashion-mnist is not installed ({DEBIAN_DIR})"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run must install it")
+        pytest.skip(message)
+
+
+_REAL_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+
+
+@pytest.fixture(scope="session")
+def real_data():
+    """The real Fashion-MNIST as numpy (Debian package), loaded once per session."""
+    _require_real_data()
+    import eqx_fmnist as ef  # imported here so that the jaxtyping hook runs first
+
+    return ef.load_fashion_mnist(DEBIAN_DIR, download=False, verify=False)
+
+
+@pytest.fixture(scope="session")
+def real_datasets(real_data):
+    """`(train, test)` ArrayDatasets of the real data."""
+    import eqx_fmnist as ef
+
+    return ef.to_datasets(real_data)

@@ -1,0 +1,80 @@
+"""Shared test helpers: IDX writers, synthetic data, tree comparison."""
+
+import gzip
+import hashlib
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+
+def idx_bytes(array: np.ndarray) -> bytes:
+    """An unsigned-byte IDX file holding `array`, written independently of the library."""
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
+        int(d).to_bytes(4, "big") for d in array.shape
+    )
+    return header + array.tobytes()
+
+
+def write_idx(path: Path, array: np.ndarray, *, gz: bool = True) -> Path:
+    raw = idx_bytes(array)
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    return path
+
+
+def synthetic_arrays(n_train: int = 60, n_test: int = 20, seed: int = 0) -> dict[str, np.ndarray]:
+    """Small random images and balanced labels, keyed like `eqx_fmnist.data.FILES`."""
+    rng = np.random.default_rng(seed)
+    return {
+        "train_images": rng.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
+        "train_labels": (np.arange(n_train) % 10).astype(np.uint8),
+        "test_images": rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
+        "test_labels": (np.arange(n_test) % 10).astype(np.uint8),
+    }
+
+
+def write_fmnist_dir(folder: Path, arrays: dict[str, np.ndarray], *, gz: bool = True) -> Path:
+    from eqx_fmnist.data import FILES
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, spec in FILES.items():
+        write_idx(folder / (spec.name + (".gz" if gz else "")), arrays[key], gz=gz)
+    return folder
+
+
+def specs_for(arrays: dict[str, np.ndarray], gz_blobs: dict[str, bytes]):
+    """`FILES`-style specs whose checksums are those of the given synthetic files."""
+    from eqx_fmnist.data import FILES, IdxFile
+
+    specs = {}
+    for key, spec in FILES.items():
+        raw = idx_bytes(arrays[key])
+        specs[key] = IdxFile(
+            spec.name,
+            spec.magic,
+            len(arrays[key]),
+            hashlib.md5(gz_blobs[key]).hexdigest(),
+            hashlib.sha256(raw).hexdigest(),
+            len(raw),
+        )
+    return specs
+
+
+def tree_allclose(a, b, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    """True when two PyTrees have the same structure and all leaves are close."""
+    if jtu.tree_structure(a) != jtu.tree_structure(b):
+        return False
+    return all(
+        jnp.shape(x) == jnp.shape(y)
+        and bool(np.allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol, atol))
+        for x, y in zip(jtu.tree_leaves(a), jtu.tree_leaves(b), strict=True)
+    )
+
+
+def cpu() -> jax.Device:
+    return jax.devices("cpu")[0]

@@ -1,0 +1,82 @@
+"""The package's imports point one way: a module imports only modules above it.
+
+The order extends `DESIGN.md`'s table (see `docs/architecture.md` once the docs exist):
+`evaluate` and `parallel` stand above `train`, because `fit` evaluates and shards.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "eqx_fmnist"
+
+# Top to bottom. A module may import any module above it, unless `ONLY` narrows it.
+LAYERS = [
+    "data",
+    "dataset",
+    "parallel",
+    "precision",
+    "model",
+    "losses",
+    "evaluate",
+    "train",
+    "checkpoint",
+    "bench",
+    "plots",
+    "cli",
+]
+ONLY = {
+    "data": set(),
+    "precision": set(),
+    "model": {"precision"},
+    "losses": {"model", "precision"},
+    "plots": {"data"},
+}
+ENTRY_POINTS = {"__init__": set(LAYERS) - {"cli"}, "__main__": {"cli"}}
+
+
+def package_imports(path: Path) -> set[str]:
+    """Sibling modules imported by the module at `path`."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module:
+                found.add(node.module.split(".")[0])
+            elif node.level == 1:
+                found.update(alias.name for alias in node.names)
+            elif node.module and node.module.startswith("eqx_fmnist."):
+                found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("eqx_fmnist."):
+                    found.add(alias.name.split(".")[1])
+    return found
+
+
+def allowed(module: str) -> set[str]:
+    if module in ENTRY_POINTS:
+        return ENTRY_POINTS[module]
+    above = set(LAYERS[: LAYERS.index(module)])
+    return ONLY.get(module, above) & above
+
+
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py"))
+
+
+def test_every_module_has_a_place_in_the_layers():
+    missing = set(MODULES) - set(LAYERS) - set(ENTRY_POINTS)
+    assert not missing, f"add {sorted(missing)} to LAYERS in {__file__}"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_imports_point_one_way(module):
+    imports = package_imports(PACKAGE / f"{module}.py")
+    bad = imports - allowed(module)
+    assert not bad, f"eqx_fmnist.{module} imports {sorted(bad)}, which stand below it"
+
+
+def test_the_checker_sees_relative_and_absolute_imports(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from .train import fit\nfrom . import cli\nimport eqx_fmnist.plots\n")
+    assert package_imports(probe) == {"train", "cli", "plots"}

@@ -1,0 +1,338 @@
+import gzip
+import hashlib
+import http.server
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import (
+    DEBIAN_DIR,
+    idx_bytes,
+    specs_for,
+    synthetic_arrays,
+    write_fmnist_dir,
+    write_idx,
+)
+
+# ----------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_good_idx_files_parse_to_the_arrays_written(tmp_path, gz):
+    from eqx_fmnist.data import IMAGES_MAGIC, LABELS_MAGIC, read_idx
+
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (7, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, (7,), dtype=np.uint8)
+    suffix = ".gz" if gz else ""
+    got_images = read_idx(write_idx(tmp_path / f"i{suffix}", images, gz=gz), magic=IMAGES_MAGIC)
+    got_labels = read_idx(write_idx(tmp_path / f"l{suffix}", labels, gz=gz), magic=LABELS_MAGIC)
+    np.testing.assert_array_equal(got_images, images)
+    np.testing.assert_array_equal(got_labels, labels)
+    assert got_images.dtype == np.uint8
+
+
+def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    images = np.zeros((3, 28, 28), np.uint8)
+    good = idx_bytes(images)
+    wrong_magic = bytearray(good)
+    wrong_magic[3] = 1  # 2049 (labels) where images are expected
+    bad_count = bytearray(good)
+    bad_count[4:8] = (5).to_bytes(4, "big")  # header says 5 images, data holds 3
+    cases = {
+        "bad magic": (bytes(wrong_magic), "magic number 2049, expected 2051"),
+        "not unsigned bytes": (b"\x00\x00\x0d\x03" + good[4:], "not an unsigned-byte"),
+        "truncated": (good[:-100], "truncated or corrupt"),
+        "count disagrees": (bytes(bad_count), "header says shape (5, 28, 28)"),
+        "tiny": (b"\x00\x00", "too short"),
+    }
+    out = {}
+    for name, (raw, msg) in cases.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.gz"
+        path.write_bytes(gzip.compress(raw))
+        out[name] = (path, msg)
+    not_gzip = tmp_path / "plain_bytes_named.gz"
+    not_gzip.write_bytes(good)
+    out["non-gzip .gz"] = (not_gzip, "not a valid gzip file")
+    cut_gzip = tmp_path / "cut_gzip.gz"
+    blob = gzip.compress(good)
+    cut_gzip.write_bytes(blob[: len(blob) // 2])
+    out["cut gzip stream"] = (cut_gzip, "not a valid gzip file")
+    return out
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "bad magic",
+        "not unsigned bytes",
+        "truncated",
+        "count disagrees",
+        "tiny",
+        "non-gzip .gz",
+        "cut gzip stream",
+    ],
+)
+def test_bad_idx_files_raise_data_error_naming_the_file(tmp_path, case):
+    from eqx_fmnist.data import IMAGES_MAGIC, DataError, read_idx
+
+    path, message = _bad_files(tmp_path)[case]
+    with pytest.raises(DataError) as info:
+        read_idx(path, magic=IMAGES_MAGIC)
+    assert str(path) in str(info.value)
+    assert message in str(info.value)
+
+
+def test_parse_is_a_view_not_a_python_loop():
+    from eqx_fmnist.data import parse_idx
+
+    raw = idx_bytes(np.arange(2 * 28 * 28, dtype=np.uint32).astype(np.uint8).reshape(2, 28, 28))
+    arr = parse_idx(raw, magic=2051)
+    assert arr.base is not None  # np.frombuffer view over the bytes
+    assert arr[1, 0, 0] == (28 * 28) % 256
+
+
+# ----------------------------------------------------------------------------- search order
+
+
+@pytest.fixture
+def four_sources(tmp_path, monkeypatch):
+    """Four folders with distinguishable synthetic data, one per source."""
+    import eqx_fmnist.data as data
+
+    folders = {}
+    for i, name in enumerate(["explicit", "env", "cache", "debian"]):
+        arrays = synthetic_arrays(n_train=10 + i, n_test=10, seed=i)
+        folders[name] = write_fmnist_dir(tmp_path / name, arrays, gz=(i % 2 == 0))
+    monkeypatch.setenv("EQX_FMNIST_DATA", str(folders["env"]))
+    monkeypatch.setattr(data, "DEBIAN_DIR", folders["debian"])
+    cache = data.cache_dir()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    folders["cache"].rename(cache)
+    folders["cache"] = cache
+    return folders
+
+
+def test_each_source_wins_over_the_ones_after_it(four_sources, monkeypatch):
+    import shutil
+
+    from eqx_fmnist.data import load_fashion_mnist
+
+    def n_train(data_dir=None):
+        return len(load_fashion_mnist(data_dir, download=False, verify=False).train_images)
+
+    assert n_train(four_sources["explicit"]) == 10
+    assert n_train() == 11  # $EQX_FMNIST_DATA
+    monkeypatch.delenv("EQX_FMNIST_DATA")
+    assert n_train() == 12  # user cache
+    shutil.rmtree(four_sources["cache"])
+    assert n_train() == 13  # Debian
+
+
+def test_a_folder_counts_only_with_all_four_files(four_sources):
+    from eqx_fmnist.data import find_data_dir
+
+    (four_sources["explicit"] / "t10k-labels-idx1-ubyte.gz").unlink()
+    source, folder = find_data_dir(four_sources["explicit"])
+    assert folder == four_sources["env"] and source == "$EQX_FMNIST_DATA"
+
+
+def test_not_found_lists_every_place_and_the_three_fixes(tmp_path, monkeypatch):
+    import eqx_fmnist.data as data
+
+    monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "no-debian")
+    monkeypatch.setenv("EQX_FMNIST_DATA", str(tmp_path / "no-env"))
+    with pytest.raises(data.DataNotFoundError) as info:
+        data.load_fashion_mnist(tmp_path / "no-explicit", download=False)
+    message = str(info.value)
+    for place in ["no-explicit", "no-env", str(data.cache_dir()), "no-debian"]:
+        assert place in message
+    for fix in ["apt-get install dataset-fashion-mnist", "EQX_FMNIST_DATA", "download"]:
+        assert fix in message
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def test_verification_is_remembered_and_redone_when_the_file_changes(tmp_path, monkeypatch):
+    import eqx_fmnist.data as data
+
+    arrays = synthetic_arrays()
+    folder = write_fmnist_dir(tmp_path / "d", arrays)
+    blobs = {k: (folder / f"{s.name}.gz").read_bytes() for k, s in data.FILES.items()}
+    monkeypatch.setattr(data, "FILES", specs_for(arrays, blobs))
+    calls = []
+    real_check = data._check_sha256
+    monkeypatch.setattr(data, "_check_sha256", lambda *a: (calls.append(a[2]), real_check(*a)))
+
+    data.load_fashion_mnist(folder, download=False)
+    assert len(calls) == 4
+    data.load_fashion_mnist(folder, download=False)
+    assert len(calls) == 4  # remembered: nothing hashed again
+    changed = folder / "train-labels-idx1-ubyte.gz"
+    os.utime(changed, ns=(0, 1_000_000_000))
+    data.load_fashion_mnist(folder, download=False)
+    assert calls[4:] == [changed]
+
+
+def test_wrong_content_fails_verification(tmp_path, monkeypatch):
+    import eqx_fmnist.data as data
+
+    folder = write_fmnist_dir(tmp_path / "d", synthetic_arrays())
+    with pytest.raises(data.ChecksumError, match="train-images-idx3-ubyte.gz: content"):
+        data.load_fashion_mnist(folder, download=False)
+    assert len(data.load_fashion_mnist(folder, download=False, verify=False).train_images) == 60
+
+
+# ----------------------------------------------------------------------------- download
+
+
+class _Server:
+    """A local HTTP server on 127.0.0.1 serving files under /a/ and /b/ with faults."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files = files
+        self.faults: dict[str, str] = {}  # path -> "404" | "corrupt" | "cut"
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                server.requests.append(self.path)
+                fault = server.faults.get(self.path.split("/")[1])
+                body = server.files.get(self.path.rsplit("/", 1)[-1])
+                if body is None or fault == "404":
+                    self.send_error(404)
+                    return
+                if fault == "corrupt":
+                    body = body[:-10] + bytes(10)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2] if fault == "cut" else body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    import eqx_fmnist.data as data
+
+    arrays = synthetic_arrays()
+    blobs = {k: gzip.compress(idx_bytes(arrays[k])) for k in data.FILES}
+    monkeypatch.setattr(data, "FILES", specs_for(arrays, blobs))
+    monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "no-debian")
+    srv = _Server({f"{data.FILES[k].name}.gz": blobs[k] for k in blobs})
+    srv.arrays = arrays
+    yield srv
+    srv.close()
+
+
+def test_good_download_verifies_and_lands_in_the_cache(server):
+    import eqx_fmnist.data as data
+
+    progress = []
+    fm = data.load_fashion_mnist(
+        mirrors=[server.url + "/a/"], progress=lambda *a: progress.append(a)
+    )
+    assert fm.source == data.cache_dir()
+    np.testing.assert_array_equal(fm.test_images, server.arrays["test_images"])
+    assert sorted(p.name for p in data.cache_dir().iterdir()) == sorted(
+        f"{s.name}.gz" for s in data.FILES.values()
+    )
+    assert progress[-1][1] == progress[-1][2]  # the last report is complete
+    # A second load finds the cache and asks the server for nothing.
+    before = len(server.requests)
+    data.load_fashion_mnist(mirrors=[server.url + "/a/"])
+    assert len(server.requests) == before
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "cut"])
+def test_a_bad_transfer_leaves_nothing_behind(server, fault):
+    import eqx_fmnist.data as data
+
+    server.faults["a"] = fault
+    with pytest.raises(data.DataNotFoundError) as info:
+        data.load_fashion_mnist(mirrors=[server.url + "/a/"])
+    reason = "MD5" if fault == "corrupt" else "interrupted"
+    assert reason in str(info.value) and server.url + "/a/" in str(info.value)
+    assert list(data.cache_dir().iterdir()) == []
+
+
+def test_404_on_the_first_mirror_falls_back_to_the_second(server):
+    import eqx_fmnist.data as data
+
+    server.faults["a"] = "404"
+    fm = data.load_fashion_mnist(mirrors=[server.url + "/a/", server.url + "/b/"])
+    np.testing.assert_array_equal(fm.train_labels, server.arrays["train_labels"])
+    assert any(r.startswith("/a/") for r in server.requests)
+
+
+def test_the_final_error_lists_every_url_and_why(server):
+    import eqx_fmnist.data as data
+
+    server.faults.update(a="404", b="corrupt")
+    with pytest.raises(data.DownloadError) as info:
+        data.download_fashion_mnist(mirrors=[server.url + "/a/", server.url + "/b/"])
+    message = str(info.value)
+    assert f"{server.url}/a/train-images-idx3-ubyte.gz: Not Found" in message
+    assert f"{server.url}/b/train-images-idx3-ubyte.gz: MD5" in message
+    assert list(data.cache_dir().iterdir()) == []
+
+
+def test_only_https_mirrors_are_accepted():
+    import eqx_fmnist.data as data
+
+    with pytest.raises(ValueError, match="not HTTPS"):
+        data.download_fashion_mnist(mirrors=["http://example.com/"])
+
+
+# ----------------------------------------------------------------------------- real data
+
+
+def test_real_data_shapes_counts_and_checksums(real_data):
+    import eqx_fmnist.data as data
+
+    assert real_data.train_images.shape == (60_000, 28, 28)
+    assert real_data.test_images.shape == (10_000, 28, 28)
+    assert real_data.train_images.dtype == np.uint8
+    np.testing.assert_array_equal(np.bincount(real_data.train_labels), [6000] * 10)
+    np.testing.assert_array_equal(np.bincount(real_data.test_labels), [1000] * 10)
+    # Verified from a cold stamp: the library hashes and accepts the Debian files ...
+    fm = data.load_fashion_mnist(DEBIAN_DIR, download=False, verify=True)
+    np.testing.assert_array_equal(fm.test_labels, real_data.test_labels)
+    # ... and an independent hash of the decompressed files agrees with DESIGN.md.
+    expected = {
+        "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+        "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    }
+    for name, digest in expected.items():
+        raw = gzip.decompress((DEBIAN_DIR / f"{name}.gz").read_bytes())
+        assert hashlib.sha256(raw).hexdigest() == digest
+
+
+def test_one_example_per_class_grid(real_data, tmp_path):
+    from eqx_fmnist.plots import plot_examples, save_figure
+
+    fig = plot_examples(real_data.train_images, real_data.train_labels)
+    path = save_figure(fig, tmp_path / "examples.png")
+    blob = path.read_bytes()
+    assert blob.startswith(b"\x89PNG\r\n\x1a\n") and len(blob) > 10_000
+    # Trousers are tall and narrow, bags wide: a check that images match their labels.
+    trousers = real_data.train_images[real_data.train_labels == 1].mean(0)
+    bags = real_data.train_images[real_data.train_labels == 8].mean(0)
+    assert trousers[16:, 13:15].mean() < trousers[16:, 8:11].mean()  # the gap between the legs
+    assert bags[20:26].mean() > trousers[20:26].mean()

@@ -1,0 +1,102 @@
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from helpers import cpu, synthetic_arrays
+
+
+def _synthetic_dataset(n=60):
+    from eqx_fmnist.dataset import ArrayDataset
+
+    arrays = synthetic_arrays(n_train=n)
+    return ArrayDataset(arrays["train_images"], arrays["train_labels"]), arrays
+
+
+def test_dataset_holds_flat_uint8_pixels_and_int_labels_on_a_device():
+    ds, arrays = _synthetic_dataset()
+    assert ds.images.shape == (60, 784) and ds.images.dtype == jnp.uint8
+    assert ds.labels.dtype == jnp.int32 and len(ds) == 60
+    np.testing.assert_array_equal(np.asarray(ds.images), arrays["train_images"].reshape(60, -1))
+    assert ds.devices == {jax.devices()[0]}
+    moved = ds.to(cpu())
+    assert moved.devices == {cpu()}
+    assert moved.images.committed
+
+
+def test_normalize_scales_to_unit_interval_like_numpy():
+    from eqx_fmnist.dataset import normalize
+
+    pixels = np.arange(256, dtype=np.uint8).reshape(1, 256).repeat(4, 1)[:, :784]
+    got = normalize(jnp.asarray(pixels))
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), pixels.astype(np.float64) / 255, rtol=1e-6)
+    already = jnp.full((784,), 0.5)
+    assert normalize(already) is already
+
+
+@pytest.mark.parametrize(
+    "images, labels, error, match",
+    [
+        (np.zeros((3, 28, 28), np.float32), np.zeros(3, np.uint8), TypeError, "uint8"),
+        (np.zeros((3, 27, 28), np.uint8), np.zeros(3, np.uint8), ValueError, "shape"),
+        # The annotation catches this one first under the test suite's type checker.
+        (np.zeros((3, 28, 28), np.uint8), np.zeros(2, np.uint8), (ValueError, TypeError), "labels"),
+        (np.zeros((3, 28, 28), np.uint8), np.array([0, 10, 1], np.uint8), ValueError, "0..9"),
+    ],
+)
+def test_bad_arrays_are_refused_with_a_clear_error(images, labels, error, match):
+    from eqx_fmnist.dataset import ArrayDataset
+
+    with pytest.raises(error, match=match):
+        ArrayDataset(images, labels)
+
+
+def test_epoch_permutation_visits_every_index_once(real_datasets):
+    from eqx_fmnist.dataset import epoch_indices
+
+    train, _ = real_datasets
+    idx = np.asarray(jax.jit(epoch_indices, static_argnums=(1, 2))(jr.key(0), len(train), 500))
+    assert idx.shape == (120, 500)
+    np.testing.assert_array_equal(np.sort(idx.ravel()), np.arange(60_000))
+    # With a batch that does not divide 60,000 the remainder is dropped, nothing repeats,
+    # and another epoch's key gives another order.
+    idx512 = np.asarray(epoch_indices(jr.key(0), len(train), 512))
+    other = np.asarray(epoch_indices(jr.key(1), len(train), 512))
+    assert idx512.shape == (117, 512) and len(np.unique(idx512)) == 117 * 512
+    assert not np.array_equal(idx512, other)
+
+
+def test_padded_batches_cover_the_test_set_exactly_once(real_datasets, real_data):
+    from eqx_fmnist.dataset import padded_batches
+
+    _, test = real_datasets
+    images, labels, mask = padded_batches(test, 512)
+    assert images.shape == (20, 512, 784) and mask.shape == (20, 512)
+    mask = np.asarray(mask).ravel()
+    assert mask.sum() == 10_000 and not mask[10_000:].any()
+    real_images = np.asarray(images).reshape(-1, 784)[mask]
+    np.testing.assert_array_equal(real_images, real_data.test_images.reshape(-1, 784))
+    np.testing.assert_array_equal(np.asarray(labels).ravel()[mask], real_data.test_labels)
+
+
+def test_split_is_disjoint_and_complete():
+    ds, arrays = _synthetic_dataset(n=50)
+    train, valid = ds.split(10, key=jr.key(3))
+    assert len(train) == 40 and len(valid) == 10
+    rows = {tuple(r) for r in np.asarray(train.images)} | {
+        tuple(r) for r in np.asarray(valid.images)
+    }
+    assert len(rows) == 50
+    with pytest.raises(ValueError, match="n_valid"):
+        ds.split(50, key=jr.key(0))
+
+
+def test_steps_per_epoch_refuses_bad_batch_sizes():
+    from eqx_fmnist.dataset import steps_per_epoch
+
+    assert steps_per_epoch(60_000, 512) == 117
+    for bad in (0, -3, 60_001):
+        with pytest.raises(ValueError, match="batch_size"):
+            steps_per_epoch(60_000, bad)
