@@ -2,7 +2,14 @@
 
 import importlib.metadata
 
-from . import data as data, dataset as dataset
+from . import (
+    data as data,
+    dataset as dataset,
+    losses as losses,
+    model as model,
+    precision as precision,
+    train as train,
+)
 from .data import (
     CLASS_NAMES as CLASS_NAMES,
     ChecksumError as ChecksumError,
@@ -20,6 +27,37 @@ from .dataset import (
     normalize as normalize,
     padded_batches as padded_batches,
     to_datasets as to_datasets,
+)
+from .evaluate import (
+    EvalResult as EvalResult,
+    confusion_matrix as confusion_matrix,
+    evaluate as evaluate,
+    per_class_accuracy as per_class_accuracy,
+    predict as predict,
+    predict_logits as predict_logits,
+    predict_proba as predict_proba,
+)
+from .losses import accuracy as accuracy, cross_entropy as cross_entropy
+from .model import MLP as MLP, count_params as count_params
+from .precision import (
+    FLOAT32 as FLOAT32,
+    MIXED_BF16 as MIXED_BF16,
+    MIXED_F16 as MIXED_F16,
+    DynamicLossScale as DynamicLossScale,
+    NoOpLossScale as NoOpLossScale,
+    Policy as Policy,
+    StaticLossScale as StaticLossScale,
+)
+from .train import (
+    TrainConfig as TrainConfig,
+    TrainResult as TrainResult,
+    TrainState as TrainState,
+    fit as fit,
+    init_state as init_state,
+    make_optimizer as make_optimizer,
+    train_epoch as train_epoch,
+    train_step as train_step,
+    train_steps as train_steps,
 )
 
 __version__ = importlib.metadata.version("eqx_fmnist")

@@ -142,6 +142,34 @@ def epoch_indices(key: PRNGKeyArray, n: int, batch_size: int) -> Int[Array, "ste
     return perm[: steps * batch_size].reshape(steps, batch_size)
 
 
+def pad_to_batches(
+    x: Shaped[Array, "n *rest"],  # noqa: F821
+    batch_size: int,
+) -> tuple[Shaped[Array, "steps batch *rest"], Bool[Array, "steps batch"]]:  # noqa: F821
+    """Cut `x` into batches along its first axis, padding the last batch.
+
+    **Arguments:**
+
+    - `x`: an array of shape `(n, ...)`.
+    - `batch_size`: the batch size.
+
+    **Returns:**
+
+    `(batches, mask)` of shapes `(steps, batch, ...)` and `(steps, batch)` with
+    `steps = ceil(n / batch)`. Padding repeats row 0 and is `False` in the mask, so every
+    row is counted exactly once.
+    """
+    n = x.shape[0]
+    if not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"`batch_size` must be a positive int, but got {batch_size}.")
+    steps = -(-n // batch_size)
+    pad = steps * batch_size - n
+    if pad:
+        x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad, *x.shape[1:]))])
+    mask = jnp.arange(steps * batch_size) < n
+    return x.reshape(steps, batch_size, *x.shape[1:]), mask.reshape(steps, batch_size)
+
+
 def padded_batches(
     dataset: ArrayDataset, batch_size: int
 ) -> tuple[UInt8[Array, "steps batch 784"], Int[Array, "steps batch"], Bool[Array, "steps batch"]]:
@@ -155,16 +183,9 @@ def padded_batches(
     **Returns:**
 
     `(images, labels, mask)` of shapes `(steps, batch, 784)`, `(steps, batch)` and
-    `(steps, batch)` with `steps = ceil(n / batch)`. Padding repeats example 0 and is
-    masked out, so every example is counted exactly once.
+    `(steps, batch)` with `steps = ceil(n / batch)`; see
+    [`pad_to_batches`][eqx_fmnist.dataset.pad_to_batches].
     """
-    n = len(dataset)
-    if batch_size <= 0:
-        raise ValueError(f"`batch_size` must be a positive int, but got {batch_size}.")
-    steps = -(-n // batch_size)
-    pad = steps * batch_size - n
-    index = jnp.concatenate([jnp.arange(n), jnp.zeros(pad, dtype=jnp.int32)])
-    mask = jnp.arange(steps * batch_size) < n
-    images = dataset.images[index].reshape(steps, batch_size, IMAGE_SIZE)
-    labels = dataset.labels[index].reshape(steps, batch_size)
-    return images, labels, mask.reshape(steps, batch_size)
+    images, mask = pad_to_batches(dataset.images, batch_size)
+    labels, _ = pad_to_batches(dataset.labels, batch_size)
+    return images, labels, mask

@@ -1,0 +1,206 @@
+"""Checkpoints: one file holding a JSON header and the state's leaves, written atomically.
+
+The layout of a checkpoint file:
+
+1. the magic line `EQX-FMNIST-CHECKPOINT\\n`;
+2. the header's length as 8 bytes, little-endian, then the header: UTF-8 JSON with the
+   format version, the step, the `TrainConfig`, the training-set size, the library,
+   JAX and Equinox versions, and the SHA-256 and length of the payload;
+3. the payload: the state's array leaves from `eqx.tree_serialise_leaves`.
+
+Loading rebuilds the state's skeleton from the saved config (`init_state`) and reads
+the leaves into it, so nothing is ever unpickled. The payload's checksum is checked
+first: a truncated or altered file raises instead of loading as valid but wrong.
+"""
+
+import dataclasses
+import datetime
+import hashlib
+import importlib.metadata
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+
+from .train import TrainConfig, TrainState, init_state
+
+MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
+FORMAT_VERSION = 1
+# Fields that shape the state's PyTree or its static parts: a checkpoint made with other
+# values cannot continue under this config.
+ARCHITECTURE_FIELDS = ("hidden_sizes", "precision", "label_smoothing", "grad_clip")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, truncated, corrupt, or does not fit the config."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: the state, the config it was trained with, and its header."""
+
+    state: TrainState
+    config: TrainConfig
+    num_train: int
+    metadata: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.metadata["step"])
+
+
+def _versions() -> dict[str, str]:
+    try:
+        library = importlib.metadata.version("eqx_fmnist")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+        library = "unknown"
+    return {"eqx_fmnist": library, "jax": jax.__version__, "equinox": eqx.__version__}
+
+
+def save_checkpoint(
+    path: str | os.PathLike, state: TrainState, config: TrainConfig, *, num_train: int
+) -> Path:
+    """Write `state` and `config` to `path` atomically.
+
+    The file is written under a temporary name in the same folder, flushed to disk, and
+    moved into place with `os.replace`: a crash leaves the previous checkpoint (if any)
+    untouched and never a half-written one.
+
+    **Arguments:**
+
+    - `path`: the file to write, conventionally `*.eqx`.
+    - `state`: the state to save.
+    - `config`: the config it was trained with.
+    - `num_train`: the size of its training set (the schedule's length depends on it).
+
+    **Returns:**
+
+    The path written.
+    """
+    path = Path(path)
+    buffer = io.BytesIO()
+    eqx.tree_serialise_leaves(buffer, state)
+    payload = buffer.getvalue()
+    header = {
+        "format_version": FORMAT_VERSION,
+        "step": int(state.step),
+        "config": config.to_dict(),
+        "num_train": int(num_train),
+        "versions": _versions(),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "payload_bytes": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+    }
+    head = json.dumps(header).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + len(head).to_bytes(8, "little") + head + payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
+    """The parsed header and the raw payload of a checkpoint file, checksum checked.
+
+    **Raises:**
+
+    `CheckpointError` naming the file and what is wrong with it.
+    """
+    path = Path(path)
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"no checkpoint at {path}.") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file.") from None
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e}") from e
+    if not blob.startswith(MAGIC):
+        raise CheckpointError(f"{path} is not an eqx_fmnist checkpoint (no header line).")
+    start = len(MAGIC) + 8
+    length = int.from_bytes(blob[len(MAGIC) : start], "little")
+    try:
+        header = json.loads(blob[start : start + length])
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+        version = header["format_version"]
+        expected_bytes = header["payload_bytes"]
+        expected_sha = header["payload_sha256"]
+    except (ValueError, KeyError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: the header is truncated or corrupt ({e}).") from e
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format {version!r}, but this eqx_fmnist reads format "
+            f"{FORMAT_VERSION}; load it with the version that wrote it "
+            f"({header.get('versions', {}).get('eqx_fmnist', 'unknown')})."
+        )
+    payload = blob[start + length :]
+    if len(payload) != expected_bytes or hashlib.sha256(payload).hexdigest() != expected_sha:
+        raise CheckpointError(
+            f"{path}: the payload is truncated or corrupt ({len(payload):,} bytes, expected "
+            f"{expected_bytes:,}, or its SHA-256 differs); use an earlier checkpoint."
+        )
+    return header, payload
+
+
+def check_compatible(saved: TrainConfig, config: TrainConfig, *, where: str = "checkpoint") -> None:
+    """Raise `CheckpointError` if `saved` and `config` differ in the model or its state."""
+    diffs = [
+        f"{name} {getattr(saved, name)!r} (config: {getattr(config, name)!r})"
+        for name in ARCHITECTURE_FIELDS
+        if getattr(saved, name) != getattr(config, name)
+    ]
+    if diffs:
+        raise CheckpointError(
+            f"the {where} was trained with " + ", ".join(diffs) + "; train with the "
+            "checkpoint's settings or start a new run."
+        )
+
+
+def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = None) -> Checkpoint:
+    """Load a checkpoint written by [`save_checkpoint`][eqx_fmnist.checkpoint.save_checkpoint].
+
+    **Arguments:**
+
+    - `path`: the file.
+    - `expect`: a config the checkpoint must fit (same hidden sizes, precision, ...).
+        Defaults to `None`: take the saved config as it is.
+
+    **Returns:**
+
+    A [`Checkpoint`][eqx_fmnist.checkpoint.Checkpoint]; `fit(checkpoint.config,
+    state=checkpoint.state)` continues the run exactly where it stopped.
+
+    **Raises:**
+
+    `CheckpointError` when the file is missing, not a checkpoint, truncated, corrupt,
+    from another format version, or does not fit `expect`.
+    """
+    header, payload = read_header(path)
+    try:
+        config = TrainConfig.from_dict(header["config"])
+        num_train = int(header["num_train"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: the saved config cannot be read ({e}).") from e
+    if expect is not None:
+        check_compatible(config, expect)
+    skeleton = init_state(config, num_train)
+    try:
+        state = eqx.tree_deserialise_leaves(io.BytesIO(payload), skeleton)
+    except Exception as e:  # equinox raises several types for a mismatched tree
+        raise CheckpointError(
+            f"{path}: the saved arrays do not fit a model built from its config ({e})."
+        ) from e
+    return Checkpoint(state=state, config=config, num_train=num_train, metadata=header)

@@ -1,0 +1,137 @@
+"""Evaluation over every example: loss, accuracy, predictions and the confusion matrix.
+
+Batches are fixed-shape so that one compiled function serves any split; the last batch
+is padded and masked, so all 10,000 test images count and none twice.
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
+
+from .data import NUM_CLASSES
+from .dataset import ArrayDataset, normalize, pad_to_batches
+from .losses import accuracy, cross_entropy
+from .model import MLP
+from .precision import FLOAT32, Policy
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """Mean loss and accuracy over `count` examples."""
+
+    loss: float
+    accuracy: float
+    count: int
+
+
+@eqx.filter_jit
+def _logits(
+    model: MLP, images: Shaped[Array, "n 784"], policy: Policy, batch_size: int
+) -> tuple[Float[Array, "padded classes"], Bool[Array, " padded"]]:
+    """Logits of all images, padded to whole batches, and the mask of real rows."""
+    batches, mask = pad_to_batches(images, batch_size)
+    forward = jax.vmap(lambda x: model(normalize(x), policy=policy))
+    logits = jax.lax.map(forward, batches)  # one batch at a time: bounded memory
+    return logits.reshape(-1, logits.shape[-1]), mask.reshape(-1)
+
+
+def predict_logits(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> Float[Array, "n classes"]:
+    """Logits for every image, computed in fixed-shape batches.
+
+    **Arguments:**
+
+    - `model`: the model.
+    - `images`: shape `(n, 784)`, `uint8` pixels or floats in `[0, 1]`.
+    - `policy`: the precision policy of the forward pass. Defaults to float32.
+    - `batch_size`: images per compiled batch. Defaults to `1000`.
+
+    **Returns:**
+
+    The logits, shape `(n, 10)`.
+    """
+    logits, _ = _logits(model, images, policy, batch_size)
+    return logits[: images.shape[0]]
+
+
+def predict(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> Int[Array, " n"]:
+    """The predicted class of every image (arguments as for
+    [`predict_logits`][eqx_fmnist.evaluate.predict_logits])."""
+    return jnp.argmax(predict_logits(model, images, policy=policy, batch_size=batch_size), -1)
+
+
+def predict_proba(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> Float[Array, "n classes"]:
+    """Softmax probabilities of every class for every image, float32."""
+    logits = predict_logits(model, images, policy=policy, batch_size=batch_size)
+    return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+
+
+def evaluate(
+    model: MLP,
+    dataset: ArrayDataset,
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> EvalResult:
+    """Mean cross-entropy and accuracy over **all** examples of `dataset`.
+
+    **Arguments:**
+
+    - `model`: the model.
+    - `dataset`: the examples; every one is counted exactly once.
+    - `policy`: the precision policy of the forward pass. Defaults to float32.
+    - `batch_size`: examples per compiled batch. Defaults to `1000`.
+
+    **Returns:**
+
+    An [`EvalResult`][eqx_fmnist.evaluate.EvalResult] with `count == len(dataset)`.
+    """
+    logits, mask = _logits(model, dataset.images, policy, batch_size)
+    labels, _ = pad_to_batches(dataset.labels, batch_size)
+    labels = labels.reshape(-1)
+    loss = cross_entropy(logits, labels, mask)
+    acc = accuracy(logits, labels, mask)
+    return EvalResult(loss=float(loss), accuracy=float(acc), count=int(mask.sum()))
+
+
+def confusion_matrix(
+    labels: Integer[Array | np.ndarray, " n"],
+    predictions: Integer[Array | np.ndarray, " n"],
+    *,
+    num_classes: int = NUM_CLASSES,
+) -> Int[Array, "classes classes"]:
+    """Counts of (true, predicted) pairs: rows are true classes, columns predictions.
+
+    **Returns:**
+
+    An int32 array of shape `(num_classes, num_classes)` summing to `n`.
+    """
+    labels, predictions = jnp.asarray(labels), jnp.asarray(predictions)
+    cm = jnp.zeros((num_classes, num_classes), jnp.int32)
+    return cm.at[labels, predictions].add(1)
+
+
+def per_class_accuracy(cm: Int[Array, "classes classes"]) -> Float[Array, " classes"]:
+    """Recall of each true class from a confusion matrix: diagonal over row sums."""
+    return jnp.diag(cm) / jnp.maximum(cm.sum(axis=1), 1)

@@ -1,0 +1,56 @@
+"""Softmax cross-entropy and accuracy on a batch of logits, with an optional mask.
+
+Both are computed in float32 whatever the logits' dtype, so that a bfloat16 or float16
+forward pass does not also round the loss. A mask marks the real examples of a padded
+batch; masked-out examples count for nothing, and the mean is over real examples.
+"""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+
+def _weights(labels: Int[Array, " batch"], mask: Bool[Array, " batch"] | None):
+    if mask is None:
+        return jnp.ones(labels.shape, jnp.float32)
+    return mask.astype(jnp.float32)
+
+
+def cross_entropy(
+    logits: Float[Array, "batch classes"],
+    labels: Int[Array, " batch"],
+    mask: Bool[Array, " batch"] | None = None,
+    *,
+    label_smoothing: float = 0.0,
+) -> Float[Array, ""]:
+    """Mean softmax cross-entropy with integer labels.
+
+    **Arguments:**
+
+    - `logits`: shape `(batch, classes)`.
+    - `labels`: shape `(batch,)`, each in `0..classes-1`.
+    - `mask`: shape `(batch,)`; `False` entries are ignored. Defaults to all `True`.
+    - `label_smoothing`: the target puts `1 - label_smoothing` on the label and spreads
+        `label_smoothing` evenly over all classes. Defaults to `0`.
+
+    **Returns:**
+
+    A float32 scalar: the mean over the examples the mask keeps (0 if it keeps none).
+    """
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(log_p, labels[:, None], axis=-1)[:, 0]
+    if label_smoothing:
+        nll = (1.0 - label_smoothing) * nll - label_smoothing * log_p.mean(axis=-1)
+    w = _weights(labels, mask)
+    return (nll * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+
+def accuracy(
+    logits: Float[Array, "batch classes"],
+    labels: Int[Array, " batch"],
+    mask: Bool[Array, " batch"] | None = None,
+) -> Float[Array, ""]:
+    """Fraction of examples whose largest logit is the label (over unmasked examples)."""
+    w = _weights(labels, mask)
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    return (correct * w).sum() / jnp.maximum(w.sum(), 1.0)

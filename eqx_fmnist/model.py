@@ -1,0 +1,90 @@
+"""The multilayer perceptron: an `eqx.Module` that maps one image to ten logits."""
+
+import math
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree
+
+from .precision import FLOAT32, Policy
+
+
+class MLP(eqx.Module):
+    """A fully connected network: `Linear -> activation` per hidden layer, then `Linear`."""
+
+    layers: tuple[eqx.nn.Linear, ...]
+    activation: Callable[[Array], Array] = eqx.field(static=True)
+    in_size: int = eqx.field(static=True)
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True)
+    out_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        in_size: int = 784,
+        hidden_sizes: Sequence[int] = (256, 128),
+        out_size: int = 10,
+        activation: Callable[[Array], Array] = jax.nn.gelu,
+        *,
+        key: PRNGKeyArray,
+    ):
+        """**Arguments:**
+
+        - `in_size`: input features. Defaults to `784` (a flattened 28 x 28 image).
+        - `hidden_sizes`: width of each hidden layer. Defaults to `(256, 128)`.
+        - `out_size`: number of logits. Defaults to `10`.
+        - `activation`: applied after each hidden layer. Defaults to `jax.nn.gelu`
+            (the tanh approximation, as in the codelab).
+        - `key`: the PRNG key for the weights.
+
+        Weights are He-normal, `normal * sqrt(2 / fan_in)`; biases are zero. Parameters
+        are float32; cast them with `Policy.cast_to_param` for another storage dtype.
+        """
+        hidden_sizes = tuple(hidden_sizes)
+        sizes = (in_size, *hidden_sizes, out_size)
+        if any(not isinstance(s, int) or s < 1 for s in sizes):
+            raise ValueError(
+                f"layer sizes must be positive ints, but got in_size={in_size}, "
+                f"hidden_sizes={hidden_sizes}, out_size={out_size}."
+            )
+        keys = jr.split(key, len(sizes) - 1)
+        layers = []
+        for k, fan_in, fan_out in zip(keys, sizes[:-1], sizes[1:], strict=True):
+            layer = eqx.nn.Linear(fan_in, fan_out, key=k)
+            weight = jr.normal(k, (fan_out, fan_in), jnp.float32) * math.sqrt(2.0 / fan_in)
+            bias = jnp.zeros((fan_out,), jnp.float32)
+            layers.append(eqx.tree_at(lambda lin: (lin.weight, lin.bias), layer, (weight, bias)))
+        self.layers = tuple(layers)
+        self.activation = activation
+        self.in_size = in_size
+        self.hidden_sizes = hidden_sizes
+        self.out_size = out_size
+
+    def __call__(
+        self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
+    ) -> Float[Array, " out_size"]:
+        """Logits for one example; batches go through `jax.vmap`.
+
+        **Arguments:**
+
+        - `x`: one flattened image, shape `(784,)`, pixels in `[0, 1]`.
+        - `policy`: the precision policy: weights and `x` are cast to its compute dtype,
+            the logits to its output dtype. Defaults to float32 throughout.
+
+        **Returns:**
+
+        The logits, shape `(10,)`, in `policy.output_dtype`.
+        """
+        layers = policy.cast_to_compute(self.layers)
+        x = policy.cast_to_compute(x)
+        for layer in layers[:-1]:
+            x = self.activation(layer(x))
+        return policy.cast_to_output(layers[-1](x))
+
+
+def count_params(model: PyTree) -> int:
+    """The number of scalar parameters (inexact array elements) in `model`."""
+    return sum(x.size for x in jtu.tree_leaves(eqx.filter(model, eqx.is_inexact_array)))

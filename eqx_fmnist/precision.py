@@ -1,0 +1,264 @@
+"""Mixed precision as a value: a `Policy` of three dtypes, and loss scaling for float16.
+
+A [`Policy`][eqx_fmnist.precision.Policy] says which dtype parameters are stored in
+(`param_dtype`), which the matmuls run in (`compute_dtype`) and which the logits come
+out in (`output_dtype`). Parameters and optimiser state stay in the parameter dtype;
+only the forward pass is cast, so gradients come back in the parameter dtype.
+
+float16 has a narrow exponent range, so small gradients underflow to zero. A loss
+scale multiplies the loss before differentiation and divides the gradients after;
+[`DynamicLossScale`][eqx_fmnist.precision.DynamicLossScale] finds the largest scale
+that does not overflow. Every scale is a JAX array, so changing it never recompiles.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, PyTree
+
+_DTYPES: dict[str, np.dtype] = {
+    "float32": jnp.dtype("float32"),
+    "f32": jnp.dtype("float32"),
+    "bfloat16": jnp.dtype("bfloat16"),
+    "bf16": jnp.dtype("bfloat16"),
+    "float16": jnp.dtype("float16"),
+    "f16": jnp.dtype("float16"),
+    "float64": jnp.dtype("float64"),
+    "f64": jnp.dtype("float64"),
+}
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
+_KEYS = {"p": "param", "params": "param", "c": "compute", "compute": "compute"}
+_KEYS |= {"o": "output", "output": "output"}
+
+
+def _to_dtype(value, what: str) -> np.dtype:
+    if isinstance(value, str):
+        if value.lower() not in _DTYPES:
+            raise ValueError(
+                f"{what}: unknown dtype {value!r}; valid names are {', '.join(_DTYPES)}."
+            )
+        return _DTYPES[value.lower()]
+    dtype = jnp.dtype(value)
+    if dtype.name not in _DTYPES:
+        raise ValueError(
+            f"{what}: {dtype.name} is not a floating dtype; use one of {', '.join(_DTYPES)}."
+        )
+    return dtype
+
+
+def _cast(tree: PyTree, dtype: np.dtype) -> PyTree:
+    """Cast the floating-point array leaves of `tree` to `dtype`; leave the rest alone."""
+
+    def cast(x):
+        if isinstance(x, jax.Array | np.ndarray) and jnp.issubdtype(x.dtype, jnp.floating):
+            return x.astype(dtype)
+        return x
+
+    return jtu.tree_map(cast, tree)
+
+
+class Policy(eqx.Module):
+    """Which dtype parameters are stored in, computed in, and output in."""
+
+    param_dtype: np.dtype = eqx.field(static=True)
+    compute_dtype: np.dtype = eqx.field(static=True)
+    output_dtype: np.dtype = eqx.field(static=True)
+
+    def __init__(self, param_dtype="float32", compute_dtype=None, output_dtype=None):
+        """**Arguments:**
+
+        - `param_dtype`: storage dtype of parameters and optimiser state. Defaults to
+            `float32`.
+        - `compute_dtype`: dtype of the forward pass. Defaults to `param_dtype`.
+        - `output_dtype`: dtype of the logits. Defaults to `param_dtype`.
+
+        Each may be a dtype or a name: `float32`/`f32`, `bfloat16`/`bf16`,
+        `float16`/`f16`, `float64`/`f64`.
+        """
+        self.param_dtype = _to_dtype(param_dtype, "param_dtype")
+        self.compute_dtype = _to_dtype(
+            param_dtype if compute_dtype is None else compute_dtype, "compute_dtype"
+        )
+        self.output_dtype = _to_dtype(
+            param_dtype if output_dtype is None else output_dtype, "output_dtype"
+        )
+
+    @classmethod
+    def from_string(cls, spec: str) -> "Policy":
+        """Parse a policy like jmp does: `"p=f32,c=bf16,o=f32"`, or with long keys
+        `"params=float32,compute=bfloat16,output=float32"`, or a single dtype name for
+        all three (`"float32"`). Keys left out default to the parameter dtype.
+
+        **Raises:**
+
+        `ValueError` naming the bad part and listing the valid keys and dtype names.
+        """
+        if not isinstance(spec, str):
+            raise TypeError(f"policy spec must be a str, but got {type(spec).__name__}.")
+        spec = spec.strip()
+        if "=" not in spec:
+            return cls(_to_dtype(spec, f"policy {spec!r}"))
+        found: dict[str, np.dtype] = {}
+        for part in spec.split(","):
+            key, sep, value = part.partition("=")
+            key = key.strip().lower()
+            if not sep or key not in _KEYS:
+                raise ValueError(
+                    f"policy {spec!r}: cannot read {part.strip()!r}; write key=dtype pairs "
+                    f"with keys p/params, c/compute, o/output and dtypes {', '.join(_DTYPES)}, "
+                    "e.g. 'p=f32,c=bf16,o=f32'."
+                )
+            if _KEYS[key] in found:
+                raise ValueError(f"policy {spec!r}: {key!r} is given twice.")
+            found[_KEYS[key]] = _to_dtype(value.strip(), f"policy {spec!r}")
+        if "param" not in found:
+            found["param"] = jnp.dtype("float32")
+        return cls(found["param"], found.get("compute"), found.get("output"))
+
+    def __str__(self) -> str:
+        names = (self.param_dtype, self.compute_dtype, self.output_dtype)
+        p, c, o = (_SHORT[d.name] for d in names)
+        return f"p={p},c={c},o={o}"
+
+    def cast_to_param(self, tree: PyTree) -> PyTree:
+        """Cast the floating-point leaves of `tree` to `param_dtype`."""
+        return _cast(tree, self.param_dtype)
+
+    def cast_to_compute(self, tree: PyTree) -> PyTree:
+        """Cast the floating-point leaves of `tree` to `compute_dtype`."""
+        return _cast(tree, self.compute_dtype)
+
+    def cast_to_output(self, tree: PyTree) -> PyTree:
+        """Cast the floating-point leaves of `tree` to `output_dtype`."""
+        return _cast(tree, self.output_dtype)
+
+    @property
+    def needs_loss_scale(self) -> bool:
+        """Whether the compute dtype is float16, whose gradients need a loss scale."""
+        return self.compute_dtype == jnp.float16 or self.param_dtype == jnp.float16
+
+
+FLOAT32 = Policy("float32")
+"""Everything float32: the default, and the codelab's."""
+MIXED_BF16 = Policy("float32", "bfloat16", "float32")
+"""float32 parameters, bfloat16 matmuls, float32 logits."""
+MIXED_F16 = Policy("float32", "float16", "float32")
+"""float32 parameters, float16 matmuls, float32 logits; train it with a loss scale."""
+
+
+# --------------------------------------------------------------------------- loss scaling
+
+
+def all_finite(tree: PyTree) -> Bool[Array, ""]:
+    """Whether every floating-point leaf of `tree` is finite (no inf, no NaN)."""
+    leaves = [
+        jnp.all(jnp.isfinite(x))
+        for x in jtu.tree_leaves(tree)
+        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
+    return jnp.stack(leaves).all() if leaves else jnp.array(True)
+
+
+class NoOpLossScale(eqx.Module):
+    """No loss scaling: for float32 and bfloat16, whose exponent range is float32's."""
+
+    def scale(self, tree: PyTree) -> PyTree:
+        return tree
+
+    def unscale(self, tree: PyTree) -> PyTree:
+        return tree
+
+    def adjust(self, grads_finite: Bool[Array, ""]) -> "NoOpLossScale":
+        return self
+
+    @property
+    def loss_scale(self) -> Float[Array, ""]:
+        return jnp.array(1.0, jnp.float32)
+
+
+class StaticLossScale(eqx.Module):
+    """Multiply the loss by a fixed scale and divide the gradients by it."""
+
+    loss_scale: Float[Array, ""]
+
+    def __init__(self, loss_scale: float | Float[Array, ""] = 2.0**15):
+        """**Arguments:**
+
+        - `loss_scale`: the scale. Defaults to `2 ** 15`.
+        """
+        self.loss_scale = jnp.asarray(loss_scale, jnp.float32)
+
+    def scale(self, tree: PyTree) -> PyTree:
+        return jtu.tree_map(lambda x: x * self.loss_scale.astype(x.dtype), tree)
+
+    def unscale(self, tree: PyTree) -> PyTree:
+        inv = 1.0 / self.loss_scale
+        return jtu.tree_map(lambda x: x * inv.astype(x.dtype), tree)
+
+    def adjust(self, grads_finite: Bool[Array, ""]) -> "StaticLossScale":
+        return self
+
+
+class DynamicLossScale(eqx.Module):
+    """A loss scale that grows after `period` finite steps and halves on an overflow.
+
+    A step whose gradients are not finite is skipped by the training step (parameters
+    and optimiser state unchanged) and the scale is divided by `factor`.
+    """
+
+    loss_scale: Float[Array, ""]
+    counter: Int[Array, ""]
+    period: int = eqx.field(static=True)
+    factor: float = eqx.field(static=True)
+    min_loss_scale: float = eqx.field(static=True)
+
+    def __init__(
+        self,
+        loss_scale: float | Float[Array, ""] = 2.0**15,
+        counter: int | Int[Array, ""] = 0,
+        *,
+        period: int = 2000,
+        factor: float = 2.0,
+        min_loss_scale: float = 1.0,
+    ):
+        """**Arguments:**
+
+        - `loss_scale`: the starting scale. Defaults to `2 ** 15`.
+        - `counter`: finite steps since the last change. Defaults to `0`.
+        - `period`: finite steps before the scale grows by `factor`. Defaults to `2000`.
+        - `factor`: growth and shrink factor. Defaults to `2`.
+        - `min_loss_scale`: the scale never drops below this. Defaults to `1`.
+        """
+        if period < 1 or factor <= 1 or min_loss_scale <= 0:
+            raise ValueError(
+                "DynamicLossScale needs period >= 1, factor > 1 and min_loss_scale > 0, "
+                f"but got period={period}, factor={factor}, min_loss_scale={min_loss_scale}."
+            )
+        self.loss_scale = jnp.asarray(loss_scale, jnp.float32)
+        self.counter = jnp.asarray(counter, jnp.int32)
+        self.period = period
+        self.factor = factor
+        self.min_loss_scale = min_loss_scale
+
+    def scale(self, tree: PyTree) -> PyTree:
+        return jtu.tree_map(lambda x: x * self.loss_scale.astype(x.dtype), tree)
+
+    def unscale(self, tree: PyTree) -> PyTree:
+        inv = 1.0 / self.loss_scale
+        return jtu.tree_map(lambda x: x * inv.astype(x.dtype), tree)
+
+    def adjust(self, grads_finite: Bool[Array, ""]) -> "DynamicLossScale":
+        """The scale for the next step, given whether this step's gradients were finite."""
+        grow = grads_finite & (self.counter + 1 >= self.period)
+        scale = jnp.where(
+            grads_finite,
+            jnp.where(grow, self.loss_scale * self.factor, self.loss_scale),
+            jnp.maximum(self.loss_scale / self.factor, self.min_loss_scale),
+        )
+        counter = jnp.where(grads_finite & ~grow, self.counter + 1, 0)
+        return eqx.tree_at(lambda s: (s.loss_scale, s.counter), self, (scale, counter))
+
+
+LossScale = NoOpLossScale | StaticLossScale | DynamicLossScale

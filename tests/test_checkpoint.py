@@ -1,0 +1,129 @@
+import json
+
+import pytest
+
+from helpers import synthetic_arrays, tree_allclose
+
+
+@pytest.fixture
+def small():
+    from eqx_fmnist.dataset import ArrayDataset
+
+    a = synthetic_arrays(n_train=256)
+    return ArrayDataset(a["train_images"], a["train_labels"])
+
+
+def config(**kw):
+    from eqx_fmnist.train import TrainConfig
+
+    return TrainConfig(**(dict(steps=16, batch_size=32, hidden_sizes=(32,)) | kw))
+
+
+def test_save_load_continue_equals_straight_through(small, tmp_path):
+    from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
+    from eqx_fmnist.train import fit, init_state, train_steps
+
+    c = config()
+    straight = fit(c, (small, small))
+    state = init_state(c, len(small))
+    state, _ = train_steps(state, small, batch_size=32, num_steps=10)
+    path = save_checkpoint(tmp_path / "ckpt.eqx", state, c, num_train=len(small))
+    ckpt = load_checkpoint(path)
+    assert ckpt.step == 10 and ckpt.config == c and ckpt.num_train == 256
+    assert tree_allclose(ckpt.state.model, state.model, rtol=0, atol=0)
+    assert tree_allclose(ckpt.state.opt_state, state.opt_state, rtol=0, atol=0)
+    resumed = fit(ckpt.config, (small, small), state=ckpt.state)
+    assert int(resumed.state.step) == 16
+    assert tree_allclose(resumed.model, straight.model, rtol=1e-5, atol=1e-6)
+    from eqx_fmnist.checkpoint import read_header
+
+    meta, _ = read_header(path)
+    assert meta["versions"]["jax"] and meta["format_version"] == 1
+
+
+def _saved(small, tmp_path, **kw):
+    from eqx_fmnist.checkpoint import save_checkpoint
+    from eqx_fmnist.train import init_state
+
+    c = config(**kw)
+    return save_checkpoint(
+        tmp_path / "ckpt.eqx", init_state(c, len(small)), c, num_train=len(small)
+    )
+
+
+def test_truncated_checkpoint_raises_and_the_file_is_untouched(small, tmp_path):
+    from eqx_fmnist.checkpoint import CheckpointError, load_checkpoint
+
+    path = _saved(small, tmp_path)
+    blob = path.read_bytes()
+    path.write_bytes(blob[:-1000])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(path)
+    assert path.read_bytes() == blob[:-1000]
+    flipped = bytearray(blob)
+    flipped[-5] ^= 0xFF  # same length, one byte changed: the checksum catches it
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load_checkpoint(path)
+
+
+def test_other_architecture_raises_and_leaves_the_original(small, tmp_path):
+    from eqx_fmnist.checkpoint import CheckpointError, load_checkpoint
+
+    path = _saved(small, tmp_path, hidden_sizes=(64,))
+    blob = path.read_bytes()
+    with pytest.raises(CheckpointError, match=r"hidden_sizes \(64,\) \(config: \(32,\)\)"):
+        load_checkpoint(path, expect=config())
+    assert path.read_bytes() == blob
+    assert load_checkpoint(path).config.hidden_sizes == (64,)
+
+
+def test_a_header_that_lies_about_the_architecture_is_caught(small, tmp_path):
+    """Arrays of a (64,) model under a header claiming (32,): shapes do not fit."""
+    import hashlib
+
+    from eqx_fmnist.checkpoint import MAGIC, CheckpointError, load_checkpoint, read_header
+
+    path = _saved(small, tmp_path, hidden_sizes=(64,))
+    header, payload = read_header(path)
+    header["config"]["hidden_sizes"] = [32]
+    header["payload_sha256"] = hashlib.sha256(payload).hexdigest()
+    head = json.dumps(header).encode()
+    path.write_bytes(MAGIC + len(head).to_bytes(8, "little") + head + payload)
+    with pytest.raises(CheckpointError, match="do not fit"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"hello", b"EQX-FMNIST-CHECKPOINT\n\x05\x00\x00\x00\x00\x00\x00\x00{oops"]
+)
+def test_not_a_checkpoint(tmp_path, content):
+    from eqx_fmnist.checkpoint import CheckpointError, load_checkpoint
+
+    path = tmp_path / "x.eqx"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=str(path)):
+        load_checkpoint(path)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.eqx")
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(small, tmp_path, monkeypatch):
+    import os
+
+    from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
+    from eqx_fmnist.train import init_state
+
+    path = _saved(small, tmp_path)
+    blob = path.read_bytes()
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    c = config()
+    with pytest.raises(OSError, match="No space"):
+        save_checkpoint(path, init_state(c, len(small)), c, num_train=len(small))
+    monkeypatch.undo()
+    assert path.read_bytes() == blob and [p.name for p in tmp_path.iterdir()] == ["ckpt.eqx"]
+    assert int(load_checkpoint(path).state.step) == 0

@@ -1,0 +1,57 @@
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def trained(real_datasets):
+    from eqx_fmnist.train import TrainConfig, fit
+
+    return fit(TrainConfig.codelab(steps=100, log_every=100), real_datasets)
+
+
+def test_evaluation_counts_all_10000_and_matches_numpy(trained, real_datasets, real_data):
+    from eqx_fmnist.evaluate import evaluate, predict_logits
+
+    _, test = real_datasets
+    for batch_size in (1000, 512, 333):  # 333 leaves a ragged last batch
+        r = evaluate(trained.model, test, batch_size=batch_size)
+        assert r.count == 10_000
+        logits = np.asarray(
+            predict_logits(trained.model, test.images, batch_size=batch_size), np.float64
+        )
+        labels = real_data.test_labels
+        logp = logits - logits.max(1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+        np.testing.assert_allclose(r.loss, -logp[np.arange(10_000), labels].mean(), rtol=1e-5)
+        np.testing.assert_allclose(r.accuracy, (logits.argmax(1) == labels).mean(), rtol=1e-6)
+
+
+def test_confusion_matrix_matches_numpy(trained, real_datasets, real_data):
+    from eqx_fmnist.evaluate import confusion_matrix, per_class_accuracy, predict
+
+    _, test = real_datasets
+    pred = np.asarray(predict(trained.model, test.images))
+    cm = np.asarray(confusion_matrix(test.labels, pred))
+    expected = np.zeros((10, 10), int)
+    for t, p in zip(real_data.test_labels, pred, strict=True):
+        expected[t, p] += 1
+    np.testing.assert_array_equal(cm, expected)
+    assert cm.sum() == 10_000
+    np.testing.assert_allclose(
+        per_class_accuracy(jnp.asarray(cm)), expected.diagonal() / 1000, rtol=1e-6
+    )
+    assert trained.test.accuracy == pytest.approx(expected.trace() / 10_000, abs=1e-6)
+
+
+def test_predict_accepts_floats_and_pixels_alike(trained):
+    from eqx_fmnist.evaluate import predict, predict_proba
+
+    pixels = jr.randint(jr.key(0), (7, 784), 0, 256).astype(jnp.uint8)
+    a = predict(trained.model, pixels)
+    b = predict(trained.model, pixels.astype(jnp.float32) / 255.0)
+    np.testing.assert_array_equal(a, b)
+    p = predict_proba(trained.model, pixels)
+    np.testing.assert_allclose(p.sum(1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(p.argmax(1), a)

@@ -1,0 +1,59 @@
+import jax.numpy as jnp
+import numpy as np
+
+
+def np_cross_entropy(logits, labels, mask=None, smoothing=0.0):
+    logits = np.asarray(logits, np.float64)
+    logp = logits - logits.max(1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+    k = logits.shape[1]
+    target = np.full(logits.shape, smoothing / k)
+    target[np.arange(len(labels)), labels] += 1 - smoothing
+    per = -(target * logp).sum(1)
+    w = np.ones(len(labels)) if mask is None else np.asarray(mask, np.float64)
+    return (per * w).sum() / w.sum()
+
+
+def test_cross_entropy_and_accuracy_match_numpy():
+    from eqx_fmnist.losses import accuracy, cross_entropy
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(17, 10)).astype(np.float32) * 3
+    labels = rng.integers(0, 10, 17)
+    mask = rng.random(17) < 0.6
+    for m in (None, mask):
+        for s in (0.0, 0.1):
+            got = cross_entropy(
+                jnp.asarray(logits),
+                jnp.asarray(labels),
+                None if m is None else jnp.asarray(m),
+                label_smoothing=s,
+            )
+            np.testing.assert_allclose(got, np_cross_entropy(logits, labels, m, s), rtol=1e-5)
+    right = logits.argmax(1) == labels
+    np.testing.assert_allclose(
+        accuracy(jnp.asarray(logits), jnp.asarray(labels)), right.mean(), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        accuracy(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask)),
+        right[mask].mean(),
+        rtol=1e-6,
+    )
+
+
+def test_masked_out_examples_count_for_nothing():
+    from eqx_fmnist.losses import cross_entropy
+
+    logits = jnp.array([[0.0, 5.0], [100.0, -100.0]])
+    labels = jnp.array([1, 1])  # the second example would add a loss of 200
+    mask = jnp.array([True, False])
+    np.testing.assert_allclose(
+        cross_entropy(logits, labels, mask), np_cross_entropy(logits[:1], [1]), rtol=1e-6
+    )
+
+
+def test_loss_is_float32_for_low_precision_logits():
+    from eqx_fmnist.losses import cross_entropy
+
+    logits = jnp.ones((4, 10), jnp.bfloat16)
+    assert cross_entropy(logits, jnp.zeros(4, jnp.int32)).dtype == jnp.float32

@@ -1,0 +1,148 @@
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("p=f32,c=bf16,o=f32", ("float32", "bfloat16", "float32")),
+        ("params=float32,compute=bfloat16,output=float32", ("float32", "bfloat16", "float32")),
+        ("c=f16", ("float32", "float16", "float32")),
+        ("p=f32,c=f16", ("float32", "float16", "float32")),
+        ("bfloat16", ("bfloat16", "bfloat16", "bfloat16")),
+        (" P = F32 , C = BF16 ", ("float32", "bfloat16", "float32")),
+    ],
+)
+def test_from_string_parses_jmp_style_specs(spec, expected):
+    from eqx_fmnist.precision import Policy
+
+    p = Policy.from_string(spec)
+    assert (p.param_dtype.name, p.compute_dtype.name, p.output_dtype.name) == expected
+    assert Policy.from_string(str(p)) == p  # str round-trips
+
+
+@pytest.mark.parametrize("spec", ["p=f32,c=int8", "q=f32", "p=f32,p=bf16", "p:f32", "", "f8"])
+def test_bad_specs_raise_value_error_listing_valid_names(spec):
+    from eqx_fmnist.precision import Policy
+
+    with pytest.raises(ValueError) as info:
+        Policy.from_string(spec)
+    assert spec.split(",")[0] in str(info.value) or "twice" in str(info.value)
+
+
+def test_presets_and_str():
+    from eqx_fmnist.precision import FLOAT32, MIXED_BF16, MIXED_F16
+
+    assert str(FLOAT32) == "p=f32,c=f32,o=f32"
+    assert str(MIXED_BF16) == "p=f32,c=bf16,o=f32"
+    assert str(MIXED_F16) == "p=f32,c=f16,o=f32"
+    assert MIXED_F16.needs_loss_scale and not MIXED_BF16.needs_loss_scale
+
+
+def test_casts_touch_only_floating_leaves():
+    from eqx_fmnist.precision import MIXED_BF16
+
+    tree = {"w": jnp.ones(3), "i": jnp.arange(3), "n": np.ones(2, np.float64), "s": "x", "f": 1.5}
+    out = MIXED_BF16.cast_to_compute(tree)
+    assert out["w"].dtype == jnp.bfloat16 and out["n"].dtype == jnp.bfloat16
+    assert out["i"].dtype == jnp.int32 and out["s"] == "x" and out["f"] == 1.5
+    assert MIXED_BF16.cast_to_output(out)["w"].dtype == jnp.float32
+
+
+def test_dynamic_loss_scale_grows_after_period_and_halves_on_overflow():
+    from eqx_fmnist.precision import DynamicLossScale
+
+    s = DynamicLossScale(8.0, period=3, factor=2.0, min_loss_scale=2.0)
+    finite, overflow = jnp.array(True), jnp.array(False)
+    seen = []
+    for ok in [finite, finite, finite, finite, overflow, overflow, overflow]:
+        s = s.adjust(ok)
+        seen.append((float(s.loss_scale), int(s.counter)))
+    assert seen == [(8, 1), (8, 2), (16, 0), (16, 1), (8, 0), (4, 0), (2, 0)]
+    assert float(s.adjust(overflow).loss_scale) == 2.0  # clamped at min_loss_scale
+    assert float(s.unscale(s.scale(jnp.array(3.0)))) == 3.0
+
+
+def test_all_finite():
+    from eqx_fmnist.precision import all_finite
+
+    assert bool(all_finite({"a": jnp.ones(2), "b": jnp.arange(3)}))
+    assert not bool(all_finite({"a": jnp.array([1.0, jnp.inf])}))
+    assert not bool(all_finite([jnp.array(jnp.nan, jnp.float16)]))
+
+
+# ----------------------------------------------------------------------------- in training
+
+
+@pytest.mark.parametrize("compute", ["float32", "bfloat16", "float16"])
+def test_training_dtypes_follow_the_policy(compute):
+    import equinox as eqx
+    import jax
+    import jax.tree_util as jtu
+
+    from eqx_fmnist.dataset import ArrayDataset
+    from eqx_fmnist.train import TrainConfig, _loss, init_state, train_step
+
+    from helpers import synthetic_arrays
+
+    a = synthetic_arrays(n_train=64)
+    ds = ArrayDataset(a["train_images"], a["train_labels"])
+    config = TrainConfig(
+        steps=2, batch_size=32, hidden_sizes=(16,), precision=f"p=f32,c={compute},o={compute}"
+    )
+    state = init_state(config, len(ds))
+    x, y = ds.images[:32], ds.labels[:32]
+    logits = jax.vmap(lambda v: state.model(v / 255.0, policy=state.policy))(x)
+    assert logits.dtype == jnp.dtype(compute)
+    grads = eqx.filter_grad(
+        lambda m: _loss(m, x, y, state.policy, 0.0, state.loss_scale)[0], has_aux=False
+    )(state.model)
+    assert {g.dtype for g in jtu.tree_leaves(grads)} == {jnp.dtype("float32")}
+    new, _ = train_step(state, x, y)
+    floats = [
+        v
+        for v in jtu.tree_leaves(new.opt_state)
+        + jtu.tree_leaves(eqx.filter(new.model, eqx.is_inexact_array))
+        if jnp.issubdtype(v.dtype, jnp.floating)
+    ]
+    assert floats and {v.dtype for v in floats} == {jnp.dtype("float32")}
+    assert type(new.loss_scale).__name__ == (
+        "DynamicLossScale" if compute == "float16" else "NoOpLossScale"
+    )
+
+
+@pytest.mark.slow
+def test_bfloat16_compute_tracks_float32(real_datasets):
+    from eqx_fmnist.train import TrainConfig, fit
+
+    results = {}
+    for compute in ("f32", "bf16"):
+        config = TrainConfig.codelab(steps=100, log_every=100, precision=f"p=f32,c={compute},o=f32")
+        results[compute] = fit(config, real_datasets)
+    f32, bf16 = results["f32"], results["bf16"]
+    assert abs(f32.history[-1]["loss"] - bf16.history[-1]["loss"]) < 0.02
+    assert abs(f32.test.accuracy - bf16.test.accuracy) < 0.01
+
+
+@pytest.mark.slow
+def test_float16_with_dynamic_loss_scale_trains_and_skips_overflows(real_datasets):
+    from eqx_fmnist.precision import DynamicLossScale
+    from eqx_fmnist.train import TrainConfig, fit, init_state
+
+    train, _ = real_datasets
+    config = TrainConfig.codelab(steps=200, log_every=100, precision="p=f32,c=f16,o=f32")
+    # 2**40 overflows float16 at once: steps are skipped and the scale halves until it fits.
+    state = eqx_tree_at_loss_scale(init_state(config, len(train)), DynamicLossScale(2.0**40))
+    result = fit(config, real_datasets, state=state)
+    skipped = sum(h["skipped"] for h in result.history)
+    assert skipped >= 1
+    assert all(np.isfinite(h["loss"]) for h in result.history)
+    assert float(result.state.loss_scale.loss_scale) < 2.0**40
+    assert result.history[-1]["loss"] < 0.6 and result.test.accuracy > 0.8
+
+
+def eqx_tree_at_loss_scale(state, loss_scale):
+    import equinox as eqx
+
+    return eqx.tree_at(lambda s: s.loss_scale, state, loss_scale)
