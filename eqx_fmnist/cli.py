@@ -1,9 +1,21 @@
-"""The `eqx-fmnist` command. The only module that prints."""
+"""The `eqx-fmnist` command: data, train, evaluate, predict, bench. The only module that prints.
+
+Bad input (a missing file, a checkpoint of the wrong kind, an unreadable image, an
+invalid flag value) prints one line to stderr and exits with status 2; an interrupted
+run exits with 130 after saving what it had.
+"""
 
 import argparse
+import dataclasses
+import datetime
+import json
 import logging
+import os
+import signal
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -18,6 +30,18 @@ from rich.progress import (
 from rich.table import Table
 
 from . import data as data_mod
+from .bench import TOKENS_PER_EXAMPLE
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .dataset import to_datasets
+from .evaluate import confusion_matrix, evaluate, per_class_accuracy, predict, predict_proba
+from .plots import (
+    plot_confusion_matrix,
+    plot_examples,
+    plot_predictions,
+    plot_training_curve,
+    save_figure,
+)
+from .train import SCHEDULES, TrainConfig, fit
 
 console = Console()
 err_console = Console(stderr=True)
@@ -80,11 +104,367 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- run folders
+
+CHECKPOINT_NAME = "checkpoint.eqx"
+RESULT_FILES = (
+    "config.json",
+    "history.jsonl",
+    "summary.json",
+    CHECKPOINT_NAME,
+    "examples.png",
+    "training_curve.png",
+    "predictions.png",
+    "confusion_matrix.png",
+)
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write through a temporary file in the same folder: never a half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_history(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _checkpoint_path(arg: str) -> Path:
+    path = Path(arg)
+    if path.is_dir():
+        path = path / CHECKPOINT_NAME
+    if not path.is_file():
+        raise UsageError(f"no checkpoint at {path}; give a run folder or a {CHECKPOINT_NAME} file.")
+    return path
+
+
+# --------------------------------------------------------------------------- train
+
+_CONFIG_FLAGS = {  # flag dest -> TrainConfig field
+    "epochs": "epochs",
+    "steps": "steps",
+    "batch_size": "batch_size",
+    "lr": "learning_rate",
+    "weight_decay": "weight_decay",
+    "schedule": "schedule",
+    "warmup_steps": "warmup_steps",
+    "hidden": "hidden_sizes",
+    "precision": "precision",
+    "seed": "seed",
+    "log_every": "log_every",
+    "grad_clip": "grad_clip",
+    "label_smoothing": "label_smoothing",
+    "validation_size": "validation_size",
+}
+
+
+def _hidden_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--hidden must be comma-separated positive ints such as 256,128, not {text!r}"
+        ) from None
+    if not sizes or any(s <= 0 for s in sizes):
+        raise argparse.ArgumentTypeError(f"--hidden sizes must be positive, not {text!r}")
+    return sizes
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    d = TrainConfig()
+    g = p.add_argument_group("training (defaults: the recommended recipe)")
+    length = g.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, help=f"passes over the training set ({d.epochs})")
+    length.add_argument("--steps", type=int, help="optimiser steps instead of epochs")
+    g.add_argument("--batch-size", type=int, help=f"examples per step ({d.batch_size})")
+    g.add_argument("--lr", type=float, help=f"peak AdamW learning rate ({d.learning_rate})")
+    g.add_argument("--weight-decay", type=float, help=f"AdamW weight decay ({d.weight_decay})")
+    g.add_argument("--schedule", choices=SCHEDULES, help=f"learning-rate schedule ({d.schedule})")
+    g.add_argument("--warmup-steps", type=int, help="warm-up steps (default: 5%% of the run)")
+    g.add_argument("--hidden", type=_hidden_sizes, help="hidden sizes, e.g. 256,128")
+    g.add_argument("--precision", help=f"policy, e.g. p=f32,c=bf16,o=f32 ({d.precision})")
+    g.add_argument("--seed", type=int, help=f"weights and batch order ({d.seed})")
+    g.add_argument("--log-every", type=int, help="steps per logging interval (default: an epoch)")
+    g.add_argument("--grad-clip", type=float, help="clip gradients to this global norm")
+    g.add_argument("--label-smoothing", type=float, help=f"({d.label_smoothing})")
+    g.add_argument("--validation-size", type=int, help="hold out this many training images")
+    g.add_argument("--codelab", action="store_true", help="start from the codelab's reference run")
+    r = p.add_argument_group("run folder")
+    r.add_argument("--out", type=Path, help="run folder (default: runs/<timestamp>)")
+    r.add_argument("--overwrite", action="store_true", help="reuse a run folder that has results")
+    r.add_argument("--resume", metavar="CHECKPOINT", help="continue a run from its checkpoint")
+
+
+def _config_from_args(args: argparse.Namespace) -> TrainConfig:
+    base = TrainConfig.codelab() if args.codelab else TrainConfig()
+    overrides = {
+        field: getattr(args, flag)
+        for flag, field in _CONFIG_FLAGS.items()
+        if getattr(args, flag) is not None
+    }
+    if "steps" in overrides:
+        overrides.setdefault("epochs", None)
+    if "epochs" in overrides:
+        overrides.setdefault("steps", None)
+    return dataclasses.replace(base, **overrides)
+
+
+def _prepare_run_dir(args: argparse.Namespace) -> Path:
+    if args.out is not None:
+        out = args.out
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("runs") / stamp
+    existing = [name for name in RESULT_FILES if (out / name).exists()]
+    if existing and not args.overwrite:
+        raise UsageError(
+            f"run folder {out} already holds results ({', '.join(existing)}); "
+            "choose another --out, or pass --overwrite."
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    resume = None
+    if args.resume:
+        given = [f"--{f.replace('_', '-')}" for f in _CONFIG_FLAGS if getattr(args, f) is not None]
+        if given or args.codelab:
+            raise UsageError(
+                f"--resume continues the saved run with its saved config; drop {' '.join(given) or '--codelab'}."
+            )
+        resume = load_checkpoint(_checkpoint_path(args.resume))
+        config = resume.config
+        if args.out is None:
+            args.out = _checkpoint_path(args.resume).parent
+        args.overwrite = True  # continuing the run is the point
+    else:
+        config = _config_from_args(args)
+    fm = _load_data(args, verify=True)
+    out = _prepare_run_dir(args)
+    data = to_datasets(fm)
+    _write_text(out / "config.json", config.to_json() + "\n")
+    history_path = out / "history.jsonl"
+    history = _read_history(history_path)
+    start = resume.step if resume else 0
+    history = [h for h in history if h["step"] <= start]
+    _write_text(history_path, "".join(json.dumps(h) + "\n" for h in history))
+    num_train = len(fm.train_images) - config.validation_size
+    total = config.total_steps(num_train)
+    console.print(f"run folder [bold]{out}[/]; config: {json.dumps(config.to_dict())}")
+    if resume:
+        console.print(f"resuming at step {start:,} of {total:,}")
+    checkpoint = out / CHECKPOINT_NAME
+    last_saved = {"step": start}
+
+    with Progress(
+        TextColumn("[bold]train[/]"),
+        BarColumn(),
+        TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),
+        TextColumn("{task.fields[metrics]}"),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("train", total=total, completed=start, metrics="compiling ...")
+
+        def callback(entry, state):
+            save_checkpoint(checkpoint, state, config, num_train=num_train)
+            last_saved["step"] = entry["step"]
+            with history_path.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+            metrics = (
+                f"loss {entry['loss']:.4f}  acc {entry['accuracy']:.3f}  "
+                f"{entry['examples_per_sec']:,.0f} ex/s"
+            )
+            if "valid_accuracy" in entry:
+                metrics += f"  valid {entry['valid_accuracy']:.4f}"
+            progress.update(task, completed=entry["step"], metrics=metrics)
+
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            result = fit(config, data, state=resume.state if resume else None, callback=callback)
+        except KeyboardInterrupt as e:
+            progress.stop()
+            name = str(e) or "SIGINT"
+            saved = last_saved["step"]
+            where = (
+                f"the checkpoint at step {saved:,} is in {checkpoint}; continue with "
+                f"`eqx-fmnist train --resume {checkpoint}`"
+                if checkpoint.exists()
+                else "no interval had finished, so there is no checkpoint"
+            )
+            print(f"eqx-fmnist train: interrupted ({name}); {where}.", file=sys.stderr)
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    model, policy = result.model, result.state.policy
+    _, test = data
+    pred = np.asarray(predict(model, test.images, policy=policy))
+    cm = np.asarray(confusion_matrix(fm.test_labels, pred))
+    full_history = _read_history(history_path)
+    summary = {
+        "test_loss": result.test.loss,
+        "test_accuracy": result.test.accuracy,
+        "test_count": result.test.count,
+        "validation_accuracy": result.validation.accuracy if result.validation else None,
+        "steps": int(result.state.step),
+        "examples_per_sec": result.examples_per_sec,
+        "projected_tokens_per_sec": result.examples_per_sec * TOKENS_PER_EXAMPLE,
+        "tokens_per_example": TOKENS_PER_EXAMPLE,
+        "compile_seconds": result.compile_seconds,
+        "train_seconds": result.train_seconds,
+        "load_seconds": result.load_seconds,
+        "per_class_accuracy": dict(
+            zip(data_mod.CLASS_NAMES, map(float, per_class_accuracy(cm)), strict=True)
+        ),
+        "config": config.to_dict(),
+        "checkpoint": CHECKPOINT_NAME,
+    }
+    _write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    save_figure(plot_examples(fm.train_images, fm.train_labels), out / "examples.png")
+    save_figure(
+        plot_training_curve(
+            [h["step"] for h in full_history],
+            [h["loss"] for h in full_history],
+            [h["accuracy"] for h in full_history],
+            title=f"Training: {config.precision}, batch {config.batch_size}",
+        ),
+        out / "training_curve.png",
+    )
+    save_figure(plot_predictions(fm.test_images, fm.test_labels, pred), out / "predictions.png")
+    save_figure(plot_confusion_matrix(cm), out / "confusion_matrix.png")
+
+    table = Table(title="Results")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("test accuracy", f"{result.test.accuracy:.4f}")
+    table.add_row("test loss", f"{result.test.loss:.4f}")
+    table.add_row("test images", f"{result.test.count:,}")
+    table.add_row("examples/sec", f"{result.examples_per_sec:,.0f}")
+    table.add_row(
+        "tokens/sec (projected)",
+        f"{result.examples_per_sec * TOKENS_PER_EXAMPLE:,.0f}",
+    )
+    table.add_row("compile seconds", f"{result.compile_seconds:.2f}")
+    table.add_row("train seconds", f"{result.train_seconds:.2f}")
+    console.print(table)
+    console.print(
+        f"tokens/sec is a projection: {TOKENS_PER_EXAMPLE} tokens (7 x 7 patches) per image."
+    )
+    console.print(f"wrote {out}/: {', '.join(RESULT_FILES)}")
+    return 0
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    path = _checkpoint_path(args.run)
+    ckpt = load_checkpoint(path)
+    fm = _load_data(args)
+    _, test = to_datasets(fm)
+    policy = ckpt.state.policy
+    result = evaluate(ckpt.state.model, test, policy=policy)
+    pred = np.asarray(predict(ckpt.state.model, test.images, policy=policy))
+    cm = np.asarray(confusion_matrix(fm.test_labels, pred))
+    recall = np.asarray(per_class_accuracy(cm))
+    console.print(
+        f"checkpoint {path} (step {ckpt.step:,}): test accuracy [bold]{result.accuracy:.4f}[/], "
+        f"loss {result.loss:.4f} on {result.count:,} images"
+    )
+    table = Table(title="Per-class accuracy")
+    table.add_column("class")
+    table.add_column("accuracy", justify="right")
+    table.add_column("most confused with")
+    for c, name in enumerate(data_mod.CLASS_NAMES):
+        row = cm[c].copy()
+        row[c] = -1
+        other = int(row.argmax())
+        table.add_row(
+            f"{c} {name}",
+            f"{recall[c]:.3f}",
+            f"{data_mod.CLASS_NAMES[other]} ({cm[c, other] / max(cm[c].sum(), 1):.1%})",
+        )
+    console.print(table)
+    out = args.out or path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    figure = save_figure(plot_confusion_matrix(cm), out / "confusion_matrix.png")
+    console.print(f"wrote {figure}")
+    return 0
+
+
+# --------------------------------------------------------------------------- predict
+
+
+def load_image(path: str | os.PathLike, *, invert: bool = False) -> np.ndarray:
+    """A user's image as Fashion-MNIST pixels: grayscale, 28 x 28, light item on dark.
+
+    The image is padded to a square with its border colour, so the item keeps its
+    aspect ratio, then resized. `invert` turns a dark-on-light photo into light-on-dark.
+    """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    path = Path(path)
+    try:
+        with Image.open(path) as im:
+            gray = ImageOps.exif_transpose(im).convert("L")
+    except FileNotFoundError:
+        raise UsageError(f"no image at {path}.") from None
+    except (UnidentifiedImageError, OSError) as e:
+        raise UsageError(f"{path} is not a readable image (PNG or JPEG): {e}") from None
+    pixels = np.asarray(gray)
+    border = int(np.median(np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])))
+    side = max(gray.size)
+    square = Image.new("L", (side, side), border)
+    square.paste(gray, ((side - gray.size[0]) // 2, (side - gray.size[1]) // 2))
+    small = np.asarray(square.resize((28, 28), Image.Resampling.LANCZOS), dtype=np.uint8)
+    return 255 - small if invert else small
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    ckpt = load_checkpoint(_checkpoint_path(args.checkpoint))
+    images = np.stack([load_image(p, invert=args.invert) for p in args.images])
+    import jax.numpy as jnp
+
+    probs = np.asarray(
+        predict_proba(
+            ckpt.state.model,
+            jnp.asarray(images.reshape(len(images), -1)),
+            policy=ckpt.state.policy,
+        )
+    )
+    for path, p in zip(args.images, probs, strict=True):
+        top = np.argsort(p)[::-1][: args.top]
+        guesses = ", ".join(f"{data_mod.CLASS_NAMES[c]} {p[c]:.1%}" for c in top)
+        console.print(f"{path}: {guesses}", markup=False, highlight=False)
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (status 2), like every error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="eqx-fmnist",
         description="Train and inspect an Equinox MLP on Fashion-MNIST.",
     )
@@ -93,6 +473,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="find or download the data, verify it, show the splits")
     _add_data_args(p)
     p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("train", help="train, evaluate, and write a run folder with figures")
+    _add_train_args(p)
+    _add_data_args(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="test metrics, per-class table, confusion matrix")
+    p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("--out", type=Path, help="folder for the figure (default: the run folder)")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("predict", help="classify your own images (PNG or JPEG)")
+    p.add_argument("checkpoint", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("images", metavar="IMAGE", nargs="+")
+    p.add_argument("--invert", action="store_true", help="for dark items on a light background")
+    p.add_argument("--top", type=int, default=3, help="classes to show per image (3)")
+    p.set_defaults(func=cmd_predict)
     return parser
 
 
@@ -106,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return args.func(args)
-    except (UsageError, ValueError, TypeError, OSError) as e:
+    except (UsageError, CheckpointError, ValueError, TypeError, OSError) as e:
         # Every library error names the thing and the fix; a traceback adds nothing,
         # unless asked for with --verbose.
         if args.verbose:

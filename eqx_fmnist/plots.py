@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from jaxtyping import Integer, UInt8
+from jaxtyping import Float, Integer, UInt8
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -71,4 +71,148 @@ def plot_examples(
         if where.size:
             ax.imshow(images[where[0]], cmap="gray_r", vmin=0, vmax=255)
         ax.set_title(f"{c}: {class_names[c]}", fontsize=11)
+    return fig
+
+
+def plot_training_curve(
+    steps: Integer[np.ndarray, " k"] | Sequence[int],
+    loss: Float[np.ndarray, " k"] | Sequence[float],
+    accuracy: Float[np.ndarray, " k"] | Sequence[float],
+    *,
+    title: str = "Training",
+) -> Figure:
+    """Training loss (left axis) and batch accuracy (right axis) against the step.
+
+    **Arguments:**
+
+    - `steps`, `loss`, `accuracy`: one value per logging interval, shape `(k,)`.
+    - `title`: the figure title. Defaults to `"Training"`.
+    """
+    fig = _figure(7.0, 4.0)
+    ax = fig.subplots()
+    ax.plot(steps, loss, color="tab:blue", marker="o", markersize=3, label="loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss", color="tab:blue")
+    ax.tick_params(axis="y", labelcolor="tab:blue")
+    ax.grid(alpha=0.3)
+    ax2 = ax.twinx()
+    ax2.plot(steps, accuracy, color="tab:orange", marker="s", markersize=3, label="accuracy")
+    ax2.set_ylabel("batch accuracy", color="tab:orange")
+    ax2.tick_params(axis="y", labelcolor="tab:orange")
+    ax.set_title(title)
+    return fig
+
+
+def plot_predictions(
+    images: UInt8[np.ndarray, "n 28 28"],
+    labels: Integer[np.ndarray, " n"],
+    predictions: Integer[np.ndarray, " n"],
+    *,
+    class_names: Sequence[str] = CLASS_NAMES,
+    rows: int = 5,
+    cols: int = 5,
+) -> Figure:
+    """A grid of images titled "predicted / true", green when right and red when wrong.
+
+    **Arguments:**
+
+    - `images`: at least `rows * cols` images of shape `(28, 28)`.
+    - `labels`, `predictions`: their true and predicted classes.
+    - `class_names`: names for the titles. Defaults to `CLASS_NAMES`.
+    - `rows`, `cols`: the grid. Defaults to 5 x 5.
+    """
+    fig = _figure(2.2 * cols, 2.35 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.set_axis_off()
+        if i >= len(images):
+            continue
+        ax.imshow(images[i], cmap="gray_r", vmin=0, vmax=255)
+        right = predictions[i] == labels[i]
+        ax.set_title(
+            f"{class_names[predictions[i]]}\n/ {class_names[labels[i]]}",
+            color="tab:green" if right else "tab:red",
+            fontsize=9,
+        )
+    fig.suptitle("predicted / true")
+    return fig
+
+
+def plot_confusion_matrix(
+    cm: Integer[np.ndarray, "k k"],
+    *,
+    class_names: Sequence[str] = CLASS_NAMES,
+    title: str | None = None,
+) -> Figure:
+    """The confusion matrix, each row normalised by its true class's count.
+
+    Percentages are written on the diagonal and in every cell of 8% or more.
+
+    **Arguments:**
+
+    - `cm`: counts, rows true classes, columns predicted classes.
+    - `class_names`: axis labels. Defaults to `CLASS_NAMES`.
+    - `title`: defaults to the overall accuracy.
+    """
+    cm = np.asarray(cm)
+    rates = cm / np.maximum(cm.sum(axis=1, keepdims=True), 1)
+    fig = _figure(8.0, 7.0)
+    ax = fig.subplots()
+    image = ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
+    k = len(cm)
+    ticks = np.arange(k)
+    ax.set_xticks(ticks, class_names[:k], rotation=45, ha="right")
+    ax.set_yticks(ticks, class_names[:k])
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    for t in range(k):
+        for p in range(k):
+            if t == p or rates[t, p] >= 0.08:
+                ax.text(
+                    p,
+                    t,
+                    f"{100 * rates[t, p]:.0f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if rates[t, p] > 0.5 else "black",
+                )
+    fig.colorbar(image, ax=ax, label="fraction of the true class", shrink=0.8)
+    accuracy = np.trace(cm) / max(cm.sum(), 1)
+    ax.set_title(title or f"Confusion matrix: accuracy {accuracy:.2%} of {cm.sum():,} images")
+    return fig
+
+
+def plot_throughput(
+    names: Sequence[str],
+    values: Sequence[float],
+    *,
+    unit: str = "examples/sec",
+    title: str = "Training throughput",
+    bound: float | None = None,
+) -> Figure:
+    """Horizontal bars, one per variant, each labelled with its value and unit.
+
+    **Arguments:**
+
+    - `names`, `values`: the variants and their throughputs.
+    - `unit`: the unit of `values`. Defaults to `"examples/sec"`.
+    - `title`: the figure title.
+    - `bound`: an upper bound to draw as a dashed line (e.g. the matmul bound).
+    """
+    fig = _figure(8.0, 0.55 * len(names) + 1.6)
+    ax = fig.subplots()
+    y = np.arange(len(names))
+    ax.barh(y, values, color="tab:blue")
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    top = max([*values, bound or 0.0])
+    for yi, v in zip(y, values, strict=True):
+        ax.text(v + 0.01 * top, yi, f"{v:,.0f} {unit}", va="center", fontsize=9)
+    if bound is not None:
+        ax.axvline(bound, color="tab:red", linestyle="--", label=f"bound {bound:,.0f}")
+        ax.legend(loc="lower right")
+    ax.set_xlim(0, top * 1.35)
+    ax.set_xlabel(unit)
+    ax.set_title(title)
     return fig

@@ -2,6 +2,9 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 
 def run_cli(*args, env=None, timeout=300):
     return subprocess.run(
@@ -31,3 +34,212 @@ def test_data_command_without_data_is_one_clear_line(tmp_path, monkeypatch, caps
     assert status == 2
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "dataset-fashion-mnist" in err and "no-debian" in err
+
+
+# ----------------------------------------------------------------------------- train & co
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, real_data):
+    out = tmp_path_factory.mktemp("runs") / "run"
+    result = run_cli(
+        "train",
+        "--steps",
+        "60",
+        "--log-every",
+        "20",
+        "--out",
+        str(out),
+        "--data-dir",
+        str(real_data.source),
+    )
+    assert result.returncode == 0, result.stderr
+    return out, result
+
+
+def test_train_writes_a_complete_run_folder(trained_run):
+    import json
+
+    from PIL import Image
+
+    from eqx_fmnist.cli import RESULT_FILES
+
+    out, result = trained_run
+    for name in RESULT_FILES:
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    for key in (
+        "test_accuracy",
+        "test_loss",
+        "examples_per_sec",
+        "projected_tokens_per_sec",
+        "compile_seconds",
+        "train_seconds",
+        "per_class_accuracy",
+    ):
+        assert key in summary
+    assert summary["test_count"] == 10_000 and summary["test_accuracy"] > 0.5  # chance: 0.1
+    history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [20, 40, 60]
+    for name, min_size in [
+        ("examples.png", (800, 300)),
+        ("training_curve.png", (600, 300)),
+        ("predictions.png", (1000, 1000)),
+        ("confusion_matrix.png", (800, 700)),
+    ]:
+        with Image.open(out / name) as im:
+            assert im.size[0] >= min_size[0] and im.size[1] >= min_size[1], (name, im.size)
+            pixels = np.asarray(im.convert("L"))
+        assert pixels.std() > 10, f"{name} looks blank"
+    assert "test accuracy" in result.stdout and "tokens/sec (projected)" in result.stdout
+
+
+def test_evaluate_reproduces_the_summary(trained_run, real_data):
+    import json
+
+    out, _ = trained_run
+    summary = json.loads((out / "summary.json").read_text())
+    result = run_cli("evaluate", str(out), "--data-dir", str(real_data.source))
+    assert result.returncode == 0, result.stderr
+    assert f"test accuracy {summary['test_accuracy']:.4f}" in result.stdout
+    assert "Per-class accuracy" in result.stdout and "Ankle boot" in result.stdout
+
+
+def test_predict_classifies_a_png_of_a_test_image(trained_run, real_data, tmp_path):
+    import jax.numpy as jnp
+    from PIL import Image
+
+    from eqx_fmnist.checkpoint import load_checkpoint
+    from eqx_fmnist.data import CLASS_NAMES
+    from eqx_fmnist.evaluate import predict
+
+    out, _ = trained_run
+    model = load_checkpoint(out / "checkpoint.eqx").state.model
+    images = real_data.test_images[:50]
+    pred = np.asarray(predict(model, jnp.asarray(images.reshape(50, -1))))
+    i = int(np.nonzero(pred == real_data.test_labels[:50])[0][0])
+    # Scaled up 4x, as a user's image would not be 28 x 28.
+    Image.fromarray(images[i]).resize((112, 112)).save(tmp_path / "item.png")
+    Image.fromarray(255 - images[i]).save(tmp_path / "dark_on_light.png")
+    result = run_cli("predict", str(out), str(tmp_path / "item.png"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split(": ", 1)[1].startswith(CLASS_NAMES[real_data.test_labels[i]])
+    result = run_cli("predict", str(out), str(tmp_path / "dark_on_light.png"), "--invert")
+    assert result.stdout.split(": ", 1)[1].startswith(CLASS_NAMES[real_data.test_labels[i]])
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing checkpoint",
+        "not a checkpoint",
+        "unreadable image",
+        "bad precision",
+        "negative batch size",
+        "bad hidden",
+        "resume with flags",
+    ],
+)
+def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, trained_run):
+    out_dir = tmp_path / "out"
+    junk = tmp_path / "junk.eqx"
+    junk.write_bytes(b"not a checkpoint at all")
+    text = tmp_path / "image.png"
+    text.write_text("this is not a PNG")
+    args = {
+        "missing checkpoint": ["evaluate", str(tmp_path / "nope"), "--out", str(out_dir)],
+        "not a checkpoint": ["evaluate", str(junk), "--out", str(out_dir)],
+        "unreadable image": ["predict", str(trained_run[0]), str(text)],
+        "bad precision": ["train", "--precision", "p=f32,c=f8", "--out", str(out_dir)],
+        "negative batch size": ["train", "--batch-size", "-5", "--out", str(out_dir)],
+        "bad hidden": ["train", "--hidden", "256,x", "--out", str(out_dir)],
+        "resume with flags": [
+            "train",
+            "--resume",
+            str(trained_run[0]),
+            "--lr",
+            "0.1",
+            "--out",
+            str(out_dir),
+        ],
+    }[case]
+    result = run_cli(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "error" in lines[0]
+    assert not out_dir.exists() or not any(out_dir.iterdir())
+
+
+def test_train_refuses_a_folder_with_results(trained_run):
+    out, _ = trained_run
+    result = run_cli("train", "--steps", "1", "--out", str(out))
+    assert result.returncode == 2 and "--overwrite" in result.stderr
+
+
+def test_resume_continues_the_step_count_and_history(tmp_path, real_data):
+    import json
+
+    from eqx_fmnist.checkpoint import save_checkpoint
+    from eqx_fmnist.dataset import to_datasets
+    from eqx_fmnist.train import TrainConfig, init_state, train_steps
+
+    config = TrainConfig(steps=60, log_every=20)
+    train, _ = to_datasets(real_data)
+    state, _ = train_steps(init_state(config, len(train)), train, batch_size=512, num_steps=20)
+    run = tmp_path / "run"
+    run.mkdir()
+    save_checkpoint(run / "checkpoint.eqx", state, config, num_train=len(train))
+    (run / "history.jsonl").write_text(
+        json.dumps({"step": 20, "loss": 1.0, "accuracy": 0.5}) + "\n"
+    )
+    result = run_cli(
+        "train", "--resume", str(run / "checkpoint.eqx"), "--data-dir", str(real_data.source)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "resuming at step 20" in result.stdout
+    history = [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [20, 40, 60]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 60
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data):
+    import signal
+    import time
+
+    from eqx_fmnist.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "eqx_fmnist",
+            "train",
+            "--steps",
+            "100000",
+            "--log-every",
+            "10",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(real_data.source),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out / "checkpoint.eqx").exists():
+            time.sleep(0.2)
+        assert (out / "checkpoint.eqx").exists(), "no interval finished in time"
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "--resume" in err and "Traceback" not in err
+    ckpt = load_checkpoint(out / "checkpoint.eqx")
+    assert ckpt.step >= 10 and ckpt.step % 10 == 0
