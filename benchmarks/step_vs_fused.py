@@ -1,6 +1,6 @@
 """Examples/sec of the codelab's per-step jitted loop vs the library's paths, one process.
 
-    python benchmarks/step_vs_fused.py [--repeats 7] [--batch-size 512] [--eager]
+python benchmarks/step_vs_fused.py [--repeats 7] [--batch-size 512] [--eager]
 """
 
 import argparse

@@ -54,9 +54,18 @@ def main() -> None:
             secs.append(time.perf_counter() - t)
             accs.append(result.validation.accuracy)
             best.append(max(h["valid_accuracy"] for h in result.history))
-        row = (name, statistics.mean(accs), min(accs), statistics.mean(best), statistics.median(secs))
+        row = (
+            name,
+            statistics.mean(accs),
+            min(accs),
+            statistics.mean(best),
+            statistics.median(secs),
+        )
         rows.append(row)
-        print(f"{row[0]:32s} final {row[1]:.4f} (min {row[2]:.4f}) best-epoch {row[3]:.4f} {row[4]:.1f}s", flush=True)
+        print(
+            f"{row[0]:32s} final {row[1]:.4f} (min {row[2]:.4f}) best-epoch {row[3]:.4f} {row[4]:.1f}s",
+            flush=True,
+        )
     lines = [
         f"Validation accuracy (10,000 held-out training images), mean over seeds {args.seeds}.",
         "",
