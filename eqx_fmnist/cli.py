@@ -453,6 +453,31 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- bench
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_benchmark
+
+    fm = _load_data(args)
+    train, _ = to_datasets(fm)
+    with console.status("benchmarking ...") as status:
+        report = run_benchmark(
+            train,
+            quick=args.quick,
+            repeats=args.repeats,
+            with_time_to_accuracy=args.time_to_accuracy,
+            progress=lambda what: status.update(f"measuring {what} ..."),
+        )
+    console.print(report.to_markdown(), markup=False, highlight=False)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        _write_text(args.out / "throughput.md", report.to_markdown())
+        save_figure(report.figure(), args.out / "throughput.png")
+        console.print(f"wrote {args.out}/throughput.md and throughput.png")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -491,6 +516,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--invert", action="store_true", help="for dark items on a light background")
     p.add_argument("--top", type=int, default=3, help="classes to show per image (3)")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("bench", help="measure training throughput (a short run by default)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, seconds not minutes")
+    p.add_argument("--repeats", type=int, default=3, help="timed epochs per variant (3)")
+    p.add_argument(
+        "--time-to-accuracy", action="store_true", help="also time the recipe to 0.88 / 0.90"
+    )
+    p.add_argument("--out", type=Path, help="also write throughput.md and throughput.png here")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

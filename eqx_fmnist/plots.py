@@ -45,6 +45,17 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 120) -> Path
     return path
 
 
+def figure_to_html(fig: Figure, *, alt: str = "figure", dpi: int = 100) -> str:
+    """An `<img>` tag holding `fig` as an inline PNG, for notebooks and the docs."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img alt="{alt}" src="data:image/png;base64,{data}">'
+
+
 def plot_examples(
     images: UInt8[np.ndarray, "n 28 28"],
     labels: Integer[np.ndarray, " n"],

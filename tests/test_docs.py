@@ -1,0 +1,54 @@
+"""The tutorials' code runs under pytest too, so a broken page fails without building.
+
+Each page's ```python exec="on"``` blocks run in order, one namespace per markdown-exec
+session, as the site build runs them. `mkdocs build --strict` in `.ci/run` is the other
+half: it renders the pages and fails on any warning.
+"""
+
+import contextlib
+import io
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted((ROOT / "docs").rglob("*.md"))
+FENCE = re.compile(r"^```python ([^\n]*exec=\"on\"[^\n]*)\n(.*?)^```$", re.M | re.S)
+
+
+def exec_blocks(page: Path) -> list[tuple[str, str, str]]:
+    """(session, options, code) of every executed block of `page`."""
+    blocks = []
+    for options, code in FENCE.findall(page.read_text()):
+        session = re.search(r'session="([^"]+)"', options)
+        blocks.append((session.group(1) if session else f"#{len(blocks)}", options, code))
+    return blocks
+
+
+def test_the_finder_sees_the_tutorials():
+    tutorials = [p for p in PAGES if "tutorials" in p.parts]
+    assert len(tutorials) >= 8
+    assert all(exec_blocks(p) for p in tutorials)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p for p in PAGES if exec_blocks(p)], ids=lambda p: p.stem)
+def test_page_code_runs(page, real_data, monkeypatch):
+    monkeypatch.chdir(ROOT)  # pages read benchmarks/results/ relative to the root
+    monkeypatch.setenv("COLUMNS", "100")
+    namespaces: dict[str, dict] = {}
+    outputs = []
+    for session, options, code in exec_blocks(page):
+        ns = namespaces.setdefault(session, {"__name__": f"docs_{page.stem}"})
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, f"{page.name}[{session}]", "exec"), ns)
+        outputs.append((options, out.getvalue()))
+    for options, text in outputs:
+        if 'html="true"' in options and "<img" in text:
+            assert "base64," in text
+    if "tutorials" in page.parts and any("plot_" in code for _, _, code in exec_blocks(page)):
+        assert any("<img" in text for _, text in outputs), "a figure is missing"
+    assert os.getcwd() == str(ROOT)
