@@ -341,6 +341,7 @@ class BenchmarkReport:
     precision: list[Throughput]
     batch_sizes: list[Throughput]
     hidden: list[tuple[tuple[int, ...], Throughput]]
+    matmul_size: int = 2048
     time_to_accuracy: dict[float, float | None] | None = None
     final_accuracy: float | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)
@@ -354,7 +355,7 @@ class BenchmarkReport:
         base = next((t for t in self.main if t.name == "codelab_jit"), self.main[0])
         lines = [
             f"Device: {self.device}. Matmul peak {self.matmul_gflops:,.1f} GFLOP/s "
-            f"(jitted 2048 x 2048 float32); {self.flops_per_example:,} matmul FLOPs per "
+            f"(jitted {self.matmul_size} x {self.matmul_size} float32); {self.flops_per_example:,} matmul FLOPs per "
             f"training example; bound {self.bound:,.0f} examples/sec.",
             "",
             "| variant (batch 512, float32) | examples/sec | x codelab_jit | % of bound "
@@ -454,7 +455,8 @@ def run_benchmark(
         repeats = 2
     batch_sizes = (128, 512, 1024) if quick else (128, 512, 2048, 8192)
     say("matmul peak")
-    peak = matmul_peak_gflops(1024 if quick else 2048)
+    matmul_size = 1024 if quick else 2048
+    peak = matmul_peak_gflops(matmul_size)
     config = TrainConfig(batch_size=512, hidden_sizes=(256, 128))
     variants = ["python_dispatch", "codelab_jit", "library_step", "library_fused"]
     skipped = []
@@ -503,6 +505,7 @@ def run_benchmark(
     return BenchmarkReport(
         device=f"{len(jax.devices())} x {device.platform} ({device.device_kind})",
         matmul_gflops=peak,
+        matmul_size=matmul_size,
         flops_per_example=matmul_flops_per_example(),
         main=main,
         precision=precision,

@@ -263,7 +263,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     _write_text(history_path, "".join(json.dumps(h) + "\n" for h in history))
     num_train = len(fm.train_images) - config.validation_size
     total = config.total_steps(num_train)
-    console.print(f"run folder [bold]{out}[/]; config: {json.dumps(config.to_dict())}")
+    length = f"{config.epochs} epochs" if config.epochs else f"{config.steps} steps"
+    console.print(
+        f"run folder [bold]{out}[/]: {length} ({total:,} steps) of batch {config.batch_size}, "
+        f"AdamW lr {config.learning_rate:g} {config.schedule}, weight decay "
+        f"{config.weight_decay:g}, label smoothing {config.label_smoothing:g}, "
+        f"hidden {config.hidden_sizes}, {config.precision}, seed {config.seed}",
+        highlight=False,
+    )
     if resume:
         console.print(f"resuming at step {start:,} of {total:,}")
     checkpoint = out / CHECKPOINT_NAME

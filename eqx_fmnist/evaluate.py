@@ -132,6 +132,9 @@ def confusion_matrix(
     return cm.at[labels, predictions].add(1)
 
 
-def per_class_accuracy(cm: Int[Array, "classes classes"]) -> Float[Array, " classes"]:
+def per_class_accuracy(
+    cm: Integer[Array | np.ndarray, "classes classes"],
+) -> Float[Array, " classes"]:
     """Recall of each true class from a confusion matrix: diagonal over row sums."""
+    cm = jnp.asarray(cm)
     return jnp.diag(cm) / jnp.maximum(cm.sum(axis=1), 1)

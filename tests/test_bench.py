@@ -54,7 +54,7 @@ def test_benchmark_script_smoke_run(tmp_path, real_data):
         "library_fused",
         "% of bound",
         "bfloat16 compute",
-        "batch 128",
+        "| 128 |",
         "(1024, 512)",
         "projection",
     ):
