@@ -27,6 +27,7 @@ from typing import Any
 import equinox as eqx
 import jax
 
+from .parallel import to_local
 from .train import TrainConfig, TrainState, init_state
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
@@ -78,13 +79,16 @@ def save_checkpoint(
     - `config`: the config it was trained with.
     - `num_train`: the size of its training set (the schedule's length depends on it).
 
+    In a multi-process run every process holds the replicated state; call this on
+    process 0 only (`jax.process_index() == 0`).
+
     **Returns:**
 
     The path written.
     """
     path = Path(path)
     buffer = io.BytesIO()
-    eqx.tree_serialise_leaves(buffer, state)
+    eqx.tree_serialise_leaves(buffer, to_local(state))
     payload = buffer.getvalue()
     header = {
         "format_version": FORMAT_VERSION,

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import jax
 import numpy as np
 from rich.console import Console
 from rich.progress import (
@@ -34,6 +35,7 @@ from .bench import TOKENS_PER_EXAMPLE
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .dataset import to_datasets
 from .evaluate import confusion_matrix, evaluate, per_class_accuracy, predict, predict_proba
+from .parallel import to_local
 from .plots import (
     plot_confusion_matrix,
     plot_examples,
@@ -163,6 +165,7 @@ _CONFIG_FLAGS = {  # flag dest -> TrainConfig field
     "grad_clip": "grad_clip",
     "label_smoothing": "label_smoothing",
     "validation_size": "validation_size",
+    "devices": "devices",
 }
 
 
@@ -196,6 +199,9 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-clip", type=float, help="clip gradients to this global norm")
     g.add_argument("--label-smoothing", type=float, help=f"({d.label_smoothing})")
     g.add_argument("--validation-size", type=int, help="hold out this many training images")
+    g.add_argument(
+        "--devices", type=int, help="data-parallel over this many devices (1; all processes)"
+    )
     g.add_argument("--codelab", action="store_true", help="start from the codelab's reference run")
     r = p.add_argument_group("run folder")
     r.add_argument("--out", type=Path, help="run folder (default: runs/<timestamp>)")
@@ -253,6 +259,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         config = _config_from_args(args)
     fm = _load_data(args, verify=True)
+    # In a multi-process run (after jax.distributed.initialize) every process trains;
+    # only process 0 writes the run folder. The others write into a folder that is
+    # deleted when they finish.
+    writer = jax.process_index() == 0
+    scratch = None if writer else tempfile.TemporaryDirectory()
+    if not writer:
+        args.out, args.overwrite = Path(scratch.name), True
     out = _prepare_run_dir(args)
     data = to_datasets(fm)
     _write_text(out / "config.json", config.to_json() + "\n")
@@ -317,7 +330,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
 
-    model, policy = result.model, result.state.policy
+    model, policy = to_local(result.model), result.state.policy
     _, test = data
     pred = np.asarray(predict(model, test.images, policy=policy))
     cm = np.asarray(confusion_matrix(fm.test_labels, pred))

@@ -16,6 +16,7 @@ from .data import NUM_CLASSES
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .losses import accuracy, cross_entropy
 from .model import MLP
+from .parallel import batch_sharding
 from .precision import FLOAT32, Policy
 
 
@@ -30,10 +31,18 @@ class EvalResult:
 
 @eqx.filter_jit
 def _logits(
-    model: MLP, images: Shaped[Array, "n 784"], policy: Policy, batch_size: int
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    policy: Policy,
+    batch_size: int,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> tuple[Float[Array, "padded classes"], Bool[Array, " padded"]]:
     """Logits of all images, padded to whole batches, and the mask of real rows."""
+    if mesh is not None:  # whole batches per device: round the batch up to a multiple
+        batch_size = -(-batch_size // mesh.size) * mesh.size
     batches, mask = pad_to_batches(images, batch_size)
+    if mesh is not None:
+        batches = jax.lax.with_sharding_constraint(batches, batch_sharding(mesh, 3, axis=1))
     forward = jax.vmap(lambda x: model(normalize(x), policy=policy))
     logits = jax.lax.map(forward, batches)  # one batch at a time: bounded memory
     return logits.reshape(-1, logits.shape[-1]), mask.reshape(-1)
@@ -93,6 +102,7 @@ def evaluate(
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> EvalResult:
     """Mean cross-entropy and accuracy over **all** examples of `dataset`.
 
@@ -102,13 +112,17 @@ def evaluate(
     - `dataset`: the examples; every one is counted exactly once.
     - `policy`: the precision policy of the forward pass. Defaults to float32.
     - `batch_size`: examples per compiled batch. Defaults to `1000`.
+    - `mesh`: split each batch over this mesh's devices (data parallel). Defaults to
+        `None`.
 
     **Returns:**
 
     An [`EvalResult`][eqx_fmnist.evaluate.EvalResult] with `count == len(dataset)`.
     """
-    logits, mask = _logits(model, dataset.images, policy, batch_size)
-    labels, _ = pad_to_batches(dataset.labels, batch_size)
+    logits, mask = _logits(model, dataset.images, policy, batch_size, mesh)
+    labels = jnp.concatenate(
+        [dataset.labels, jnp.zeros(logits.shape[0] - len(dataset), dataset.labels.dtype)]
+    )
     labels = labels.reshape(-1)
     loss = cross_entropy(logits, labels, mask)
     acc = accuracy(logits, labels, mask)

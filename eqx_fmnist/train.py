@@ -45,6 +45,7 @@ from .dataset import ArrayDataset, epoch_indices, normalize, steps_per_epoch, to
 from .evaluate import EvalResult, evaluate
 from .losses import accuracy, cross_entropy
 from .model import MLP
+from .parallel import batch_sharding, check_divisible, make_mesh, replicate
 from .precision import (
     FLOAT32,
     DynamicLossScale,
@@ -112,6 +113,8 @@ class TrainConfig:
     - `label_smoothing`: label smoothing of the cross-entropy. Defaults to `0.1`.
     - `validation_size`: training examples held out (a fixed random split) to tune on;
         `0` trains on all 60,000. Defaults to `0`.
+    - `devices`: data-parallel over this many devices (the first of `jax.devices()`);
+        `batch_size` must be a multiple of it. Defaults to `1`.
     """
 
     epochs: int | None = None
@@ -128,6 +131,7 @@ class TrainConfig:
     grad_clip: float | None = None
     label_smoothing: float = 0.1
     validation_size: int = 0
+    devices: int = 1
 
     def __post_init__(self):
         if self.epochs is not None and self.steps is not None:
@@ -162,6 +166,14 @@ class TrainConfig:
             )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"`seed` must be a non-negative int, but got {self.seed!r}.")
+        _positive_int("devices", self.devices)
+        if self.batch_size % self.devices:
+            lower = self.batch_size - self.batch_size % self.devices
+            raise ValueError(
+                f"`batch_size` {self.batch_size} does not split evenly over {self.devices} "
+                f"`devices`; use a multiple of {self.devices} such as {max(lower, self.devices)} "
+                f"or {lower + self.devices}."
+            )
         if not isinstance(self.validation_size, int) or self.validation_size < 0:
             raise ValueError(
                 f"`validation_size` must be a non-negative int, but got {self.validation_size!r}."
@@ -453,10 +465,15 @@ def batch_indices(
 
 
 def _steps(static, state: TrainState):
-    dataset, batch_size, num_steps = static
+    dataset, batch_size, num_steps, mesh = static
     idx = batch_indices(state.key, state.step, num_steps, len(dataset), batch_size)
     # One gather of the chunk's uint8 rows; the scan then slices contiguous batches.
     xs, ys = dataset.images[idx], dataset.labels[idx]
+    if mesh is not None:
+        # Split every batch over the devices; the state is replicated, so XLA's SPMD
+        # partitioner all-reduces the gradients.
+        xs = jax.lax.with_sharding_constraint(xs, batch_sharding(mesh, 3, axis=1))
+        ys = jax.lax.with_sharding_constraint(ys, batch_sharding(mesh, 2, axis=1))
 
     def body(st, batch):
         return _step(st, *batch)
@@ -469,7 +486,12 @@ _train_steps_jit = eqx.filter_jit(_steps_traced, donate="all-except-first")
 
 
 def train_steps(
-    state: TrainState, dataset: ArrayDataset, *, batch_size: int, num_steps: int
+    state: TrainState,
+    dataset: ArrayDataset,
+    *,
+    batch_size: int,
+    num_steps: int,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """`num_steps` training steps in one compiled call: the library's fast path.
 
@@ -484,6 +506,9 @@ def train_steps(
     - `dataset`: the training set, on the device.
     - `batch_size`: examples per step.
     - `num_steps`: steps to run.
+    - `mesh`: a [`make_mesh`][eqx_fmnist.parallel.make_mesh] mesh to split each batch
+        over (data parallel; `state` and `dataset` should be replicated on it). Defaults
+        to `None`: wherever the arrays are.
 
     **Returns:**
 
@@ -491,16 +516,22 @@ def train_steps(
     """
     _positive_int("num_steps", num_steps)
     steps_per_epoch(len(dataset), batch_size)  # validates batch_size
-    return _train_steps_jit((dataset, batch_size, num_steps), state)
+    if mesh is not None:
+        check_divisible(batch_size, mesh)
+    return _train_steps_jit((dataset, batch_size, num_steps, mesh), state)
 
 
 def train_epoch(
-    state: TrainState, dataset: ArrayDataset, *, batch_size: int
+    state: TrainState,
+    dataset: ArrayDataset,
+    *,
+    batch_size: int,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One epoch (`len(dataset) // batch_size` steps) in one compiled call; see
     [`train_steps`][eqx_fmnist.train.train_steps]."""
     spe = steps_per_epoch(len(dataset), batch_size)
-    return train_steps(state, dataset, batch_size=batch_size, num_steps=spe)
+    return train_steps(state, dataset, batch_size=batch_size, num_steps=spe, mesh=mesh)
 
 
 # --------------------------------------------------------------------------- fit
@@ -605,6 +636,11 @@ def fit(
     train, valid, test = _split_data(config, data)
     if state is None:
         state = init_state(config, len(train))
+    mesh = None
+    if config.devices > 1 or jax.process_count() > 1:
+        mesh = make_mesh(config.devices)
+        check_divisible(config.batch_size, mesh)
+        train, valid, test, state = replicate((train, valid, test, state), mesh)
     jax.block_until_ready((train, test, state))
     load_seconds = time.perf_counter() - t_load
 
@@ -621,7 +657,7 @@ def fit(
         # Intervals end on multiples of `interval`, so a resumed run logs (and saves)
         # at the same steps as one that never stopped.
         k = min(interval - step % interval, total - step)
-        args = ((train, config.batch_size, k), state)
+        args = ((train, config.batch_size, k, mesh), state)
         if k not in compiled:  # compile ahead of time, so compiling is timed on its own
             t = time.perf_counter()
             compiled[k] = _train_steps_jit.lower(*args).compile()
@@ -645,7 +681,7 @@ def fit(
             "examples_per_sec": k * config.batch_size / seconds,
         }
         if valid is not None:
-            v = evaluate(state.model, valid, policy=state.policy, batch_size=eval_batch_size)
+            v = evaluate(state.model, valid, policy=state.policy, batch_size=eval_batch_size, mesh=mesh)
             entry |= {"valid_loss": v.loss, "valid_accuracy": v.accuracy}
         history.append(entry)
         logger.info(
@@ -658,11 +694,15 @@ def fit(
         )
         if callback is not None:
             callback(entry, state)
-    test_result = evaluate(state.model, test, policy=state.policy, batch_size=eval_batch_size)
+    test_result = evaluate(
+        state.model, test, policy=state.policy, batch_size=eval_batch_size, mesh=mesh
+    )
     valid_result = (
         None
         if valid is None
-        else evaluate(state.model, valid, policy=state.policy, batch_size=eval_batch_size)
+        else evaluate(
+            state.model, valid, policy=state.policy, batch_size=eval_batch_size, mesh=mesh
+        )
     )
     return TrainResult(
         state=state,

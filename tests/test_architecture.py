@@ -22,8 +22,8 @@ LAYERS = [
     "evaluate",
     "train",
     "checkpoint",
-    "bench",
     "plots",
+    "bench",
     "cli",
 ]
 ONLY = {

@@ -1,0 +1,127 @@
+"""Data parallelism with `jax.sharding`: one mesh axis, `"data"`, over the devices.
+
+The model and optimiser state are replicated on every device; each batch is split along
+its batch axis, one slice per device. Nothing else changes: the training step is the
+same function, and XLA's SPMD partitioner inserts the all-reduce of the gradients. The
+same code runs on one CPU, on the 8 simulated devices of
+`XLA_FLAGS=--xla_force_host_platform_device_count=8`, on the GPUs of one machine, and,
+after `jax.distributed.initialize()` in every process, on many machines.
+
+!!! example "Launching on several hosts"
+
+    Every process runs the same program. Before anything else touches JAX:
+
+    ```python
+    import jax
+    jax.distributed.initialize(
+        coordinator_address="10.0.0.1:1234",  # process 0's host and a free port
+        num_processes=4,
+        process_id=int(os.environ["RANK"]),
+    )
+    ```
+
+    Under SLURM, Open MPI or on Cloud TPU, `jax.distributed.initialize()` with no
+    arguments reads all three from the environment. Then `fit(config)` with
+    `config.devices` equal to `jax.device_count()` trains over every device of every
+    process; only process 0 should write files (`jax.process_index() == 0`).
+"""
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+AXIS = "data"
+
+
+def make_mesh(devices: int | Sequence[jax.Device] | None = None) -> Mesh:
+    """A 1-D mesh with axis `"data"`.
+
+    **Arguments:**
+
+    - `devices`: how many devices (the first ones of `jax.devices()`, which spans every
+        process after `jax.distributed.initialize`), or the devices themselves. Defaults
+        to all devices.
+
+    **Raises:**
+
+    `ValueError` when more devices are asked for than exist, or none.
+    """
+    available = jax.devices()
+    if devices is None:
+        chosen = available
+    elif isinstance(devices, int) and not isinstance(devices, bool):
+        if not 1 <= devices <= len(available):
+            raise ValueError(
+                f"asked for {devices} devices, but {len(available)} exist "
+                f"({available[0].platform}); choose 1..{len(available)}. For simulated CPU "
+                "devices set XLA_FLAGS=--xla_force_host_platform_device_count=N before "
+                "importing JAX."
+            )
+        chosen = available[:devices]
+    else:
+        chosen = list(devices)
+        if not chosen:
+            raise ValueError("`devices` is an empty list; give at least one device.")
+    return Mesh(np.array(chosen), (AXIS,))
+
+
+def check_divisible(batch_size: int, mesh: Mesh) -> None:
+    """Raise `ValueError` unless `batch_size` splits evenly over the mesh's devices."""
+    n = mesh.size
+    if batch_size % n:
+        lower = batch_size - batch_size % n
+        options = ", ".join(str(b) for b in (lower, lower + n) if b > 0)
+        raise ValueError(
+            f"`batch_size` {batch_size} does not split evenly over {n} devices; "
+            f"use a multiple of {n} (e.g. {options})."
+        )
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2, axis: int = 0) -> NamedSharding:
+    """Split dimension `axis` of an `ndim`-dimensional array over the devices."""
+    spec = [None] * ndim
+    spec[axis] = AXIS
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """The same full copy on every device of `mesh`."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def replicate(tree, mesh: Mesh):
+    """Put every array of `tree` on every device of `mesh` (works across processes:
+    each process must pass the same values)."""
+    sharding = replicated(mesh)
+
+    def put(x):
+        if not isinstance(x, jax.Array | np.ndarray):
+            return x
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)
+        return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+
+    return jax.tree.map(put, tree)
+
+
+def to_local(tree):
+    """This process's full copy of every replicated array in `tree`, on one local device.
+
+    After multi-host training the state's arrays span every process; saving, plotting or
+    predicting on one process wants its local copy. Arrays that are already fully
+    addressable are returned as they are.
+    """
+
+    def local(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            if not x.sharding.is_fully_replicated:
+                raise ValueError(
+                    "to_local needs replicated arrays; gather sharded ones with "
+                    "jax.experimental.multihost_utils.process_allgather."
+                )
+            return x.addressable_data(0)
+        return x
+
+    return jax.tree.map(local, tree)

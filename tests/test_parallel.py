@@ -1,0 +1,110 @@
+"""Data parallelism: 8 simulated CPU devices, and two processes with jax.distributed.
+
+Each case runs `parallel_worker.py` in fresh Python processes, because the device count
+(`XLA_FLAGS`) and `jax.distributed.initialize` must be set before JAX starts.
+"""
+
+import ast
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+WORKER = Path(__file__).with_name("parallel_worker.py")
+# Sums over the batch are split into per-device partial sums and all-reduced, so float32
+# rounding differs from one device's single sum: equal to about 1e-7, not bit for bit.
+ATOL = 1e-5
+
+
+def run_worker(out: Path, devices: int, *extra: str, env=None, timeout: float = 300):
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(out), str(devices), *extra],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc, timeout: float = 300):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def load(path: Path):
+    data = np.load(path)
+    info = ast.literal_eval(str(data["info"]))
+    return [data[k] for k in data.files if k != "info"], info
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    out = tmp_path_factory.mktemp("single") / "p1.npz"
+    finish(run_worker(out, 1))
+    return load(out)
+
+
+@pytest.mark.slow
+def test_eight_simulated_devices_train_like_one(single, tmp_path):
+    out = tmp_path / "p8.npz"
+    finish(run_worker(out, 8, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}))
+    params, info = load(out)
+    ref, ref_info = single
+    for a, b in zip(params, ref, strict=True):
+        np.testing.assert_allclose(a, b, atol=ATOL, rtol=0)
+    assert info["devices_of_weight"] == 8 and ref_info["devices_of_weight"] == 1
+    # Each device holds its own 8-row slice of a 64-example batch ...
+    shards = info["batch_shards"]
+    assert [s[1] for s in shards] == [(8, 784)] * 8
+    assert sorted(s[2] for s in shards) == list(range(0, 64, 8))
+    # ... and the compiled step all-reduces the gradients across them.
+    assert info["all_reduce"]
+    assert info["count"] == 512
+
+
+@pytest.mark.slow
+def test_two_processes_with_jax_distributed_train_like_one(single, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    outs = [tmp_path / f"p{i}.npz" for i in range(2)]
+    procs = [run_worker(outs[i], 2, f"127.0.0.1:{port}", str(i), "2") for i in range(2)]
+    try:
+        for p in procs:  # bounded: a dead peer makes the other time out, then both die
+            finish(p, timeout=240)
+    finally:
+        for p in procs:
+            p.kill()
+    assert outs[0].exists() and not outs[1].exists()  # only process 0 writes
+    params, info = load(outs[0])
+    assert info["process_count"] == 2 and info["devices_of_weight"] == 2
+    for a, b in zip(params, single[0], strict=True):
+        np.testing.assert_allclose(a, b, atol=ATOL, rtol=0)
+
+
+def test_indivisible_batch_and_too_many_devices_are_clear_errors():
+    import jax
+
+    from eqx_fmnist.parallel import check_divisible, make_mesh
+    from eqx_fmnist.train import TrainConfig
+
+    with pytest.raises(
+        ValueError,
+        match=r"does not split evenly over 3 `devices`; use a multiple of 3 such as 510 or 513",
+    ):
+        TrainConfig(batch_size=512, devices=3)
+    n = len(jax.devices())
+    with pytest.raises(ValueError, match=f"asked for {n + 1} devices, but {n} exist"):
+        make_mesh(n + 1)
+    mesh = make_mesh(1)
+    check_divisible(512, mesh)  # one device divides anything
+    with pytest.raises(ValueError, match="devices"):
+        TrainConfig(devices=0)
