@@ -49,6 +49,7 @@ from .precision import (
     StaticLossScale as StaticLossScale,
 )
 from .train import (
+    NonFiniteError as NonFiniteError,
     TrainConfig as TrainConfig,
     TrainResult as TrainResult,
     TrainState as TrainState,

@@ -34,7 +34,13 @@ MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
 FORMAT_VERSION = 1
 # Fields that shape the state's PyTree or its static parts: a checkpoint made with other
 # values cannot continue under this config.
-ARCHITECTURE_FIELDS = ("hidden_sizes", "precision", "label_smoothing", "grad_clip")
+ARCHITECTURE_FIELDS = (
+    "hidden_sizes",
+    "precision",
+    "label_smoothing",
+    "grad_clip",
+    "on_nonfinite",
+)
 
 
 class CheckpointError(ValueError):

@@ -43,7 +43,7 @@ from .plots import (
     plot_training_curve,
     save_figure,
 )
-from .train import SCHEDULES, TrainConfig, fit
+from .train import SCHEDULES, NonFiniteError, TrainConfig, fit
 
 console = Console()
 err_console = Console(stderr=True)
@@ -166,6 +166,7 @@ _CONFIG_FLAGS = {  # flag dest -> TrainConfig field
     "label_smoothing": "label_smoothing",
     "validation_size": "validation_size",
     "devices": "devices",
+    "on_nonfinite": "on_nonfinite",
 }
 
 
@@ -201,6 +202,11 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--validation-size", type=int, help="hold out this many training images")
     g.add_argument(
         "--devices", type=int, help="data-parallel over this many devices (1; all processes)"
+    )
+    g.add_argument(
+        "--on-nonfinite",
+        choices=("raise", "skip"),
+        help="a NaN/inf loss or gradient stops the run (raise) or skips the step",
     )
     g.add_argument("--codelab", action="store_true", help="start from the codelab's reference run")
     r = p.add_argument_group("run folder")
@@ -239,6 +245,42 @@ def _prepare_run_dir(args: argparse.Namespace) -> Path:
     return out
 
 
+class _RunLock:
+    """`DIR/.eqx-fmnist.lock` while a run writes DIR: a second run refuses to share it.
+
+    The lock holds the writer's pid; a lock left by a process that no longer exists
+    (killed with SIGKILL) is taken over.
+    """
+
+    def __init__(self, folder: Path):
+        self.path = folder / ".eqx-fmnist.lock"
+
+    def __enter__(self):
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text() or 0)
+                    os.kill(pid, 0)
+                except (ValueError, ProcessLookupError, FileNotFoundError):
+                    self.path.unlink(missing_ok=True)  # stale: its writer is gone
+                    continue
+                except PermissionError:
+                    pass  # alive, another user's
+                raise UsageError(
+                    f"another run (pid {pid}) is writing to {self.path.parent}; "
+                    "choose another --out or wait for it to finish."
+                ) from None
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return self
+        raise UsageError(f"cannot lock {self.path.parent}; remove {self.path}.")
+
+    def __exit__(self, *exc):
+        self.path.unlink(missing_ok=True)
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -267,6 +309,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not writer:
         args.out, args.overwrite = Path(scratch.name), True
     out = _prepare_run_dir(args)
+    with _RunLock(out):
+        return _train(args, config, resume, fm, out)
+
+
+def _train(args, config: TrainConfig, resume, fm: data_mod.FashionMNIST, out: Path) -> int:
     data = to_datasets(fm)
     _write_text(out / "config.json", config.to_json() + "\n")
     history_path = out / "history.jsonl"
@@ -327,6 +374,16 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
             print(f"eqx-fmnist train: interrupted ({name}); {where}.", file=sys.stderr)
             return 130
+        except NonFiniteError as e:
+            progress.stop()
+            saved = last_saved["step"]
+            kept = (
+                f"the last good checkpoint (step {saved:,}) is {checkpoint}"
+                if checkpoint.exists()
+                else "no interval had finished, so there is no checkpoint"
+            )
+            print(f"eqx-fmnist train: error: {e} No result was written; {kept}.", file=sys.stderr)
+            return 1
         finally:
             signal.signal(signal.SIGTERM, previous)
 
@@ -559,7 +616,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return args.func(args)
-    except (UsageError, CheckpointError, ValueError, TypeError, OSError) as e:
+    except (
+        UsageError,
+        CheckpointError,
+        NonFiniteError,
+        ValueError,
+        TypeError,
+        OSError,
+    ) as e:
         # Every library error names the thing and the fix; a traceback adds nothing,
         # unless asked for with --verbose.
         if args.verbose:

@@ -58,6 +58,21 @@ from .precision import (
 logger = logging.getLogger(__name__)
 
 SCHEDULES = ("constant", "cosine", "warmup_cosine")
+ON_NONFINITE = ("raise", "skip")
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced a NaN or infinite loss or gradient.
+
+    `step` is the first bad step (1-based, as in the history) and `metric` the metric
+    that was not finite. The state of the last completed interval before it is the last
+    good one.
+    """
+
+    def __init__(self, message: str, *, step: int, metric: str):
+        super().__init__(message)
+        self.step = step
+        self.metric = metric
 DEFAULT_EPOCHS = 30
 VALIDATION_SEED = 20_241_130
 """Fixed seed of the validation split, so every training seed sees the same split."""
@@ -115,6 +130,12 @@ class TrainConfig:
         `0` trains on all 60,000. Defaults to `0`.
     - `devices`: data-parallel over this many devices (the first of `jax.devices()`);
         `batch_size` must be a multiple of it. Defaults to `1`.
+    - `on_nonfinite`: what a NaN or infinite loss or gradient does. `"raise"` stops
+        `fit` with a [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] naming the step
+        and the metric, before the bad interval is reported or saved. `"skip"` skips the
+        step inside the compiled loop (parameters and optimiser state unchanged) and
+        counts it in the history's `skipped`. Steps that the float16 loss scaler skips
+        for overflowing gradients are never an error. Defaults to `"raise"`.
     """
 
     epochs: int | None = None
@@ -132,6 +153,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     validation_size: int = 0
     devices: int = 1
+    on_nonfinite: str = "raise"
 
     def __post_init__(self):
         if self.epochs is not None and self.steps is not None:
@@ -150,6 +172,11 @@ class TrainConfig:
         _number("label_smoothing", self.label_smoothing, low=0.0, high=1.0)
         if self.grad_clip is not None:
             _number("grad_clip", self.grad_clip, low=0.0, low_open=True)
+        if self.on_nonfinite not in ON_NONFINITE:
+            raise ValueError(
+                f"`on_nonfinite` must be one of {', '.join(ON_NONFINITE)}, "
+                f"but got {self.on_nonfinite!r}."
+            )
         if self.schedule not in SCHEDULES:
             raise ValueError(
                 f"`schedule` must be one of {', '.join(SCHEDULES)}, but got {self.schedule!r}."
@@ -213,7 +240,7 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, d: Any) -> "TrainConfig":
         """Rebuild from [`to_dict`][eqx_fmnist.train.TrainConfig.to_dict]'s output.
 
         **Raises:**
@@ -231,9 +258,9 @@ class TrainConfig:
         d = dict(d)
         if isinstance(d.get("hidden_sizes"), list):
             d["hidden_sizes"] = tuple(d["hidden_sizes"])
-        for name in ("learning_rate", "weight_decay", "label_smoothing", "grad_clip"):
-            if isinstance(d.get(name), int) and not isinstance(d.get(name), bool):
-                d[name] = float(d[name])
+        for f in dataclasses.fields(cls):
+            if f.name in d:
+                d[f.name] = _coerce_field(f.name, _FIELD_KINDS[f.name], d[f.name])
         return cls(**d)
 
     def to_json(self) -> str:
@@ -246,6 +273,49 @@ class TrainConfig:
         except json.JSONDecodeError as e:
             raise ValueError(f"TrainConfig JSON is not valid JSON: {e}") from e
         return cls.from_dict(d)
+
+
+_FIELD_KINDS = {
+    "epochs": "int?",
+    "steps": "int?",
+    "batch_size": "int",
+    "learning_rate": "float",
+    "weight_decay": "float",
+    "schedule": "str",
+    "warmup_steps": "int?",
+    "hidden_sizes": "ints",
+    "precision": "str",
+    "seed": "int",
+    "log_every": "int?",
+    "grad_clip": "float?",
+    "label_smoothing": "float",
+    "validation_size": "int",
+    "devices": "int",
+    "on_nonfinite": "str",
+}
+
+
+def _coerce_field(name: str, kind: str, value: Any) -> Any:
+    """Check a JSON value's type for a config field (ValueError, never TypeError)."""
+    if kind.endswith("?"):
+        if value is None:
+            return None
+        kind = kind[:-1]
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind == "int" and is_int:
+        return value
+    if kind == "float" and (is_int or isinstance(value, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            pass
+    if kind == "str" and isinstance(value, str):
+        return value
+    if kind == "ints" and isinstance(value, tuple | list):
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return tuple(value)
+    expected = {"int": "an int", "float": "a number", "str": "a string", "ints": "a list of ints"}
+    raise ValueError(f"TrainConfig field `{name}` must be {expected[kind]}, but got {value!r}.")
 
 
 def make_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTransformation:
@@ -309,6 +379,7 @@ class TrainState(eqx.Module):
     optimizer: optax.GradientTransformation = eqx.field(static=True)
     policy: Policy = eqx.field(static=True)
     label_smoothing: float = eqx.field(static=True)
+    skip_nonfinite: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -319,6 +390,7 @@ class TrainState(eqx.Module):
         policy: Policy = FLOAT32,
         loss_scale: LossScale | None = None,
         label_smoothing: float = 0.0,
+        skip_nonfinite: bool = False,
     ):
         """**Arguments:**
 
@@ -329,6 +401,8 @@ class TrainState(eqx.Module):
         - `loss_scale`: defaults to a dynamic loss scale when the policy computes in
             float16, and to no scaling otherwise.
         - `label_smoothing`: of the cross-entropy. Defaults to `0`.
+        - `skip_nonfinite`: skip (do not apply) a step whose loss or gradients are not
+            finite. Defaults to `False`; float16 loss scaling skips overflows regardless.
         """
         model = policy.cast_to_param(model)
         self.model = model
@@ -341,6 +415,7 @@ class TrainState(eqx.Module):
         self.optimizer = optimizer
         self.policy = policy
         self.label_smoothing = float(label_smoothing)
+        self.skip_nonfinite = bool(skip_nonfinite)
 
 
 def init_state(config: TrainConfig, num_train: int) -> TrainState:
@@ -360,6 +435,7 @@ def init_state(config: TrainConfig, num_train: int) -> TrainState:
         key=data_key,
         policy=config.policy,
         label_smoothing=config.label_smoothing,
+        skip_nonfinite=config.on_nonfinite == "skip",
     )
 
 
@@ -382,11 +458,14 @@ def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
     params = eqx.filter(state.model, eqx.is_inexact_array)
     updates, opt_state = state.optimizer.update(grads, state.opt_state, params)
     model = eqx.apply_updates(state.model, updates)
-    if isinstance(state.loss_scale, NoOpLossScale):
+    if isinstance(state.loss_scale, NoOpLossScale) and not state.skip_nonfinite:
         finite = jnp.array(True)
     else:
-        # A float16 overflow: keep the old parameters and optimiser state, shrink the scale.
+        # A float16 overflow (or, with skip_nonfinite, any NaN/inf): keep the old
+        # parameters and optimiser state; the loss scale, if any, shrinks.
         finite = all_finite(grads)
+        if state.skip_nonfinite:
+            finite = finite & jnp.isfinite(loss)
         model, opt_state = jtu.tree_map(
             lambda new, old: jnp.where(finite, new, old),
             (model, opt_state),
@@ -582,6 +661,27 @@ Callback = Callable[[dict[str, float | int], TrainState], None]
 """`callback(interval_metrics, state)`, called once per logging interval."""
 
 
+def _check_finite(metrics: dict[str, np.ndarray], *, first_step: int, policy: str) -> None:
+    """Raise `NonFiniteError` for the first step whose loss or (unskipped) gradient is
+    NaN or infinite. Skipped steps were not applied, so they are not errors."""
+    if policy != "raise":
+        return
+    bad_loss = ~np.isfinite(metrics["loss"])
+    bad_grad = ~np.isfinite(metrics["grad_norm"]) & ~metrics["skipped"]
+    bad = bad_loss | bad_grad
+    if bad.any():
+        i = int(np.argmax(bad))
+        metric = "loss" if bad_loss[i] else "gradient norm"
+        value = metrics["loss"][i] if bad_loss[i] else metrics["grad_norm"][i]
+        raise NonFiniteError(
+            f"step {first_step + i}: the {metric} is {value}; training stopped before this "
+            "interval was reported or saved. Lower the learning rate, clip gradients "
+            "(grad_clip), or pass on_nonfinite='skip' to skip such steps.",
+            step=first_step + i,
+            metric=metric,
+        )
+
+
 def _split_data(
     config: TrainConfig, data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | None
 ) -> tuple[ArrayDataset, ArrayDataset | None, ArrayDataset]:
@@ -667,6 +767,7 @@ def fit(
         metrics = jax.device_get(metrics)  # the one host sync of the interval
         seconds = time.perf_counter() - t
         train_seconds += seconds
+        _check_finite(metrics, first_step=step + 1, policy=config.on_nonfinite)
         step += k
         entry = {
             "step": step,

@@ -2,6 +2,8 @@
 
 import gzip
 import hashlib
+import http.server
+import threading
 from pathlib import Path
 
 import jax
@@ -78,3 +80,40 @@ def tree_allclose(a, b, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
 
 def cpu() -> jax.Device:
     return jax.devices("cpu")[0]
+
+
+class LocalServer:
+    """A local HTTP server on 127.0.0.1 serving files under /a/ and /b/ with faults."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files = files
+        self.faults: dict[str, str] = {}  # path -> "404" | "corrupt" | "cut"
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                server.requests.append(self.path)
+                fault = server.faults.get(self.path.split("/")[1])
+                body = server.files.get(self.path.rsplit("/", 1)[-1])
+                if body is None or fault == "404":
+                    self.send_error(404)
+                    return
+                if fault == "corrupt":
+                    body = body[:-10] + bytes(10)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2] if fault == "cut" else body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

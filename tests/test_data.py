@@ -1,8 +1,6 @@
 import gzip
 import hashlib
-import http.server
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +8,7 @@ import pytest
 
 from helpers import (
     DEBIAN_DIR,
+    LocalServer,
     idx_bytes,
     specs_for,
     synthetic_arrays,
@@ -190,43 +189,6 @@ def test_wrong_content_fails_verification(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- download
 
 
-class _Server:
-    """A local HTTP server on 127.0.0.1 serving files under /a/ and /b/ with faults."""
-
-    def __init__(self, files: dict[str, bytes]):
-        self.files = files
-        self.faults: dict[str, str] = {}  # path -> "404" | "corrupt" | "cut"
-        self.requests: list[str] = []
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                server.requests.append(self.path)
-                fault = server.faults.get(self.path.split("/")[1])
-                body = server.files.get(self.path.rsplit("/", 1)[-1])
-                if body is None or fault == "404":
-                    self.send_error(404)
-                    return
-                if fault == "corrupt":
-                    body = body[:-10] + bytes(10)
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body[: len(body) // 2] if fault == "cut" else body)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def server(tmp_path, monkeypatch):
     import eqx_fmnist.data as data
@@ -235,7 +197,7 @@ def server(tmp_path, monkeypatch):
     blobs = {k: gzip.compress(idx_bytes(arrays[k])) for k in data.FILES}
     monkeypatch.setattr(data, "FILES", specs_for(arrays, blobs))
     monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "no-debian")
-    srv = _Server({f"{data.FILES[k].name}.gz": blobs[k] for k in blobs})
+    srv = LocalServer({f"{data.FILES[k].name}.gz": blobs[k] for k in blobs})
     srv.arrays = arrays
     yield srv
     srv.close()

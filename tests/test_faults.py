@@ -1,0 +1,302 @@
+"""Numerical faults, determinism, and interrupted runs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from helpers import synthetic_arrays, tree_allclose
+
+
+@pytest.fixture
+def small():
+    from eqx_fmnist.dataset import ArrayDataset
+
+    a = synthetic_arrays(n_train=256)
+    return ArrayDataset(a["train_images"], a["train_labels"])
+
+
+def config(**kw):
+    from eqx_fmnist.train import TrainConfig
+
+    base = dict(steps=16, batch_size=32, hidden_sizes=(32,), log_every=4, schedule="constant")
+    return TrainConfig(**(base | kw))
+
+
+def test_a_nan_stops_fit_naming_the_step_and_metric(small):
+    from eqx_fmnist.train import NonFiniteError, fit
+
+    seen = []
+    with pytest.raises(NonFiniteError) as info:
+        fit(
+            config(learning_rate=1e30), (small, small), callback=lambda e, s: seen.append(e["step"])
+        )
+    assert info.value.metric in ("loss", "gradient norm")
+    assert 1 <= info.value.step <= 16 and f"step {info.value.step}" in str(info.value)
+    assert all(s < info.value.step for s in seen)  # the bad interval was never reported
+    assert "on_nonfinite='skip'" in str(info.value)
+
+
+def test_skip_leaves_the_parameters_of_bad_steps_unchanged(small):
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from eqx_fmnist.train import init_state, train_steps
+
+    c = config(on_nonfinite="skip")
+    state = init_state(c, len(small))
+    # A NaN bias makes every loss and gradient NaN: every step must be skipped.
+    state = eqx.tree_at(
+        lambda s: s.model.layers[0].bias, state, state.model.layers[0].bias * jnp.nan
+    )
+    before = np.asarray(state.model.layers[0].weight).copy()
+    new, metrics = train_steps(state, small, batch_size=32, num_steps=4)
+    assert bool(metrics["skipped"].all()) and int(new.step) == 4
+    np.testing.assert_array_equal(np.asarray(new.model.layers[0].weight), before)
+
+
+def test_runs_are_bitwise_deterministic(small):
+    import jax.tree_util as jtu
+
+    from eqx_fmnist.train import fit
+
+    a = fit(config(), (small, small))
+    b = fit(config(), (small, small))
+    for x, y in zip(jtu.tree_leaves(a.model), jtu.tree_leaves(b.model), strict=True):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+    keys = ("step", "loss", "accuracy", "grad_norm", "skipped")
+    assert [{k: h[k] for k in keys} for h in a.history] == [
+        {k: h[k] for k in keys} for h in b.history
+    ]
+
+
+def test_cli_reports_a_numerical_fault_and_keeps_the_last_good_checkpoint(tmp_path, real_data):
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eqx_fmnist",
+            "train",
+            "--steps",
+            "40",
+            "--log-every",
+            "10",
+            "--lr",
+            "1e4",
+            "--schedule",
+            "constant",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(real_data.source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "step" in result.stderr and "Traceback" not in result.stderr
+    assert not (out / "summary.json").exists()  # no result that looks like a result
+    if (out / "checkpoint.eqx").exists():
+        from eqx_fmnist.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(out / "checkpoint.eqx")
+        import jax.tree_util as jtu
+
+        assert all(np.isfinite(np.asarray(x)).all() for x in jtu.tree_leaves(ckpt.state.model))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_data):
+    from eqx_fmnist.checkpoint import load_checkpoint
+
+    common = [
+        "--steps",
+        "120",
+        "--log-every",
+        "10",
+        "--hidden",
+        "64",
+        "--data-dir",
+        str(real_data.source),
+    ]
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "eqx_fmnist", "train", *a],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    straight = run(*common, "--out", str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr
+    out = tmp_path / "cut"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eqx_fmnist", "train", *common, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out / "checkpoint.eqx").exists():
+            time.sleep(0.05)
+        t = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - t < 30  # promptly
+    finally:
+        proc.kill()
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal arrived")
+    assert proc.returncode == 130 and "--resume" in err
+    cut_step = load_checkpoint(out / "checkpoint.eqx").step
+    assert 10 <= cut_step < 120
+    resumed = run("--resume", str(out / "checkpoint.eqx"), "--data-dir", str(real_data.source))
+    assert resumed.returncode == 0, resumed.stderr
+    a = load_checkpoint(out / "checkpoint.eqx")
+    b = load_checkpoint(tmp_path / "straight" / "checkpoint.eqx")
+    assert a.step == b.step == 120
+    assert tree_allclose(a.state.model, b.state.model, rtol=0, atol=0)
+    hist = [json.loads(x)["step"] for x in (out / "history.jsonl").read_text().splitlines()]
+    assert hist == list(range(10, 121, 10))
+    assert os.path.exists(out / "summary.json")
+
+
+def test_a_second_run_refuses_a_folder_in_use_and_takes_over_a_stale_lock(tmp_path, real_data):
+    out = tmp_path / "run"
+    args = [
+        "--steps",
+        "100000",
+        "--log-every",
+        "10",
+        "--out",
+        str(out),
+        "--data-dir",
+        str(real_data.source),
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "eqx_fmnist", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out / ".eqx-fmnist.lock").exists():
+            time.sleep(0.05)
+        second = subprocess.run(
+            [sys.executable, "-m", "eqx_fmnist", "train", *args, "--overwrite"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 2, second.stderr
+        assert f"another run (pid {first.pid})" in second.stderr
+    finally:
+        first.kill()
+        first.communicate(timeout=60)
+    # SIGKILL left the lock behind; its pid is gone, so the next run takes over.
+    assert (out / ".eqx-fmnist.lock").exists()
+    third = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eqx_fmnist",
+            "train",
+            "--steps",
+            "10",
+            "--log-every",
+            "10",
+            "--out",
+            str(out),
+            "--overwrite",
+            "--data-dir",
+            str(real_data.source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert third.returncode == 0, third.stderr
+    assert not (out / ".eqx-fmnist.lock").exists()
+
+
+def test_a_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(
+    tmp_path, real_data, monkeypatch, capsys
+):
+    import errno
+
+    import eqx_fmnist.checkpoint as checkpoint
+    from eqx_fmnist import cli
+
+    real_replace = os.replace
+    calls = {"n": 0}
+
+    def replace(src, dst):
+        if str(dst).endswith("checkpoint.eqx"):
+            calls["n"] += 1
+            if calls["n"] == 2:  # the second checkpoint finds the disk full
+                raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    out = tmp_path / "run"
+    status = cli.main(
+        [
+            "train",
+            "--steps",
+            "30",
+            "--log-every",
+            "10",
+            "--hidden",
+            "32",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(real_data.source),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and "No space left on device" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.undo()
+    assert checkpoint.load_checkpoint(out / "checkpoint.eqx").step == 10  # the previous one
+    assert not any(p.name.endswith(".part") for p in out.iterdir())
+    assert not (out / "summary.json").exists()
+
+
+def test_nothing_is_unpickled(tmp_path):
+    """No pickle in the package, and a checkpoint carrying a pickled array is refused."""
+    import hashlib
+    import io
+    import pathlib
+
+    import eqx_fmnist
+    from eqx_fmnist.checkpoint import (
+        MAGIC,
+        CheckpointError,
+        load_checkpoint,
+        read_header,
+        save_checkpoint,
+    )
+    from eqx_fmnist.train import TrainConfig, init_state
+
+    source = "\n".join(p.read_text() for p in pathlib.Path(eqx_fmnist.__file__).parent.glob("*.py"))
+    assert "import pickle" not in source and "allow_pickle=True" not in source
+    c = TrainConfig(steps=2, hidden_sizes=(4,))
+    path = save_checkpoint(tmp_path / "c.eqx", init_state(c, 1024), c, num_train=1024)
+    header, payload = read_header(path)
+    evil = io.BytesIO()
+    np.save(evil, np.array([{"os": "system"}], dtype=object), allow_pickle=True)
+    payload = evil.getvalue() + payload[len(evil.getvalue()) :]
+    header["payload_sha256"] = hashlib.sha256(payload).hexdigest()
+    header["payload_bytes"] = len(payload)
+    head = json.dumps(header).encode()
+    path.write_bytes(MAGIC + len(head).to_bytes(8, "little") + head + payload)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(path)
