@@ -1,6 +1,6 @@
 """Check the built site: every tutorial page shows its figures and no error output.
 
-    python .ci/check_site.py site
+python .ci/check_site.py site
 """
 
 import re
@@ -15,7 +15,9 @@ class Page(HTMLParser):
         self.images, self.text = 0, []
 
     def handle_starttag(self, tag, attrs):
-        if tag == "img" and dict(attrs).get("src", "").startswith(("data:image/png", "http", "/", ".")):
+        if tag == "img" and dict(attrs).get("src", "").startswith(
+            ("data:image/png", "http", "/", ".")
+        ):
             self.images += 1
 
     def handle_data(self, data):
@@ -27,11 +29,20 @@ def main(site: Path) -> int:
     tutorials = sorted((site / "tutorials").glob("*/index.html"))
     if len(tutorials) < 8:
         problems.append(f"expected 8 tutorial pages under {site}/tutorials, found {len(tutorials)}")
-    for html in [*tutorials, site / "index.html", site / "cli" / "index.html", site / "benchmarks" / "index.html"]:
+    for html in [
+        *tutorials,
+        site / "index.html",
+        site / "cli" / "index.html",
+        site / "benchmarks" / "index.html",
+    ]:
         page = Page()
         page.feed(html.read_text())
         text = "".join(page.text)
-        if re.search(r"Traceback \(most recent call last\)|Error:|exec(ution)? failed", text) and "CheckpointError:" not in text and "ValueError:" not in text:
+        if (
+            re.search(r"Traceback \(most recent call last\)|Error:|exec(ution)? failed", text)
+            and "CheckpointError:" not in text
+            and "ValueError:" not in text
+        ):
             problems.append(f"{html}: error output on the page")
         source = html.read_text()
         if "tutorials" in html.parts and "plot_" in source and page.images == 0:

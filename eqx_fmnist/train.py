@@ -73,6 +73,8 @@ class NonFiniteError(FloatingPointError):
         super().__init__(message)
         self.step = step
         self.metric = metric
+
+
 DEFAULT_EPOCHS = 30
 VALIDATION_SEED = 20_241_130
 """Fixed seed of the validation split, so every training seed sees the same split."""
@@ -782,7 +784,9 @@ def fit(
             "examples_per_sec": k * config.batch_size / seconds,
         }
         if valid is not None:
-            v = evaluate(state.model, valid, policy=state.policy, batch_size=eval_batch_size, mesh=mesh)
+            v = evaluate(
+                state.model, valid, policy=state.policy, batch_size=eval_batch_size, mesh=mesh
+            )
             entry |= {"valid_loss": v.loss, "valid_accuracy": v.accuracy}
         history.append(entry)
         logger.info(
