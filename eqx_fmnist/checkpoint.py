@@ -20,13 +20,13 @@ import importlib.metadata
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import equinox as eqx
 import jax
 
+from .fileio import atomic_write
 from .parallel import to_local
 from .train import TrainConfig, TrainState, init_state
 
@@ -107,17 +107,8 @@ def save_checkpoint(
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
     head = json.dumps(header).encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + len(head).to_bytes(8, "little") + head + payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, fsync=True) as f:
+        f.write(MAGIC + len(head).to_bytes(8, "little") + head + payload)
     return path
 
 

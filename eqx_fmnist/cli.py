@@ -35,6 +35,7 @@ from .bench import TOKENS_PER_EXAMPLE
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .dataset import to_datasets
 from .evaluate import confusion_matrix, evaluate, per_class_accuracy, predict, predict_proba
+from .fileio import atomic_write
 from .parallel import to_local
 from .plots import (
     plot_confusion_matrix,
@@ -122,15 +123,8 @@ RESULT_FILES = (
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder: never a half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, "w") as f:
+        f.write(text)
 
 
 def _read_history(path: Path) -> list[dict]:

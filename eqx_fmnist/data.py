@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 from jaxtyping import UInt8
+
+from .fileio import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -317,26 +318,14 @@ def _read_stamps() -> dict:
         return {}
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _remember_verified(paths: Sequence[Path]) -> None:
     stamps = _read_stamps()
     for path in paths:
         key, value = _stamp_key(path)
         stamps[key] = value
     try:
-        _write_atomic(_stamp_path(), json.dumps(stamps, indent=1).encode())
+        with atomic_write(_stamp_path()) as f:
+            f.write(json.dumps(stamps, indent=1).encode())
     except OSError as e:  # A read-only home must not stop training.
         logger.info("could not remember verification in %s: %s", _stamp_path(), e)
 
@@ -372,35 +361,41 @@ def _check_url(url: str) -> None:
 def _fetch_one(
     url: str, dest: Path, spec: IdxFile, *, timeout: float, progress: ProgressFn | None
 ) -> None:
-    """Download `url` to `dest` through a temporary file; verify; move into place."""
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        md5 = hashlib.md5()
-        done = 0
-        with os.fdopen(fd, "wb") as out:
-            request = urllib.request.Request(url, headers={"User-Agent": "eqx_fmnist"})
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                length = response.headers.get("Content-Length")
-                total = int(length) if length is not None else None
-                while chunk := response.read(1 << 20):
-                    out.write(chunk)
-                    md5.update(chunk)
-                    done += len(chunk)
-                    if progress is not None:
-                        progress(dest.name, done, total)
+    """Download `url` to `dest` through a temporary file; verify; move into place.
+
+    The MD5 of the `.gz` and the SHA-256 of its decompressed content are computed while
+    the bytes stream in; any failure raises before the file gets its name.
+    """
+    md5, sha256 = hashlib.md5(), hashlib.sha256()
+    gunzip = zlib.decompressobj(wbits=31)  # 31: expect a gzip header
+    done, gzip_error = 0, None
+    with atomic_write(dest) as out:
+        request = urllib.request.Request(url, headers={"User-Agent": "eqx_fmnist"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            length = response.headers.get("Content-Length")
+            total = int(length) if length is not None else None
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+                md5.update(chunk)
+                if gzip_error is None:
+                    try:
+                        sha256.update(gunzip.decompress(chunk))
+                    except zlib.error as e:  # reported after the MD5, the upstream check
+                        gzip_error = e
+                done += len(chunk)
+                if progress is not None:
+                    progress(dest.name, done, total)
         if total is not None and done != total:
             raise DownloadError(f"transfer interrupted after {done:,} of {total:,} bytes")
         if md5.hexdigest() != spec.gz_md5:
             raise ChecksumError(f"MD5 {md5.hexdigest()} of the .gz, expected {spec.gz_md5}")
-        raw = _read_bytes(tmp, gz=True)
-        digest = hashlib.sha256(raw).hexdigest()
-        if digest != spec.sha256:
-            raise ChecksumError(f"SHA-256 {digest} of the content, expected {spec.sha256}")
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        if gzip_error is not None:
+            raise DataError(f"not a valid gzip stream ({gzip_error})")
+        sha256.update(gunzip.flush())
+        if not gunzip.eof or sha256.hexdigest() != spec.sha256:
+            raise ChecksumError(
+                f"SHA-256 {sha256.hexdigest()} of the content, expected {spec.sha256}"
+            )
 
 
 def download_fashion_mnist(

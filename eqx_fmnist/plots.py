@@ -7,7 +7,6 @@ display and never touch pyplot's global state.
 """
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .data import CLASS_NAMES, NUM_CLASSES
+from .fileio import atomic_write
 
 
 def _figure(width: float, height: float) -> Figure:
@@ -33,15 +33,8 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 120) -> Path
     The path written.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=dpi)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        fig.savefig(f, format="png", dpi=dpi)
     return path
 
 

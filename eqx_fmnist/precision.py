@@ -178,7 +178,22 @@ class NoOpLossScale(eqx.Module):
         return jnp.array(1.0, jnp.float32)
 
 
-class StaticLossScale(eqx.Module):
+class _ScaledLoss(eqx.Module):
+    """Multiplying by `self.loss_scale` and dividing by it, shared by the scales below."""
+
+    loss_scale: eqx.AbstractVar[Float[Array, ""]]
+
+    def scale(self, tree: PyTree) -> PyTree:
+        """Multiply every leaf of `tree` (the loss) by the scale."""
+        return jtu.tree_map(lambda x: x * self.loss_scale.astype(x.dtype), tree)
+
+    def unscale(self, tree: PyTree) -> PyTree:
+        """Divide every leaf of `tree` (the gradients) by the scale."""
+        inv = 1.0 / self.loss_scale
+        return jtu.tree_map(lambda x: x * inv.astype(x.dtype), tree)
+
+
+class StaticLossScale(_ScaledLoss):
     """Multiply the loss by a fixed scale and divide the gradients by it."""
 
     loss_scale: Float[Array, ""]
@@ -190,18 +205,11 @@ class StaticLossScale(eqx.Module):
         """
         self.loss_scale = jnp.asarray(loss_scale, jnp.float32)
 
-    def scale(self, tree: PyTree) -> PyTree:
-        return jtu.tree_map(lambda x: x * self.loss_scale.astype(x.dtype), tree)
-
-    def unscale(self, tree: PyTree) -> PyTree:
-        inv = 1.0 / self.loss_scale
-        return jtu.tree_map(lambda x: x * inv.astype(x.dtype), tree)
-
     def adjust(self, grads_finite: Bool[Array, ""]) -> "StaticLossScale":
         return self
 
 
-class DynamicLossScale(eqx.Module):
+class DynamicLossScale(_ScaledLoss):
     """A loss scale that grows after `period` finite steps and halves on an overflow.
 
     A step whose gradients are not finite is skipped by the training step (parameters
@@ -241,13 +249,6 @@ class DynamicLossScale(eqx.Module):
         self.period = period
         self.factor = factor
         self.min_loss_scale = min_loss_scale
-
-    def scale(self, tree: PyTree) -> PyTree:
-        return jtu.tree_map(lambda x: x * self.loss_scale.astype(x.dtype), tree)
-
-    def unscale(self, tree: PyTree) -> PyTree:
-        inv = 1.0 / self.loss_scale
-        return jtu.tree_map(lambda x: x * inv.astype(x.dtype), tree)
 
     def adjust(self, grads_finite: Bool[Array, ""]) -> "DynamicLossScale":
         """The scale for the next step, given whether this step's gradients were finite."""

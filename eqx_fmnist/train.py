@@ -731,7 +731,7 @@ def fit(
         import eqx_fmnist as ef
 
         result = ef.fit(ef.TrainConfig(epochs=5))
-        print(result.test.accuracy)
+        result.test.accuracy  # about 0.89, on all 10,000 test images
         ```
     """
     t_load = time.perf_counter()

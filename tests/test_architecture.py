@@ -13,6 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eqx_fmnist"
 
 # Top to bottom. A module may import any module above it, unless `ONLY` narrows it.
 LAYERS = [
+    "fileio",
     "data",
     "dataset",
     "parallel",
@@ -27,11 +28,12 @@ LAYERS = [
     "cli",
 ]
 ONLY = {
-    "data": set(),
+    "fileio": set(),
+    "data": {"fileio"},
     "precision": set(),
     "model": {"precision"},
     "losses": {"model", "precision"},
-    "plots": {"data"},
+    "plots": {"data", "fileio"},
 }
 ENTRY_POINTS = {"__init__": set(LAYERS) - {"cli"}, "__main__": {"cli"}}
 
