@@ -302,6 +302,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     scratch = None if writer else tempfile.TemporaryDirectory()
     if not writer:
         args.out, args.overwrite = Path(scratch.name), True
+        console.quiet = True  # one progress bar and one table, from process 0
     out = _prepare_run_dir(args)
     with _RunLock(out):
         return _train(args, config, resume, fm, out)

@@ -300,3 +300,44 @@ def test_nothing_is_unpickled(tmp_path):
     path.write_bytes(MAGIC + len(head).to_bytes(8, "little") + head + payload)
     with pytest.raises(CheckpointError):
         load_checkpoint(path)
+
+
+@pytest.mark.slow
+def test_sigkill_never_leaves_a_checkpoint_that_loads_as_valid_but_wrong(tmp_path, real_data):
+    """Killed at arbitrary moments (often mid-save): the checkpoint is always whole."""
+    import random
+
+    from eqx_fmnist.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    args = [
+        "--steps",
+        "100000",
+        "--log-every",
+        "2",
+        "--hidden",
+        "32",
+        "--out",
+        str(out),
+        "--data-dir",
+        str(real_data.source),
+    ]
+    rng = random.Random(0)
+    for _attempt in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "eqx_fmnist", "train", *args, "--overwrite"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not (out / "checkpoint.eqx").exists():
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 1.0))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+        ckpt = load_checkpoint(out / "checkpoint.eqx")  # whole, and checksum-verified
+        assert ckpt.step % 2 == 0 and ckpt.step >= 2
+        (out / "checkpoint.eqx").unlink()
