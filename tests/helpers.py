@@ -117,3 +117,41 @@ class LocalServer:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def run_cli(*args, env=None, timeout: float = 300):
+    """`python -m eqx_fmnist ARGS` to completion, output captured."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "eqx_fmnist", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "120", **(env or {})},
+        timeout=timeout,
+    )
+
+
+def start_cli(*args, quiet: bool = False):
+    """`python -m eqx_fmnist ARGS` started in the background (a `Popen`)."""
+    import subprocess
+    import sys
+
+    out = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen(
+        [sys.executable, "-m", "eqx_fmnist", *map(str, args)], stdout=out, stderr=out, text=True
+    )
+
+
+def wait_for(path: Path, timeout: float = 120, poll: float = 0.05) -> bool:
+    """Wait until `path` exists; False if it did not within `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(poll)
+    return False

@@ -1,19 +1,8 @@
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-
-def run_cli(*args, env=None, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "eqx_fmnist", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "120", **(env or {})},
-        timeout=timeout,
-    )
+from helpers import run_cli, start_cli, wait_for
 
 
 def test_data_command_shows_the_splits(real_data):
@@ -206,35 +195,15 @@ def test_resume_continues_the_step_count_and_history(tmp_path, real_data):
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data):
     import signal
-    import time
 
     from eqx_fmnist.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "eqx_fmnist",
-            "train",
-            "--steps",
-            "100000",
-            "--log-every",
-            "10",
-            "--out",
-            str(out),
-            "--data-dir",
-            str(real_data.source),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_cli(
+        "train", "--steps", 100000, "--log-every", 10, "--out", out, "--data-dir", real_data.source
     )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (out / "checkpoint.eqx").exists():
-            time.sleep(0.2)
-        assert (out / "checkpoint.eqx").exists(), "no interval finished in time"
+        assert wait_for(out / "checkpoint.eqx"), "no interval finished in time"
         proc.send_signal(getattr(signal, sig))
         _, err = proc.communicate(timeout=60)
     finally:

@@ -3,14 +3,12 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from helpers import synthetic_arrays, tree_allclose
+from helpers import run_cli, start_cli, synthetic_arrays, tree_allclose, wait_for
 
 
 @pytest.fixture
@@ -77,28 +75,20 @@ def test_runs_are_bitwise_deterministic(small):
 
 def test_cli_reports_a_numerical_fault_and_keeps_the_last_good_checkpoint(tmp_path, real_data):
     out = tmp_path / "run"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "eqx_fmnist",
-            "train",
-            "--steps",
-            "40",
-            "--log-every",
-            "10",
-            "--lr",
-            "1e4",
-            "--schedule",
-            "constant",
-            "--out",
-            str(out),
-            "--data-dir",
-            str(real_data.source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_cli(
+        "train",
+        "--steps",
+        40,
+        "--log-every",
+        10,
+        "--lr",
+        "1e4",
+        "--schedule",
+        "constant",
+        "--out",
+        out,
+        "--data-dir",
+        real_data.source,
     )
     assert result.returncode == 1, result.stderr
     assert "step" in result.stderr and "Traceback" not in result.stderr
@@ -117,35 +107,13 @@ def test_cli_reports_a_numerical_fault_and_keeps_the_last_good_checkpoint(tmp_pa
 def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_data):
     from eqx_fmnist.checkpoint import load_checkpoint
 
-    common = [
-        "--steps",
-        "120",
-        "--log-every",
-        "10",
-        "--hidden",
-        "64",
-        "--data-dir",
-        str(real_data.source),
-    ]
-    run = lambda *a: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "eqx_fmnist", "train", *a],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    straight = run(*common, "--out", str(tmp_path / "straight"))
+    common = ["--steps", 120, "--log-every", 10, "--hidden", 64, "--data-dir", real_data.source]
+    straight = run_cli("train", *common, "--out", tmp_path / "straight")
     assert straight.returncode == 0, straight.stderr
     out = tmp_path / "cut"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "eqx_fmnist", "train", *common, "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("train", *common, "--out", out)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (out / "checkpoint.eqx").exists():
-            time.sleep(0.05)
+        assert wait_for(out / "checkpoint.eqx", poll=0.01)
         t = time.monotonic()
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
@@ -157,7 +125,7 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_d
     assert proc.returncode == 130 and "--resume" in err
     cut_step = load_checkpoint(out / "checkpoint.eqx").step
     assert 10 <= cut_step < 120
-    resumed = run("--resume", str(out / "checkpoint.eqx"), "--data-dir", str(real_data.source))
+    resumed = run_cli("train", "--resume", out / "checkpoint.eqx", "--data-dir", real_data.source)
     assert resumed.returncode == 0, resumed.stderr
     a = load_checkpoint(out / "checkpoint.eqx")
     b = load_checkpoint(tmp_path / "straight" / "checkpoint.eqx")
@@ -170,32 +138,11 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_d
 
 def test_a_second_run_refuses_a_folder_in_use_and_takes_over_a_stale_lock(tmp_path, real_data):
     out = tmp_path / "run"
-    args = [
-        "--steps",
-        "100000",
-        "--log-every",
-        "10",
-        "--out",
-        str(out),
-        "--data-dir",
-        str(real_data.source),
-    ]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "eqx_fmnist", "train", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    args = ["--steps", 100000, "--log-every", 10, "--out", out, "--data-dir", real_data.source]
+    first = start_cli("train", *args)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (out / ".eqx-fmnist.lock").exists():
-            time.sleep(0.05)
-        second = subprocess.run(
-            [sys.executable, "-m", "eqx_fmnist", "train", *args, "--overwrite"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        assert wait_for(out / ".eqx-fmnist.lock")
+        second = run_cli("train", *args, "--overwrite", timeout=120)
         assert second.returncode == 2, second.stderr
         assert f"another run (pid {first.pid})" in second.stderr
     finally:
@@ -203,25 +150,17 @@ def test_a_second_run_refuses_a_folder_in_use_and_takes_over_a_stale_lock(tmp_pa
         first.communicate(timeout=60)
     # SIGKILL left the lock behind; its pid is gone, so the next run takes over.
     assert (out / ".eqx-fmnist.lock").exists()
-    third = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "eqx_fmnist",
-            "train",
-            "--steps",
-            "10",
-            "--log-every",
-            "10",
-            "--out",
-            str(out),
-            "--overwrite",
-            "--data-dir",
-            str(real_data.source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    third = run_cli(
+        "train",
+        "--steps",
+        10,
+        "--log-every",
+        10,
+        "--out",
+        out,
+        "--overwrite",
+        "--data-dir",
+        real_data.source,
     )
     assert third.returncode == 0, third.stderr
     assert not (out / ".eqx-fmnist.lock").exists()
@@ -324,15 +263,9 @@ def test_sigkill_never_leaves_a_checkpoint_that_loads_as_valid_but_wrong(tmp_pat
     ]
     rng = random.Random(0)
     for _attempt in range(3):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "eqx_fmnist", "train", *args, "--overwrite"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = start_cli("train", *args, "--overwrite", quiet=True)
         try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not (out / "checkpoint.eqx").exists():
-                time.sleep(0.01)
+            assert wait_for(out / "checkpoint.eqx", poll=0.01)
             time.sleep(rng.uniform(0.0, 1.0))
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=60)
