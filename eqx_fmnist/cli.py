@@ -342,10 +342,13 @@ def _train(args, config: TrainConfig, resume, fm: data_mod.FashionMNIST, out: Pa
         task = progress.add_task("train", total=total, completed=start, metrics="compiling ...")
 
         def callback(entry, state):
-            save_checkpoint(checkpoint, state, config, num_train=num_train)
-            last_saved["step"] = entry["step"]
+            # History first, then the checkpoint: a signal between the two leaves a
+            # history line past the checkpoint, which --resume drops and retrains;
+            # the other order would lose a line for good.
             with history_path.open("a") as f:
                 f.write(json.dumps(entry) + "\n")
+            save_checkpoint(checkpoint, state, config, num_train=num_train)
+            last_saved["step"] = entry["step"]
             metrics = (
                 f"loss {entry['loss']:.4f}  acc {entry['accuracy']:.3f}  "
                 f"{entry['examples_per_sec']:,.0f} ex/s"
