@@ -151,9 +151,9 @@ class FashionMNIST:
 # --------------------------------------------------------------------------- parsing
 
 
-def _read_bytes(path: Path, *, gz: bool | None = None) -> bytes:
+def _read_bytes(path: Path) -> bytes:
     """The decompressed bytes of `path`; gzip is assumed for names ending in `.gz`."""
-    if path.suffix == ".gz" if gz is None else gz:
+    if path.suffix == ".gz":
         try:
             with gzip.open(path, "rb") as f:
                 return f.read()
