@@ -1,9 +1,10 @@
 """The in-memory device dataset: arrays on an accelerator, batched inside compiled code.
 
 There is no data loader. The whole split lives on the device as `uint8` pixels (four
-times smaller than float32, and a fraction of the bandwidth to gather), shuffling is a
-`jax.random.permutation` on the device, and batches are fixed-shape index arrays, so
-that a whole epoch can run as one `lax.scan`. Pixels become `float32` in `[0, 1]`
+times smaller than float32, and a fraction of the bandwidth to gather), and each step
+computes its own batch's indices on the device with a keyed bijection
+([`permute`][eqx_fmnist.dataset.permute]) and gathers just those rows, so that any
+number of steps can run as one `lax.scan` with no per-call set-up. Pixels become `float32` in `[0, 1]`
 inside the compiled step, by [`normalize`][eqx_fmnist.dataset.normalize].
 """
 
@@ -14,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, Integer, PRNGKeyArray, Shaped, UInt8
+from jaxtyping import Array, Bool, Float, Int, Integer, PRNGKeyArray, Shaped, UInt8, UInt32
 
 from .data import IMAGE_SIZE, NUM_CLASSES, FashionMNIST
 
@@ -131,15 +132,98 @@ def steps_per_epoch(n: int, batch_size: int) -> int:
     return n // batch_size
 
 
+FEISTEL_ROUNDS = 6
+"""Rounds of the keyed Feistel network behind [`permute`][eqx_fmnist.dataset.permute]."""
+
+
+def _mix32(x: UInt32[Array, "*shape"]) -> UInt32[Array, "*shape"]:
+    """MurmurHash3's 32-bit finaliser: every input bit flips each output bit with
+    probability about 1/2."""
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = x * jnp.uint32(0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def permute(key: PRNGKeyArray, positions: Integer[Array, "*shape"], n: int) -> Int[Array, "*shape"]:
+    """A keyed bijection of `0..n-1`, applied elementwise: position -> example index.
+
+    A balanced Feistel network of [`FEISTEL_ROUNDS`][eqx_fmnist.dataset.FEISTEL_ROUNDS]
+    rounds permutes the `2b`-bit integers, `2b` the smallest even bit width that holds
+    `n - 1`; round `r` maps the halves `(L, R)` to `(R, L ^ h(R ^ k_r))`, with `h`
+    MurmurHash3's finaliser and the round keys `k = jr.bits(key, (FEISTEL_ROUNDS,),
+    uint32)`. A result outside `0..n-1` is encrypted again until it falls inside
+    (cycle-walking), which keeps the map a bijection of `0..n-1`.
+
+    Unlike `jr.permutation`, nothing is sorted and nothing of size `n` is built: the
+    cost is a few integer operations per position asked for, so the batch order of any
+    step can be computed inside the compiled step itself.
+
+    **Arguments:**
+
+    - `key`: the PRNG key that picks the permutation.
+    - `positions`: integers in `0..n-1`, any shape.
+    - `n`: the size of the permuted range; static.
+
+    **Returns:**
+
+    `int32` indices of the same shape; distinct positions give distinct indices.
+    """
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"`n` must be a positive int, but got {n!r}.")
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask = jnp.uint32((1 << half) - 1)
+    round_keys = jr.bits(key, (FEISTEL_ROUNDS,), jnp.uint32)
+
+    def encrypt(x):
+        left, right = x >> half, x & mask
+        for r in range(FEISTEL_ROUNDS):
+            left, right = right, left ^ (_mix32(right ^ round_keys[r]) & mask)
+        return (left << half) | right
+
+    x = encrypt(positions.astype(jnp.uint32))
+    x = jax.lax.while_loop(lambda x: jnp.any(x >= n), lambda x: jnp.where(x >= n, encrypt(x), x), x)
+    return x.astype(jnp.int32)
+
+
 def epoch_indices(key: PRNGKeyArray, n: int, batch_size: int) -> Int[Array, "steps batch"]:
-    """A fresh permutation of `0..n-1`, cut into full batches (remainder dropped).
+    """An epoch's order: a [`permute`][eqx_fmnist.dataset.permute] of `0..n-1` by `key`,
+    cut into full batches (remainder dropped).
 
     Pure and fixed-shape, so it runs inside `jit`: every index appears at most once, and
     exactly `steps * batch_size` of them appear.
     """
     steps = steps_per_epoch(n, batch_size)
-    perm = jr.permutation(key, n)
-    return perm[: steps * batch_size].reshape(steps, batch_size)
+    return permute(key, jnp.arange(steps * batch_size), n).reshape(steps, batch_size)
+
+
+def batch_indices(
+    key: PRNGKeyArray, step: Integer[Array, ""] | int, n: int, batch_size: int
+) -> Int[Array, " batch"]:
+    """The example indices of global step `step` of a run whose key is `key`.
+
+    Step `s` is batch `s % steps_per_epoch` of epoch `e = s // steps_per_epoch`, whose
+    order is `epoch_indices(jr.fold_in(key, e), n, batch_size)`. Only this batch's
+    `batch_size` indices are computed, so the order is a pure function of the run's key
+    and the global step that costs the same in every step: results do not depend on how
+    steps are grouped into compiled calls, and a resumed run continues exactly.
+
+    **Arguments:**
+
+    - `key`: the run's data key.
+    - `step`: the global step, from 0; may be traced.
+    - `n`: the number of training examples; static.
+    - `batch_size`: examples per step; static.
+
+    **Returns:**
+
+    `batch_size` distinct indices in `0..n-1`.
+    """
+    spe = steps_per_epoch(n, batch_size)
+    step = jnp.asarray(step, jnp.int32)
+    positions = (step % spe) * batch_size + jnp.arange(batch_size, dtype=jnp.int32)
+    return permute(jr.fold_in(key, step // spe), positions, n)
 
 
 def pad_to_batches(

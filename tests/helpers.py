@@ -78,6 +78,36 @@ def tree_allclose(a, b, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     )
 
 
+def feistel_order(round_keys: np.ndarray, n: int) -> np.ndarray:
+    """A reference for `eqx_fmnist.dataset.permute` over all of `0..n-1`, written in
+    numpy from its documented definition: a balanced Feistel network on the smallest
+    even bit width holding `n - 1`, round `r` mapping `(L, R) -> (R, L ^ h(R ^ k_r))`
+    with MurmurHash3's finaliser `h`, and cycle-walking back into `0..n-1`."""
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask = np.uint32((1 << half) - 1)
+
+    def h(x):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x85EBCA6B)
+        x = x ^ (x >> np.uint32(13))
+        x = x * np.uint32(0xC2B2AE35)
+        return x ^ (x >> np.uint32(16))
+
+    def encrypt(x):
+        left, right = x >> np.uint32(half), x & mask
+        for k in round_keys.astype(np.uint32):
+            left, right = right, left ^ (h(right ^ k) & mask)
+        return (left << np.uint32(half)) | right
+
+    out = encrypt(np.arange(n, dtype=np.uint32))
+    for i in np.flatnonzero(out >= n):  # walk each stray element back, one at a time
+        x = out[i : i + 1]
+        while x[0] >= n:
+            x = encrypt(x)
+        out[i] = x[0]
+    return out.astype(np.int64)
+
+
 def cpu() -> jax.Device:
     return jax.devices("cpu")[0]
 

@@ -4,7 +4,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from helpers import cpu, synthetic_arrays
+from helpers import cpu, feistel_order, synthetic_arrays
 
 
 def _synthetic_dataset(n=60):
@@ -66,6 +66,50 @@ def test_epoch_permutation_visits_every_index_once(real_datasets):
     other = np.asarray(epoch_indices(jr.key(1), len(train), 512))
     assert idx512.shape == (117, 512) and len(np.unique(idx512)) == 117 * 512
     assert not np.array_equal(idx512, other)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 16, 17, 255, 256, 257, 1000, 4097, 60_000])
+def test_permute_is_a_bijection_that_matches_its_definition(n):
+    from eqx_fmnist.dataset import FEISTEL_ROUNDS, permute
+
+    key = jr.fold_in(jr.key(3), n)
+    got = np.asarray(jax.jit(permute, static_argnums=2)(key, jnp.arange(n), n))
+    np.testing.assert_array_equal(np.sort(got), np.arange(n))
+    round_keys = np.asarray(jr.bits(key, (FEISTEL_ROUNDS,), jnp.uint32))
+    np.testing.assert_array_equal(got, feistel_order(round_keys, n))
+    # Elementwise: any subset of positions, in any shape, maps as the whole range does.
+    positions = np.arange(n)[::-1][: 2 * (n // 2)].reshape(2, -1)
+    np.testing.assert_array_equal(
+        np.asarray(permute(key, jnp.asarray(positions), n)), got[positions]
+    )
+
+
+def test_permute_mixes_like_a_random_permutation():
+    """Batches of a class-sorted set hold each class about equally often (chi-square near
+    its 9 degrees of freedom, as for `jr.permutation`), and order and index are unrelated."""
+    from eqx_fmnist.dataset import epoch_indices
+
+    n, batch = 60_000, 512
+    labels = np.repeat(np.arange(10), n // 10)
+    for seed in range(3):
+        idx = np.asarray(epoch_indices(jr.key(seed), n, batch))
+        counts = np.stack([np.bincount(labels[b], minlength=10) for b in idx])
+        chi2 = ((counts - batch / 10) ** 2 / (batch / 10)).sum(axis=1)
+        assert 7.0 < chi2.mean() < 11.0, chi2.mean()  # identity order: ~4,600
+        assert abs(np.corrcoef(np.arange(idx.size), idx.ravel())[0, 1]) < 0.02
+    first = np.asarray(epoch_indices(jr.key(0), n, batch))
+    other = np.asarray(epoch_indices(jr.key(1), n, batch))
+    assert (first == other).mean() < 0.01  # another key, another order
+
+
+def test_batch_indices_is_the_steps_slice_of_its_epoch():
+    from eqx_fmnist.dataset import batch_indices, epoch_indices
+
+    key, n, batch = jr.key(7), 1000, 64  # 15 steps per epoch
+    for step in (0, 1, 14, 15, 16, 44, 45):
+        epoch = np.asarray(epoch_indices(jr.fold_in(key, step // 15), n, batch))
+        got = np.asarray(jax.jit(batch_indices, static_argnums=(2, 3))(key, step, n, batch))
+        np.testing.assert_array_equal(got, epoch[step % 15])
 
 
 def test_padded_batches_cover_the_test_set_exactly_once(real_datasets, real_data):
