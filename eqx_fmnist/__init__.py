@@ -23,9 +23,11 @@ from .data import (
 )
 from .dataset import (
     ArrayDataset as ArrayDataset,
+    batch_indices as batch_indices,
     epoch_indices as epoch_indices,
     normalize as normalize,
     padded_batches as padded_batches,
+    permute as permute,
     to_datasets as to_datasets,
 )
 from .evaluate import (
@@ -53,6 +55,7 @@ from .train import (
     TrainConfig as TrainConfig,
     TrainResult as TrainResult,
     TrainState as TrainState,
+    compile_steps as compile_steps,
     fit as fit,
     init_state as init_state,
     make_optimizer as make_optimizer,

@@ -16,10 +16,11 @@ The pieces, smallest first:
   progress through a callback, evaluates, and returns a
   [`TrainResult`][eqx_fmnist.train.TrainResult].
 
-The batch order is a pure function of the run's key and the global step: step `s`
-uses batch `s % steps_per_epoch` of the permutation `jr.permutation(fold_in(key, s //
-steps_per_epoch), n)`. So results do not depend on how steps are grouped into calls,
-and a resumed run continues exactly where it stopped.
+The batch order is a pure function of the run's key and the global step (see
+[`batch_indices`][eqx_fmnist.dataset.batch_indices]): each step computes its own
+batch's indices with a keyed bijection and gathers those rows, so results do not depend
+on how steps are grouped into calls, a resumed run continues exactly where it stopped,
+and a compiled call has no set-up that grows with the data set.
 """
 
 import dataclasses
@@ -41,7 +42,7 @@ import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree, Shaped
 
 from .data import FashionMNIST, load_fashion_mnist
-from .dataset import ArrayDataset, epoch_indices, normalize, steps_per_epoch, to_datasets
+from .dataset import ArrayDataset, batch_indices, normalize, steps_per_epoch, to_datasets
 from .evaluate import EvalResult, evaluate
 from .losses import accuracy, cross_entropy
 from .model import MLP
@@ -420,12 +421,6 @@ class TrainState(eqx.Module):
         self.skip_nonfinite = bool(skip_nonfinite)
 
 
-# Built under jit: eagerly, each of the initialiser's small operations is compiled on
-# its own the first time (3.2 s measured on a busy 2-core machine); one compiled program
-# took 0.9 s there, and later calls with the same sizes reuse it.
-_new_mlp = eqx.filter_jit(lambda key, hidden_sizes: MLP(hidden_sizes=hidden_sizes, key=key))
-
-
 def init_state(config: TrainConfig, num_train: int) -> TrainState:
     """The initial [`TrainState`][eqx_fmnist.train.TrainState] of a run.
 
@@ -434,12 +429,17 @@ def init_state(config: TrainConfig, num_train: int) -> TrainState:
     - `config`: the run's config; its seed gives the weights and the batch order.
     - `num_train`: training examples (the schedule's length depends on it).
     """
+    return _init_state(config, config.total_steps(num_train))
+
+
+@eqx.filter_jit
+def _init_state(config: TrainConfig, total_steps: int) -> TrainState:
+    # One compiled program (kept by the persistent compilation cache): eagerly, each of
+    # the initialisers' small operations is dispatched, and compiled, on its own.
     model_key, data_key = jr.split(jr.PRNGKey(config.seed))
-    model = _new_mlp(model_key, config.hidden_sizes)
-    optimizer = make_optimizer(config, config.total_steps(num_train))
     return TrainState(
-        model,
-        optimizer,
+        MLP(hidden_sizes=config.hidden_sizes, key=model_key),
+        make_optimizer(config, total_steps),
         key=data_key,
         policy=config.policy,
         label_smoothing=config.label_smoothing,
@@ -451,9 +451,12 @@ def init_state(config: TrainConfig, num_train: int) -> TrainState:
 
 
 def _loss(model, x, y, policy, label_smoothing, loss_scale):
-    logits = jax.vmap(partial(model, policy=policy))(normalize(x))
-    loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
-    return loss_scale.scale(loss), (loss, accuracy(logits, y))
+    # Profiles show these operations as `forward`, and their gradients as
+    # `transpose(jvp(forward))`: the backward pass.
+    with jax.named_scope("forward"):
+        logits = jax.vmap(partial(model, policy=policy))(normalize(x))
+        loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
+        return loss_scale.scale(loss), (loss, accuracy(logits, y))
 
 
 def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
@@ -462,10 +465,11 @@ def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
     (_, (loss, acc)), grads = grad_fn(
         state.model, x, y, state.policy, state.label_smoothing, state.loss_scale
     )
-    grads = state.loss_scale.unscale(grads)
-    params = eqx.filter(state.model, eqx.is_inexact_array)
-    updates, opt_state = state.optimizer.update(grads, state.opt_state, params)
-    model = eqx.apply_updates(state.model, updates)
+    with jax.named_scope("optimizer"):
+        grads = state.loss_scale.unscale(grads)
+        params = eqx.filter(state.model, eqx.is_inexact_array)
+        updates, opt_state = state.optimizer.update(grads, state.opt_state, params)
+        model = eqx.apply_updates(state.model, updates)
     if isinstance(state.loss_scale, NoOpLossScale) and not state.skip_nonfinite:
         finite = jnp.array(True)
     else:
@@ -532,40 +536,22 @@ def train_step(
 # --------------------------------------------------------------------------- fused steps
 
 
-def batch_indices(
-    key: PRNGKeyArray, start: Int[Array, ""], num_steps: int, n: int, batch_size: int
-) -> Int[Array, "steps batch"]:
-    """Example indices of global steps `start .. start + num_steps - 1`.
-
-    Step `s` takes batch `s % steps_per_epoch` of epoch `s // steps_per_epoch`, whose
-    order is `jr.permutation(jr.fold_in(key, epoch), n)`. Runs inside `jit`; `start`
-    may be traced, `num_steps`, `n` and `batch_size` are static.
-    """
-    spe = steps_per_epoch(n, batch_size)
-    first_epoch = start // spe
-    # A chunk of num_steps steps touches at most this many epochs, wherever it starts.
-    num_epochs = (num_steps - 1) // spe + 2
-    epochs = first_epoch + jnp.arange(num_epochs)
-    perms = jax.vmap(lambda e: epoch_indices(jr.fold_in(key, e), n, batch_size))(epochs)
-    steps = start + jnp.arange(num_steps)
-    return perms[steps // spe - first_epoch, steps % spe]
-
-
 def _steps(static, state: TrainState):
     dataset, batch_size, num_steps, mesh = static
-    idx = batch_indices(state.key, state.step, num_steps, len(dataset), batch_size)
-    # One gather of the chunk's uint8 rows; the scan then slices contiguous batches.
-    xs, ys = dataset.images[idx], dataset.labels[idx]
-    if mesh is not None:
-        # Split every batch over the devices; the state is replicated, so XLA's SPMD
-        # partitioner all-reduces the gradients.
-        xs = jax.lax.with_sharding_constraint(xs, batch_sharding(mesh, 3, axis=1))
-        ys = jax.lax.with_sharding_constraint(ys, batch_sharding(mesh, 2, axis=1))
+    n = len(dataset)
 
-    def body(st, batch):
-        return _step(st, *batch)
+    def body(st, _):
+        with jax.named_scope("gather"):
+            idx = batch_indices(st.key, st.step, n, batch_size)
+            x, y = dataset.images[idx], dataset.labels[idx]
+            if mesh is not None:
+                # Split the batch over the devices; the state is replicated, so XLA's
+                # SPMD partitioner all-reduces the gradients.
+                x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
+                y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
+        return _step(st, x, y)
 
-    return jax.lax.scan(body, state, (xs, ys))
+    return jax.lax.scan(body, state, length=num_steps)
 
 
 _steps_traced = eqx.debug.assert_max_traces(_steps, max_traces=None)
@@ -582,10 +568,10 @@ def train_steps(
 ) -> tuple[TrainState, dict[str, Array]]:
     """`num_steps` training steps in one compiled call: the library's fast path.
 
-    The batches are taken on the device from the run's permutation (see
-    [`batch_indices`][eqx_fmnist.train.batch_indices]), the steps run as one
-    `lax.scan`, and the state's buffers are donated. Each distinct `num_steps` (and
-    dataset shape) compiles once.
+    Each step computes its batch's indices on the device (see
+    [`batch_indices`][eqx_fmnist.dataset.batch_indices]) and gathers those rows, the
+    steps run as one `lax.scan`, and the state's buffers are donated. Each distinct
+    `num_steps` (and dataset shape) compiles once.
 
     **Arguments:**
 
@@ -601,11 +587,48 @@ def train_steps(
 
     `(new_state, metrics)`; each metric is an array of shape `(num_steps,)`.
     """
+    _check_chunk(dataset, batch_size, num_steps, mesh)
+    return _train_steps_jit((dataset, batch_size, num_steps, mesh), state)
+
+
+def _check_chunk(dataset: ArrayDataset, batch_size: int, num_steps: int, mesh) -> None:
     _positive_int("num_steps", num_steps)
     steps_per_epoch(len(dataset), batch_size)  # validates batch_size
     if mesh is not None:
         check_divisible(batch_size, mesh)
-    return _train_steps_jit((dataset, batch_size, num_steps, mesh), state)
+
+
+def compile_steps(
+    state: TrainState,
+    dataset: ArrayDataset,
+    *,
+    batch_size: int,
+    num_steps: int,
+    mesh: jax.sharding.Mesh | None = None,
+) -> Callable[[TrainState], tuple[TrainState, dict[str, Array]]]:
+    """Compile [`train_steps`][eqx_fmnist.train.train_steps] ahead of time, for states
+    shaped like `state`.
+
+    The arguments are those of `train_steps`; `state` is only looked at (its shapes,
+    dtypes and shardings), not donated. Compiling apart from running lets a caller time
+    the two separately, and read XLA's own cost estimate of the chunk.
+
+    **Returns:**
+
+    A function `run(state) -> (new_state, metrics)` that runs the chunk without
+    tracing or compiling again (it donates `state`), with the compiled XLA executable
+    (a `jax.stages.Compiled`) as `run.compiled`: for example
+    `run.compiled.cost_analysis()["flops"]` or `run.compiled.as_text()`.
+    """
+    _check_chunk(dataset, batch_size, num_steps, mesh)
+    static = (dataset, batch_size, num_steps, mesh)
+    compiled = _train_steps_jit.lower(static, state).compile()
+
+    def run(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
+        return compiled(static, state)
+
+    run.compiled = compiled.compiled  # type: ignore[attr-defined]  (a jax.stages.Compiled)
+    return run
 
 
 def train_epoch(
@@ -758,6 +781,10 @@ def fit(
     step = int(state.step)
     if step > total:
         raise ValueError(f"the state is at step {step}, past this config's {total} steps.")
+    # The learning rate of every step, computed once (for the history), not per interval.
+    learning_rates = np.asarray(
+        jax.jit(jax.vmap(make_schedule(config, total)))(jnp.arange(max(total, 1)))
+    )
     history: list[dict[str, float | int]] = []
     compiled: dict[int, Any] = {}
     compile_seconds = train_seconds = 0.0
@@ -765,13 +792,14 @@ def fit(
         # Intervals end on multiples of `interval`, so a resumed run logs (and saves)
         # at the same steps as one that never stopped.
         k = min(interval - step % interval, total - step)
-        args = ((train, config.batch_size, k, mesh), state)
         if k not in compiled:  # compile ahead of time, so compiling is timed on its own
             t = time.perf_counter()
-            compiled[k] = _train_steps_jit.lower(*args).compile()
+            compiled[k] = compile_steps(
+                state, train, batch_size=config.batch_size, num_steps=k, mesh=mesh
+            )
             compile_seconds += time.perf_counter() - t
         t = time.perf_counter()
-        state, metrics = compiled[k](*args)
+        state, metrics = compiled[k](state)
         metrics = jax.device_get(metrics)  # the one host sync of the interval
         seconds = time.perf_counter() - t
         train_seconds += seconds
@@ -785,7 +813,7 @@ def fit(
             "accuracy": float(np.mean(metrics["accuracy"])),
             "grad_norm": float(np.mean(metrics["grad_norm"])),
             "skipped": int(np.sum(metrics["skipped"])),
-            "learning_rate": learning_rate_at(config, total, step - 1),
+            "learning_rate": float(learning_rates[step - 1]),
             "seconds": seconds,
             "examples_per_sec": k * config.batch_size / seconds,
         }

@@ -46,8 +46,8 @@ def main() -> None:
             for s in batch.addressable_shards
         )
         state = replicate(ef.init_state(config, len(ds)), mesh)
-        lowered = ef.train._train_steps_jit.lower((replicate(ds, mesh), 64, 4, mesh), state)
-        checks["all_reduce"] = "all-reduce" in lowered.compile().compiled.as_text()
+        run = ef.compile_steps(state, replicate(ds, mesh), batch_size=64, num_steps=4, mesh=mesh)
+        checks["all_reduce"] = "all-reduce" in run.compiled.as_text()
     leaves = jtu.tree_leaves(result.model)
     info = {
         "devices_of_weight": len(result.model.layers[0].weight.sharding.device_set),

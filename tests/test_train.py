@@ -9,7 +9,7 @@ import jaxtyping
 import numpy as np
 import pytest
 
-from helpers import synthetic_arrays, tree_allclose
+from helpers import feistel_order, synthetic_arrays, tree_allclose
 
 
 @pytest.fixture
@@ -119,10 +119,13 @@ def test_fused_steps_equal_a_python_loop_of_steps(small):
     fused, m2 = train_steps(fused, small, batch_size=32, num_steps=5)  # a chunk across epochs
     fused, m3 = train_steps(fused, small, batch_size=32, num_steps=3)
 
+    from eqx_fmnist.dataset import FEISTEL_ROUNDS
+
     looped = init_state(config, len(small))
     key, losses = jnp.array(np.asarray(looped.key)), []  # a copy: the state is donated
     for epoch in range(2):  # the batch order, computed here independently
-        perm = np.asarray(jr.permutation(jr.fold_in(key, epoch), 256))
+        round_keys = np.asarray(jr.bits(jr.fold_in(key, epoch), (FEISTEL_ROUNDS,), jnp.uint32))
+        perm = feistel_order(round_keys, 256)
         for b in range(8):
             idx = perm[b * 32 : (b + 1) * 32]
             looped, m = train_step(looped, small.images[idx], small.labels[idx])
@@ -215,3 +218,37 @@ def test_schedules_reach_zero_and_warm_up():
     assert lrs[0] == 0 and abs(lrs[1] - 5e-3) < 1e-9 and abs(lrs[2] - 1e-2) < 1e-9
     assert abs(lrs[3] - 5e-3) < 1e-4 and lrs[4] == 0
     assert make_optimizer(dataclasses.replace(c, grad_clip=1.0), 100) is not None
+
+
+def test_compile_steps_runs_the_same_chunk_without_retracing(small):
+    from eqx_fmnist import train
+
+    config = small_config()
+    a = train.init_state(config, len(small))
+    b = train.init_state(config, len(small))
+    run = train.compile_steps(a, small, batch_size=32, num_steps=5)
+    traces = eqx.debug.get_num_traces(train._steps_traced)
+    a, ma = run(a)
+    a, _ = run(a)  # a second call: no new trace, and the state moves on
+    b, mb = train.train_steps(b, small, batch_size=32, num_steps=5)
+    b, _ = train.train_steps(b, small, batch_size=32, num_steps=5)
+    assert eqx.debug.get_num_traces(train._steps_traced) - traces <= 1  # train_steps' own
+    assert int(a.step) == int(b.step) == 10
+    assert tree_allclose(a.model, b.model, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ma["loss"], mb["loss"], rtol=1e-6)
+    assert "flops" in str(run.compiled.cost_analysis())
+
+
+def test_history_learning_rates_follow_the_schedule(small):
+    from eqx_fmnist.train import fit
+
+    config = small_config(schedule="warmup_cosine", warmup_steps=4, log_every=2, learning_rate=0.01)
+    history = fit(config, (small, small)).history
+
+    # Hand-written warm-up then cosine decay to 0 over 16 steps, at each interval's last step.
+    def lr(s):
+        return 0.01 * s / 4 if s < 4 else 0.01 * 0.5 * (1 + np.cos(np.pi * (s - 4) / 12))
+
+    np.testing.assert_allclose(
+        [h["learning_rate"] for h in history], [lr(h["step"] - 1) for h in history], atol=1e-7
+    )
