@@ -71,18 +71,24 @@ class MLP(eqx.Module):
         **Arguments:**
 
         - `x`: one flattened image, shape `(784,)`, pixels in `[0, 1]`.
-        - `policy`: the precision policy: weights and `x` are cast to its compute dtype,
-            the logits to its output dtype. Defaults to float32 throughout.
+        - `policy`: the precision policy. Each matmul multiplies in its compute dtype
+            and accumulates in its accumulation dtype (float32 for bfloat16 or float16;
+            see [`Policy.matmul`][eqx_fmnist.precision.Policy.matmul]); biases and
+            activations stay in the accumulation dtype; the logits come out in its
+            output dtype. Defaults to float32 throughout.
 
         **Returns:**
 
         The logits, shape `(10,)`, in `policy.output_dtype`.
         """
-        layers = policy.cast_to_compute(self.layers)
-        x = policy.cast_to_compute(x)
-        for layer in layers[:-1]:
-            x = self.activation(layer(x))
-        return policy.cast_to_output(layers[-1](x))
+        acc = policy.accumulate_dtype
+        for i, layer in enumerate(self.layers):
+            # Multiply in the compute dtype, accumulate in float32 (for bf16/f16), and
+            # keep the bias, the activation and the next layer's input sum there.
+            x = policy.matmul(layer.weight, x) + layer.bias.astype(acc)
+            if i < len(self.layers) - 1:
+                x = self.activation(x)
+        return x.astype(policy.output_dtype)
 
 
 def count_params(model: PyTree) -> int:

@@ -1,9 +1,12 @@
 """Mixed precision as a value: a `Policy` of three dtypes, and loss scaling for float16.
 
 A [`Policy`][eqx_fmnist.precision.Policy] says which dtype parameters are stored in
-(`param_dtype`), which the matmuls run in (`compute_dtype`) and which the logits come
-out in (`output_dtype`). Parameters and optimiser state stay in the parameter dtype;
-only the forward pass is cast, so gradients come back in the parameter dtype.
+(`param_dtype`), which the matmuls multiply in (`compute_dtype`) and which the logits
+come out in (`output_dtype`). A matmul in a lower-precision compute dtype accumulates
+and returns float32 ([`Policy.matmul`][eqx_fmnist.precision.Policy.matmul]), so biases,
+activations and the loss stay in float32. Parameters and optimiser state stay in the
+parameter dtype; only the forward pass is cast, so gradients come back in the
+parameter dtype.
 
 float16 has a narrow exponent range, so small gradients underflow to zero. A loss
 scale multiplies the loss before differentiation and divides the gradients after;
@@ -133,6 +136,27 @@ class Policy(eqx.Module):
     def cast_to_output(self, tree: PyTree) -> PyTree:
         """Cast the floating-point leaves of `tree` to `output_dtype`."""
         return _cast(tree, self.output_dtype)
+
+    @property
+    def accumulate_dtype(self) -> np.dtype:
+        """The dtype matmuls accumulate and return in: float32 for a bfloat16 or float16
+        compute dtype, otherwise the compute dtype itself."""
+        return jnp.promote_types(self.compute_dtype, jnp.float32)
+
+    def matmul(self, a: Float[Array, "*a"], b: Float[Array, "*b"]) -> Float[Array, "*c"]:
+        """`a @ b` that multiplies in `compute_dtype` and accumulates in
+        [`accumulate_dtype`][eqx_fmnist.precision.Policy.accumulate_dtype].
+
+        Both inputs are cast to the compute dtype and the product is returned in the
+        accumulation dtype (`preferred_element_type`), never rounded back to the
+        compute dtype. That is the form bfloat16 hardware runs fast (GPU and TPU tensor
+        cores, CPUs with AMX or AVX512-BF16 where XLA uses them), and it keeps float32's
+        accuracy in every sum. With a float32 policy it is an ordinary float32 matmul.
+        """
+        a, b = self.cast_to_compute(a), self.cast_to_compute(b)
+        acc = self.accumulate_dtype
+        preferred = None if acc == self.compute_dtype else acc
+        return jnp.matmul(a, b, preferred_element_type=preferred)
 
     @property
     def needs_loss_scale(self) -> bool:
