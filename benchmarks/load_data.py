@@ -1,6 +1,7 @@
-"""Seconds to `load_fashion_mnist()`: verification remembered vs. hashed from a cold stamp.
+"""Seconds to `load_fashion_mnist()`: a cold cache (gunzip, hash, keep a decoded copy)
+vs. a warm one (read the decoded copy, verification remembered).
 
-Medians of several loads in one process. A cold stamp is made by pointing
+Medians of several loads in one process. A cold cache is made by pointing
 `$XDG_CACHE_HOME` at a fresh folder before each cold load.
 
     python benchmarks/load_data.py [--repeats 5]
@@ -29,15 +30,15 @@ def main() -> None:
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as cache:
             os.environ["XDG_CACHE_HOME"] = cache
-            cold.append(timed(verify=True))  # hashes all four files, writes the stamp
-            warm.append(timed(verify=True))  # the stamp says they were verified
+            cold.append(timed(verify=True))  # gunzips, hashes, keeps decoded copies
+            warm.append(timed(verify=True))  # reads the copies; verification remembered
             unverified.append(timed(verify=False))
     print(f"source: {ef.load_fashion_mnist(verify=False).source}")
     print("| load | median s | min..max s |")
     print("|---|---|---|")
     for name, xs in [
-        ("verify=True, cold stamp", cold),
-        ("verify=True, remembered", warm),
+        ("verify=True, cold cache", cold),
+        ("verify=True, warm cache", warm),
         ("verify=False", unverified),
     ]:
         print(f"| {name} | {statistics.median(xs):.3f} | {min(xs):.3f}..{max(xs):.3f} |")

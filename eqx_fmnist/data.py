@@ -335,6 +335,80 @@ def _is_remembered(path: Path, stamps: dict) -> bool:
     return stamps.get(key) == value
 
 
+# --------------------------------------------------------------------------- decoded cache
+
+
+def decoded_dir() -> Path:
+    """Where decompressed copies of `.gz` files are kept:
+    `$XDG_CACHE_HOME/eqx_fmnist/decoded`."""
+    return cache_dir().parent / "decoded"
+
+
+def _decoded_paths(source: Path, spec: IdxFile) -> tuple[Path, Path, dict]:
+    """The decoded copy of `source`, its record, and what the record must say."""
+    key, stamp = _stamp_key(source)
+    folder = decoded_dir() / hashlib.sha256(key.encode()).hexdigest()[:16]
+    return folder / spec.name, folder / f"{spec.name}.json", {"source": key, **stamp}
+
+
+def _decoded_copy(source: Path, spec: IdxFile) -> Path | None:
+    """The decoded copy of the `.gz` file `source`, if the cache holds one made from this
+    very file (same path, size and modification time) and it is whole."""
+    if source.suffix != ".gz":
+        return None
+    try:
+        copy, record, expected = _decoded_paths(source, spec)
+        if json.loads(record.read_text()) == expected and copy.stat().st_size == spec.size:
+            return copy
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _store_decoded(source: Path, spec: IdxFile, raw: bytes) -> Path | None:
+    """Keep `raw`, the verified content of `source`, in the decoded cache; the record is
+    written last, so a copy without its record is never used. Returns the copy, or
+    `None` when the cache cannot be written (training goes on without it)."""
+    copy, record, expected = _decoded_paths(source, spec)
+    try:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(copy) as f:
+            f.write(raw)
+        with atomic_write(record) as f:
+            f.write(json.dumps(expected).encode())
+    except OSError as e:
+        logger.info("could not keep a decoded copy of %s in %s: %s", source, copy.parent, e)
+        return None
+    return copy
+
+
+def _read_content(
+    path: Path, spec: IdxFile, *, verify: bool, stamps: dict
+) -> tuple[bytes, Path, list[Path]]:
+    """The decompressed content of `path` (from the decoded cache when it has a current
+    copy), the file it was read from, and the files newly verified on the way."""
+    decoded = _decoded_copy(path, spec)
+    if decoded is not None:
+        raw = _read_bytes(decoded)
+        if not verify or _is_remembered(decoded, stamps):
+            return raw, decoded, []
+        try:
+            _check_sha256(raw, spec, decoded)
+            return raw, decoded, [decoded]
+        except ChecksumError:  # a damaged copy: drop it and read the source
+            logger.warning("discarding a damaged decoded copy %s", decoded)
+            decoded.unlink(missing_ok=True)
+    raw, verified = _read_bytes(path), []
+    if verify and not _is_remembered(path, stamps):
+        _check_sha256(raw, spec, path)
+        verified.append(path)
+    if verify and path.suffix == ".gz":
+        # Verified: keep the decompressed bytes, so the next load skips the gunzip.
+        copy = _store_decoded(path, spec, raw)
+        verified += [copy] if copy is not None else []
+    return raw, path, verified
+
+
 def _check_sha256(raw: bytes, spec: IdxFile, path: Path) -> None:
     digest = hashlib.sha256(raw).hexdigest()
     if len(raw) != spec.size or digest != spec.sha256:
@@ -521,11 +595,9 @@ def load_fashion_mnist(
     newly_verified = []
     for key, spec in FILES.items():
         path = paths[key]
-        raw = _read_bytes(path)
-        if verify and not _is_remembered(path, stamps):
-            _check_sha256(raw, spec, path)
-            newly_verified.append(path)
-        arr = parse_idx(raw, name=str(path), magic=spec.magic)
+        raw, read_from, verified = _read_content(path, spec, verify=verify, stamps=stamps)
+        newly_verified += verified
+        arr = parse_idx(raw, name=str(read_from), magic=spec.magic)
         check = _check_images if spec.magic == IMAGES_MAGIC else _check_labels
         arrays[key] = check(arr, str(path))
     if newly_verified:

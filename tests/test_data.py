@@ -186,6 +186,74 @@ def test_wrong_content_fails_verification(tmp_path, monkeypatch):
     assert len(data.load_fashion_mnist(folder, download=False, verify=False).train_images) == 60
 
 
+# ----------------------------------------------------------------------------- decoded cache
+
+
+@pytest.fixture
+def gz_folder(tmp_path, monkeypatch):
+    """Four synthetic `.gz` files whose checksums the library is told to expect."""
+    import eqx_fmnist.data as data
+
+    arrays = synthetic_arrays()
+    folder = write_fmnist_dir(tmp_path / "d", arrays)
+    blobs = {k: (folder / f"{s.name}.gz").read_bytes() for k, s in data.FILES.items()}
+    monkeypatch.setattr(data, "FILES", specs_for(arrays, blobs))
+    return folder, arrays
+
+
+def _opened_gzips(monkeypatch):
+    import eqx_fmnist.data as data
+
+    opened, real_open = [], gzip.open
+    monkeypatch.setattr(
+        data.gzip, "open", lambda p, *a: (opened.append(Path(p)), real_open(p, *a))[1]
+    )
+    return opened
+
+
+def test_a_second_load_reads_decoded_copies_instead_of_gunzipping(gz_folder, monkeypatch):
+    import eqx_fmnist.data as data
+
+    folder, arrays = gz_folder
+    data.load_fashion_mnist(folder, download=False)
+    copies = {p.name: p for p in data.decoded_dir().rglob("*-ubyte")}
+    assert len(copies) == 4
+    for key, spec in data.FILES.items():  # each copy is the file's decompressed content
+        assert copies[spec.name].read_bytes() == idx_bytes(arrays[key])
+    opened = _opened_gzips(monkeypatch)
+    again = data.load_fashion_mnist(folder, download=False)
+    assert opened == []
+    np.testing.assert_array_equal(again.train_images, arrays["train_images"])
+    np.testing.assert_array_equal(again.test_labels, arrays["test_labels"])
+    changed = folder / "t10k-images-idx3-ubyte.gz"
+    os.utime(changed, ns=(0, 1_000_000_000))  # the source changed: its copy is stale
+    data.load_fashion_mnist(folder, download=False)
+    assert opened == [changed]
+
+
+def test_a_damaged_decoded_copy_is_dropped_and_made_again(gz_folder, monkeypatch):
+    import eqx_fmnist.data as data
+
+    folder, arrays = gz_folder
+    data.load_fashion_mnist(folder, download=False)
+    copy = next(data.decoded_dir().rglob("train-images-idx3-ubyte"))
+    damaged = bytearray(copy.read_bytes())
+    damaged[-1] ^= 0xFF
+    copy.write_bytes(bytes(damaged))  # same size, new modification time: hashed again
+    got = data.load_fashion_mnist(folder, download=False)
+    np.testing.assert_array_equal(got.train_images, arrays["train_images"])
+    assert copy.read_bytes() == idx_bytes(arrays["train_images"])
+
+
+def test_unverified_loads_keep_no_decoded_copy(gz_folder):
+    import eqx_fmnist.data as data
+
+    folder, arrays = gz_folder
+    got = data.load_fashion_mnist(folder, download=False, verify=False)
+    np.testing.assert_array_equal(got.train_labels, arrays["train_labels"])
+    assert not data.decoded_dir().exists()
+
+
 # ----------------------------------------------------------------------------- download
 
 
