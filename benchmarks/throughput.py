@@ -1,8 +1,9 @@
-"""The full throughput benchmark: every variant in one process, one run.
+"""The full throughput benchmark: every training path in one process, one run.
 
-Writes `throughput.md` (the tables) and `throughput.png` (the bar chart) to `--out`.
+Writes `throughput.md` (the tables, headed by the machine they came from) and
+`throughput.png` (the bar chart) to `--out`.
 
-    python benchmarks/throughput.py                 # about 5 minutes on 2 CPU cores
+    python benchmarks/throughput.py                 # about 6 minutes on 2 CPU cores
     python benchmarks/throughput.py --quick --out /tmp/bench   # a smoke run (CI)
 """
 
@@ -19,15 +20,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that it runs")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--no-time-to-accuracy", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
-    train, _ = ef.to_datasets(ef.load_fashion_mnist())
     report = run_benchmark(
-        train,
+        ef.to_datasets(ef.load_fashion_mnist()),
         quick=args.quick,
         repeats=args.repeats,
-        with_time_to_accuracy=not args.no_time_to_accuracy,
         progress=lambda what: print(f"measuring {what} ...", file=sys.stderr, flush=True),
     )
     args.out.mkdir(parents=True, exist_ok=True)

@@ -39,13 +39,15 @@ ENTRY_POINTS = {"__init__": set(LAYERS) - {"cli"}, "__main__": {"cli"}}
 
 
 def package_imports(path: Path) -> set[str]:
-    """Sibling modules imported by the module at `path`."""
+    """Modules of the package imported by the module at `path` (for a module of a
+    subpackage such as `bench/`, the top-level modules it reaches with `..`)."""
+    depth = len(path.relative_to(PACKAGE).parts) if path.is_relative_to(PACKAGE) else 1
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
+            if node.level == depth and node.module:
                 found.add(node.module.split(".")[0])
-            elif node.level == 1:
+            elif node.level == depth:
                 found.update(alias.name for alias in node.names)
             elif node.module and node.module.startswith("eqx_fmnist."):
                 found.add(node.module.split(".")[1])
@@ -63,18 +65,26 @@ def allowed(module: str) -> set[str]:
     return ONLY.get(module, above) & above
 
 
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py"))
+# A subpackage is one layer: its files may import each other (with `.`) and the layers
+# above it (with `..`).
+SOURCES = {p.stem: p for p in PACKAGE.glob("*.py")}
+SOURCES |= {f"{p.parent.name}.{p.stem}": p for p in PACKAGE.glob("*/*.py")}
+MODULES = sorted(SOURCES)
+
+
+def layer_of(module: str) -> str:
+    return module.split(".")[0]
 
 
 def test_every_module_has_a_place_in_the_layers():
-    missing = set(MODULES) - set(LAYERS) - set(ENTRY_POINTS)
+    missing = {layer_of(m) for m in MODULES} - set(LAYERS) - set(ENTRY_POINTS)
     assert not missing, f"add {sorted(missing)} to LAYERS in {__file__}"
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_imports_point_one_way(module):
-    imports = package_imports(PACKAGE / f"{module}.py")
-    bad = imports - allowed(module)
+    imports = package_imports(SOURCES[module])
+    bad = imports - allowed(layer_of(module))
     assert not bad, f"eqx_fmnist.{module} imports {sorted(bad)}, which stand below it"
 
 
@@ -82,3 +92,8 @@ def test_the_checker_sees_relative_and_absolute_imports(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from .train import fit\nfrom . import cli\nimport eqx_fmnist.plots\n")
     assert package_imports(probe) == {"train", "cli", "plots"}
+
+
+def test_the_checker_sees_a_subpackage_reach_up():
+    imports = package_imports(SOURCES["bench.suite"])
+    assert "train" in imports and "measure" not in imports  # `..train` up, `.measure` inside

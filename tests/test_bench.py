@@ -1,20 +1,38 @@
-"""The benchmark cannot rot: a smoke run with tiny sizes. Speed is never asserted."""
+"""The benchmark cannot rot: its pieces checked against hand counts, and a smoke run with
+tiny sizes. Speed is never asserted."""
 
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_flops_per_example_is_the_exact_matmul_count():
-    from eqx_fmnist.bench import matmul_flops_per_example
+    from eqx_fmnist.bench import matmul_flops_per_example, matmul_shapes
 
     # forward 2*(784*256 + 256*128 + 128*10); weight grads the same; input grads of
     # layers 2 and 3 only.
     forward = 2 * (784 * 256 + 256 * 128 + 128 * 10)
     assert forward == 469_504
     assert matmul_flops_per_example() == 2 * forward + 2 * (256 * 128 + 128 * 10) == 1_007_104
+    shapes = matmul_shapes(512)
+    assert len(shapes) == 8 and (512, 784, 256) in shapes and (256, 512, 784) in shapes
+    assert sum(2 * m * k * n for m, k, n in shapes) == 512 * 1_007_104
+
+
+def test_xla_counts_at_least_the_matmul_flops(real_datasets):
+    """XLA's cost analysis of one compiled step counts every matmul FLOP and a little
+    elementwise work on top (AdamW, GELU, softmax)."""
+    from eqx_fmnist.bench.suite import xla_flops_per_example
+    from eqx_fmnist.train import TrainConfig
+
+    train, _ = real_datasets
+    flops = xla_flops_per_example(train, TrainConfig(batch_size=512))
+    assert 1_007_104 <= flops < 1.2 * 1_007_104
 
 
 def test_measure_uses_medians_and_reports_compile_separately():
@@ -31,6 +49,69 @@ def test_measure_uses_medians_and_reports_compile_separately():
     assert sorted(t.runs)[1] == t.examples_per_sec
 
 
+def test_measure_interleaved_alternates_the_variants():
+    from eqx_fmnist.bench import measure_interleaved
+
+    order = []
+    results = measure_interleaved(
+        {"a": lambda: order.append("a"), "b": lambda: order.append("b")},
+        examples={"a": 10, "b": 20},
+        batch_size=1,
+        repeats=3,
+    )
+    assert order == ["a", "b"] + ["a", "b"] * 3  # warm-ups, then turns
+    assert [r.name for r in results] == ["a", "b"] and all(len(r.runs) == 3 for r in results)
+
+
+def test_matmul_bound_adds_up_the_step_shapes():
+    from eqx_fmnist.bench import matmul_bound
+
+    bound = matmul_bound(64, backends=("numpy",))
+    assert len(bound.seconds) == 8 and set(bound.backends) == {"numpy"}
+    assert bound.examples_per_sec == pytest.approx(64 / sum(bound.seconds))
+    with pytest.raises(ValueError, match="backend"):
+        matmul_bound(64, backends=("fortran",))
+
+
+def test_machine_facts_name_the_cpu_and_versions():
+    import jax
+
+    from eqx_fmnist.bench import machine_facts
+
+    facts = machine_facts()
+    assert facts["jax"] == jax.__version__ and facts["backend"] == jax.default_backend()
+    assert facts["cpu"] and facts["cores"] >= 1
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        flags = set(
+            next(ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("flags")).split()
+        )
+        assert ("avx512_bf16" in facts["flags"]) == ("avx512_bf16" in flags)
+
+
+@pytest.mark.slow
+def test_trainers_train_the_same_mlp(real_datasets):
+    """Every path starts from a loss near ln(10) and brings it down within 50 steps."""
+    from eqx_fmnist.bench.suite import TRAINERS
+    from eqx_fmnist.train import TrainConfig
+
+    train, _ = real_datasets
+    config = TrainConfig.codelab(batch_size=256)
+    names = ["codelab_jit", "library_step", "library_fused"]
+    try:
+        import torch  # noqa: F401
+
+        names.append("pytorch_eager")
+    except ImportError:
+        pass
+    for name in names:
+        run = TRAINERS[name](train, config, 10)
+        first, later = run(10), run(40)
+        assert 0.3 < later < first < 2.5, (name, first, later)
+        assert np.isfinite(later)
+
+
+@pytest.mark.slow
 def test_benchmark_script_smoke_run(tmp_path, real_data):
     out = subprocess.run(
         [
@@ -48,14 +129,17 @@ def test_benchmark_script_smoke_run(tmp_path, real_data):
     assert out.returncode == 0, out.stderr[-3000:]
     table = (tmp_path / "throughput.md").read_text()
     for row in (
-        "python_dispatch",
-        "codelab_jit",
-        "library_step",
-        "library_fused",
-        "% of bound",
-        "bfloat16 compute",
+        "Machine:",
+        "jax ",
+        "| python_dispatch |",
+        "| codelab_jit |",
+        "| library_step |",
+        "| library_fused |",
+        "% of matmul bound",
+        "| 25 steps |",
+        "p=f32,c=bf16,o=f32",
         "| 128 |",
-        "(1024, 512)",
+        "cost_analysis",
         "projection",
     ):
         assert row in table, row

@@ -1,0 +1,291 @@
+"""The measuring harness: warm-up, `block_until_ready`, interleaved repetitions, medians,
+the machine a figure came from, and the matmul bound it is compared with.
+
+Throughput is in **examples/sec**: training images per second through forward,
+backward and the AdamW update. It is also shown as **projected tokens/sec**,
+examples/sec x [`TOKENS_PER_EXAMPLE`][eqx_fmnist.bench.measure.TOKENS_PER_EXAMPLE],
+reading a 28 x 28 image as 16 patches of 7 x 7 pixels the way a vision transformer
+would: a projection, not a measurement.
+"""
+
+import dataclasses
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+TOKENS_PER_EXAMPLE = 16
+"""Tokens per image for the tokens/sec projection: 16 patches of 7 x 7 pixels."""
+
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+"""The CPU flags that decide how fast float32 and bfloat16 matmuls can run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Throughput:
+    """One measured variant: median examples/sec over `runs`, and its compile time."""
+
+    name: str
+    examples_per_sec: float
+    runs: tuple[float, ...]
+    compile_seconds: float
+    batch_size: int
+
+    @property
+    def tokens_per_sec(self) -> float:
+        """A projection: examples/sec x `TOKENS_PER_EXAMPLE`."""
+        return self.examples_per_sec * TOKENS_PER_EXAMPLE
+
+
+def measure(
+    name: str,
+    run: Callable[[], Any],
+    *,
+    examples: int,
+    batch_size: int,
+    repeats: int = 5,
+    warmup: int = 1,
+) -> Throughput:
+    """Time `run()` (which must return what it computed) `repeats` times after `warmup`.
+
+    The first warm-up call's time is reported as compile time; the clock stops only
+    after `jax.block_until_ready` on the result.
+    """
+    return measure_interleaved(
+        {name: run}, examples=examples, batch_size=batch_size, repeats=repeats, warmup=warmup
+    )[0]
+
+
+def measure_interleaved(
+    runs: Mapping[str, Callable[[], Any]],
+    *,
+    examples: int | Mapping[str, int],
+    batch_size: int | Mapping[str, int],
+    repeats: int = 5,
+    warmup: int = 1,
+) -> list[Throughput]:
+    """Time several variants in turns: repetition `r` of every variant runs before
+    repetition `r + 1` of any, so a machine that slows down mid-way slows all of them.
+
+    **Arguments:**
+
+    - `runs`: name -> a function that does one repetition and returns its result.
+    - `examples`: training examples one repetition processes (one number, or one per
+        name).
+    - `batch_size`: the batch size to report (one number, or one per name).
+    - `repeats`: timed repetitions of each variant. Defaults to `5`.
+    - `warmup`: untimed calls first; the first one's time is the compile time.
+
+    **Returns:**
+
+    One [`Throughput`][eqx_fmnist.bench.measure.Throughput] per variant, in order, each
+    the median of its repetitions.
+    """
+
+    def per(value, name):
+        return value[name] if isinstance(value, Mapping) else value
+
+    compile_seconds = dict.fromkeys(runs, 0.0)
+    for name, run in runs.items():
+        for i in range(warmup):
+            t = time.perf_counter()
+            jax.block_until_ready(run())
+            if i == 0:
+                compile_seconds[name] = time.perf_counter() - t
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            t = time.perf_counter()
+            jax.block_until_ready(run())
+            rates[name].append(per(examples, name) / (time.perf_counter() - t))
+    return [
+        Throughput(
+            name,
+            statistics.median(rates[name]),
+            tuple(rates[name]),
+            compile_seconds[name],
+            per(batch_size, name),
+        )
+        for name in runs
+    ]
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+def machine_facts() -> dict[str, Any]:
+    """What a figure was measured on: CPU model, cores, the flags that matter, versions.
+
+    **Returns:**
+
+    A dict with `cpu`, `cores` (usable by this process), `flags` (those of
+    [`CPU_FLAGS`][eqx_fmnist.bench.measure.CPU_FLAGS] the CPU has), `backend`,
+    `devices`, `jax`, `jaxlib`, `python` and `XLA_FLAGS`.
+    """
+    import jaxlib
+
+    cpu, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not cpu:
+                cpu = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:  # not Linux: the name only
+        pass
+    cpu = cpu or platform.processor() or platform.machine()
+    device = jax.devices()[0]
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "flags": [f for f in CPU_FLAGS if f in flags],
+        "backend": jax.default_backend(),
+        "devices": f"{jax.device_count()} x {device.device_kind}",
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "python": platform.python_version(),
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+    }
+
+
+def has_bf16_matmul_hardware(facts: Mapping[str, Any] | None = None) -> bool:
+    """Whether the machine has bfloat16 matmul instructions (AVX512-BF16 or AMX-BF16 on
+    a CPU; any GPU or TPU)."""
+    facts = machine_facts() if facts is None else facts
+    if facts["backend"] != "cpu":
+        return True
+    return bool({"avx512_bf16", "amx_bf16"} & set(facts["flags"]))
+
+
+# --------------------------------------------------------------------------- the bound
+
+
+def matmul_shapes(
+    batch_size: int, in_size: int = 784, hidden: Sequence[int] = (256, 128), out_size: int = 10
+) -> list[tuple[int, int, int]]:
+    """The `(m, k, n)` of every matmul in one training step of the MLP.
+
+    Forward: `(batch, in) @ (in, out)` for every layer. Backward: the weight gradient
+    `(out, batch) @ (batch, in)` of every layer, and the input gradient
+    `(batch, out) @ (out, in)` of every layer but the first (nobody needs the gradient
+    of the pixels).
+    """
+    sizes = (in_size, *hidden, out_size)
+    pairs = list(zip(sizes[:-1], sizes[1:], strict=True))
+    forward = [(batch_size, a, b) for a, b in pairs]
+    weight_grads = [(b, batch_size, a) for a, b in pairs]
+    input_grads = [(batch_size, b, a) for a, b in pairs[1:]]
+    return forward + weight_grads + input_grads
+
+
+def matmul_flops_per_example(in_size: int = 784, hidden=(256, 128), out_size: int = 10) -> int:
+    """Exact matmul FLOPs of one training example (multiply-add = 2 FLOPs): the FLOPs of
+    [`matmul_shapes`][eqx_fmnist.bench.measure.matmul_shapes] per example.
+
+    1,007,104 for the reference 784-256-128-10 MLP.
+    """
+    shapes = matmul_shapes(1, in_size, hidden, out_size)
+    return sum(2 * m * k * n for m, k, n in shapes)
+
+
+def _median_seconds(fn: Callable[[], Any], *, min_seconds: float = 0.05, repeats: int = 7):
+    fn()  # warm-up
+    number, t = 1, 0.0
+    while True:  # calls per sample, so that one sample lasts about min_seconds / repeats
+        t = time.perf_counter()
+        for _ in range(number):
+            fn()
+        t = time.perf_counter() - t
+        if t * repeats >= min_seconds or number >= 1 << 16:
+            break
+        number *= 2
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - t) / number)
+    return statistics.median(samples)
+
+
+def time_matmul(m: int, k: int, n: int, backend: str) -> float:
+    """Median seconds of one float32 `(m, k) @ (k, n)` with `backend` (`"numpy"` or
+    `"torch"`); raises `ImportError` when torch is missing."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    out = np.empty((m, n), np.float32)
+    if backend == "numpy":
+        return _median_seconds(lambda: np.matmul(a, b, out=out))
+    if backend == "torch":
+        import torch
+
+        ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
+        return _median_seconds(lambda: torch.mm(ta, tb, out=tout))
+    raise ValueError(f"`backend` must be 'numpy' or 'torch', but got {backend!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulBound:
+    """The step's matmuls, each timed on its own at the faster of the backends.
+
+    `examples_per_sec` is what a training step made of nothing but these matmuls,
+    back to back, would reach: the bound that the measured paths are a percentage of.
+    """
+
+    batch_size: int
+    shapes: tuple[tuple[int, int, int], ...]
+    seconds: tuple[float, ...]
+    backends: tuple[str, ...]
+
+    @property
+    def step_seconds(self) -> float:
+        return sum(self.seconds)
+
+    @property
+    def examples_per_sec(self) -> float:
+        return self.batch_size / self.step_seconds
+
+
+def matmul_bound(
+    batch_size: int,
+    hidden: Sequence[int] = (256, 128),
+    backends: Sequence[str] = ("numpy", "torch"),
+) -> MatmulBound:
+    """Time every matmul of a training step with each backend and keep the faster.
+
+    **Arguments:**
+
+    - `batch_size`: the step's batch.
+    - `hidden`: the MLP's hidden sizes. Defaults to `(256, 128)`.
+    - `backends`: `"numpy"` and/or `"torch"`; a backend that is not installed is left
+        out. Defaults to both.
+
+    **Returns:**
+
+    A [`MatmulBound`][eqx_fmnist.bench.measure.MatmulBound].
+    """
+    shapes = matmul_shapes(batch_size, hidden=tuple(hidden))
+    seconds, winners = [], []
+    for shape in shapes:
+        timed = {}
+        for backend in backends:
+            try:
+                timed[backend] = time_matmul(*shape, backend)
+            except ImportError:
+                continue
+        if not timed:
+            raise ValueError(f"none of the backends {list(backends)} is installed.")
+        best = min(timed, key=timed.__getitem__)
+        seconds.append(timed[best])
+        winners.append(best)
+    return MatmulBound(batch_size, tuple(shapes), tuple(seconds), tuple(winners))

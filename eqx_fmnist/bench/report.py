@@ -1,0 +1,153 @@
+"""The benchmark's tables and figure, from what [`run_benchmark`][eqx_fmnist.bench.suite.run_benchmark] measured."""
+
+import dataclasses
+from typing import Any
+
+from .measure import TOKENS_PER_EXAMPLE, MatmulBound, Throughput
+
+
+@dataclasses.dataclass(frozen=True)
+class Cadence:
+    """`fit`'s examples/sec with a host read every `log_every` steps (median of `runs`)."""
+
+    log_every: int
+    examples_per_sec: float
+    runs: tuple[float, ...]
+
+
+def _facts_line(facts: dict[str, Any]) -> str:
+    flags = ", ".join(facts["flags"]) or "none of them"
+    line = (
+        f"Machine: {facts['cpu']}, {facts['cores']} cores (flags: {flags}); "
+        f"{facts['backend']} backend, {facts['devices']}; jax {facts['jax']}, "
+        f"jaxlib {facts['jaxlib']}, Python {facts['python']}"
+    )
+    if facts.get("XLA_FLAGS"):
+        line += f"; XLA_FLAGS={facts['XLA_FLAGS']}"
+    return line + "."
+
+
+@dataclasses.dataclass
+class BenchmarkReport:
+    """Everything one benchmark run measured, and how to show it.
+
+    **Fields:**
+
+    - `facts`: [`machine_facts`][eqx_fmnist.bench.measure.machine_facts].
+    - `bf16_matmul_speedup`: XLA's bfloat16 (float32-accumulating) matmul over its
+        float32 one on this machine.
+    - `flops_per_example`, `xla_flops_per_example`: the hand count of matmul FLOPs per
+        training example, and XLA's `cost_analysis()` of a compiled chunk.
+    - `main`: the training paths at batch 512, float32, a host read every `read_every`
+        steps each.
+    - `cadence`: `fit` at a host read every 25 steps and once per epoch.
+    - `precision`: the fused path under each policy.
+    - `batch_sizes`: the fused path at each batch size, with its matmul bound.
+    - `skipped`: variants left out, and why.
+    """
+
+    facts: dict[str, Any]
+    bf16_matmul_speedup: float
+    flops_per_example: int
+    xla_flops_per_example: float
+    main: list[Throughput]
+    read_every: int
+    cadence: list[Cadence]
+    precision: list[Throughput]
+    batch_sizes: list[tuple[Throughput, MatmulBound]]
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+    def _rate(self, name: str) -> float | None:
+        return next((t.examples_per_sec for t in self.main if t.name == name), None)
+
+    def to_markdown(self) -> str:
+        bound_512 = next((b for t, b in self.batch_sizes if b.batch_size == 512), None)
+        codelab, torch = self._rate("codelab_jit"), self._rate("pytorch_eager")
+        lines = [
+            _facts_line(self.facts),
+            "",
+            f"Training paths, batch 512, float32, the loss read back to the host every "
+            f"{self.read_every} steps (the codelab's logging cadence) on every path; "
+            "median of interleaved repetitions.",
+            "",
+            "| path | examples/sec | x codelab_jit | x pytorch_eager | % of matmul bound "
+            "| projected tokens/sec | compile s |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for t in self.main:
+            rel = [
+                f"{t.examples_per_sec / base:.2f}" if base else "n/a" for base in (codelab, torch)
+            ]
+            pct = (
+                f"{100 * t.examples_per_sec / bound_512.examples_per_sec:.0f}%"
+                if bound_512
+                else "n/a"
+            )
+            lines.append(
+                f"| {t.name} | {t.examples_per_sec:,.0f} | {rel[0]} | {rel[1]} | {pct} "
+                f"| {t.tokens_per_sec:,.0f} | {t.compile_seconds:.2f} |"
+            )
+        per_epoch = self.cadence[-1].examples_per_sec
+        lines += [
+            "",
+            "| `fit`, host read every | examples/sec | x one read per epoch |",
+            "|---|---|---|",
+            *(
+                f"| {c.log_every} steps | {c.examples_per_sec:,.0f} | "
+                f"{c.examples_per_sec / per_epoch:.2f} |"
+                for c in self.cadence
+            ),
+        ]
+        f32 = self.precision[0].examples_per_sec
+        lines += [
+            "",
+            f"XLA runs a bfloat16 x bfloat16 -> float32 matmul at "
+            f"{self.bf16_matmul_speedup:.2f}x its float32 speed on this machine.",
+            "",
+            "| fused path, precision | examples/sec | x float32 |",
+            "|---|---|---|",
+            *(
+                f"| {t.name} | {t.examples_per_sec:,.0f} | {t.examples_per_sec / f32:.2f} |"
+                for t in self.precision
+            ),
+        ]
+        lines += [
+            "",
+            "| fused path, batch | examples/sec | matmul bound (examples/sec) | % of bound "
+            "| bound from |",
+            "|---|---|---|---|---|",
+        ]
+        for t, b in self.batch_sizes:
+            sources = ", ".join(sorted(set(b.backends)))
+            lines.append(
+                f"| {b.batch_size} | {t.examples_per_sec:,.0f} | {b.examples_per_sec:,.0f} | "
+                f"{100 * t.examples_per_sec / b.examples_per_sec:.0f}% | {sources} |"
+            )
+        lines += [
+            "",
+            f"Matmul FLOPs per training example: {self.flops_per_example:,} by hand; XLA's "
+            f"`cost_analysis()` of the compiled chunk counts {self.xla_flops_per_example:,.0f} "
+            "(every floating-point operation it emits, elementwise work included).",
+            "",
+            "The matmul bound times each of the step's eight matmul shapes on its own with "
+            "numpy and PyTorch and takes the faster: a step made of nothing else would run "
+            "at that rate.",
+            f"Tokens/sec is a projection: examples/sec x {TOKENS_PER_EXAMPLE} (7 x 7 "
+            "patches per image), not a measurement.",
+        ]
+        if self.skipped:
+            lines += ["", *(f"- skipped: {s}" for s in self.skipped)]
+        return "\n".join(lines) + "\n"
+
+    def figure(self):
+        """Bars of the training paths' examples/sec, with the batch-512 matmul bound."""
+        from ..plots import plot_throughput
+
+        bound = next((b.examples_per_sec for _, b in self.batch_sizes if b.batch_size == 512), None)
+        return plot_throughput(
+            [t.name for t in self.main],
+            [t.examples_per_sec for t in self.main],
+            title=f"Training throughput, batch 512, float32 ({self.facts['cpu']}, "
+            f"{self.facts['cores']} cores)",
+            bound=bound,
+        )

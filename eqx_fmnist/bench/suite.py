@@ -1,0 +1,320 @@
+"""The benchmark suite: the library's training paths, the comparisons that matter, and
+time to accuracy, measured in one process and gathered into a
+[`BenchmarkReport`][eqx_fmnist.bench.report.BenchmarkReport]."""
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..data import FashionMNIST
+from ..dataset import ArrayDataset, epoch_indices, steps_per_epoch
+from ..evaluate import evaluate
+from ..train import TrainConfig, compile_steps, fit, init_state, train_step, train_steps
+from .baselines import Trainer, codelab_trainer, pytorch_trainer
+from .measure import (
+    Throughput,
+    machine_facts,
+    matmul_bound,
+    matmul_flops_per_example,
+    measure_interleaved,
+)
+from .report import BenchmarkReport, Cadence
+
+CODELAB_READ_EVERY = 25
+"""The codelab logs (reads the loss back to the host) every 25 steps."""
+
+
+def library_fused_trainer(
+    dataset: ArrayDataset, config: TrainConfig, *, read_every: int = CODELAB_READ_EVERY
+) -> Trainer:
+    """The library's fast path: [`train_steps`][eqx_fmnist.train.train_steps] in chunks
+    of `read_every` steps, the metrics read back after each chunk."""
+    holder = {"state": init_state(config, len(dataset))}
+
+    def run(num_steps: int) -> float:
+        last = math.nan
+        while num_steps > 0:
+            k = min(read_every, num_steps)
+            holder["state"], metrics = train_steps(
+                holder["state"], dataset, batch_size=config.batch_size, num_steps=k
+            )
+            last = float(np.asarray(metrics["loss"])[-1])
+            num_steps -= k
+        return last
+
+    return run
+
+
+def library_step_trainer(
+    dataset: ArrayDataset, config: TrainConfig, *, read_every: int = CODELAB_READ_EVERY
+) -> Trainer:
+    """The library's [`train_step`][eqx_fmnist.train.train_step], dispatched from Python
+    once per batch, with each epoch's batches gathered up front as the codelab does."""
+    batch = config.batch_size
+    spe = steps_per_epoch(len(dataset), batch)
+    holder = {"state": init_state(config, len(dataset)), "step": 0, "batches": None}
+    key = jnp.array(np.asarray(holder["state"].key))  # a copy: the state is donated
+
+    def run(num_steps: int) -> float:
+        last, state = math.nan, holder["state"]
+        for _ in range(num_steps):
+            s = holder["step"]
+            if s % spe == 0:
+                idx = epoch_indices(jax.random.fold_in(key, s // spe), len(dataset), batch)
+                holder["batches"] = (dataset.images[idx], dataset.labels[idx])
+            xs, ys = holder["batches"]
+            state, metrics = train_step(state, xs[s % spe], ys[s % spe])
+            holder["step"] = s + 1
+            if holder["step"] % read_every == 0:
+                last = float(metrics["loss"])
+        holder["state"] = state
+        return last
+
+    return run
+
+
+TRAINERS: dict[str, Callable[..., Trainer]] = {
+    "python_dispatch": lambda ds, c, read_every: codelab_trainer(
+        ds, c, read_every=read_every, jit=False
+    ),
+    "codelab_jit": lambda ds, c, read_every: codelab_trainer(ds, c, read_every=read_every),
+    "library_step": lambda ds, c, read_every: library_step_trainer(ds, c, read_every=read_every),
+    "library_fused": lambda ds, c, read_every: library_fused_trainer(ds, c, read_every=read_every),
+    "pytorch_eager": lambda ds, c, read_every: pytorch_trainer(ds, c, read_every=read_every),
+}
+"""Every training path the suite can measure, by name."""
+
+
+def compare_training(
+    dataset: ArrayDataset,
+    config: TrainConfig | None = None,
+    *,
+    variants: Sequence[str] = ("codelab_jit", "library_step", "library_fused"),
+    read_every: int = CODELAB_READ_EVERY,
+    steps: int = 6 * CODELAB_READ_EVERY,
+    repeats: int = 5,
+) -> list[Throughput]:
+    """Measure training paths in this process, interleaved, at one host-read cadence.
+
+    **Arguments:**
+
+    - `dataset`: the training set.
+    - `config`: batch size, hidden sizes, optimiser, precision. Defaults to
+        `TrainConfig()`.
+    - `variants`: names from [`TRAINERS`][eqx_fmnist.bench.suite.TRAINERS].
+    - `read_every`: steps between host reads of the loss, for every variant. Defaults
+        to `25`, the codelab's logging cadence.
+    - `steps`: steps per timed repetition (`python_dispatch`, about ten times slower,
+        runs a sixth of them). Defaults to `150`.
+    - `repeats`: timed repetitions of each, after one warm-up. Defaults to `5`.
+
+    **Returns:**
+
+    One [`Throughput`][eqx_fmnist.bench.measure.Throughput] per variant, in order.
+    """
+    config = TrainConfig() if config is None else config
+    unknown = set(variants) - set(TRAINERS)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(TRAINERS)}.")
+    runs, examples = {}, {}
+    for name in variants:
+        n = max(read_every, steps // 6) if name == "python_dispatch" else steps
+        trainer = TRAINERS[name](dataset, config, read_every)
+        runs[name] = lambda trainer=trainer, n=n: trainer(n)
+        examples[name] = n * config.batch_size
+    return measure_interleaved(
+        runs, examples=examples, batch_size=config.batch_size, repeats=repeats
+    )
+
+
+def fit_cadence(
+    data: tuple[ArrayDataset, ArrayDataset],
+    config: TrainConfig,
+    log_every: Sequence[int | None] = (CODELAB_READ_EVERY, None),
+    *,
+    repeats: int = 5,
+) -> list[Cadence]:
+    """Examples/sec of whole [`fit`][eqx_fmnist.train.fit] runs at several logging
+    cadences, interleaved: repetition `r` of each before repetition `r + 1` of any.
+
+    `None` in `log_every` is one interval per epoch. Each figure is `fit`'s own
+    `examples_per_sec` (training calls and their host reads; compiling and the final
+    evaluation excluded), median over `repeats`.
+    """
+    rates: dict[int | None, list[float]] = {every: [] for every in log_every}
+    for _ in range(repeats):
+        for every in log_every:
+            result = fit(dataclasses.replace(config, log_every=every), data)
+            rates[every].append(result.examples_per_sec)
+    spe = steps_per_epoch(len(data[0]), config.batch_size)
+    return [Cadence(every or spe, statistics.median(r), tuple(r)) for every, r in rates.items()]
+
+
+def xla_flops_per_example(dataset: ArrayDataset, config: TrainConfig) -> float:
+    """XLA's own FLOP count (`cost_analysis()`) of a compiled one-step chunk, per example.
+
+    It counts every floating-point operation XLA emits (the elementwise work too, not
+    just the matmuls), as XLA estimates it; compare it with
+    [`matmul_flops_per_example`][eqx_fmnist.bench.measure.matmul_flops_per_example].
+    One step, because XLA counts a loop's body once, however many times it runs.
+    """
+    state = init_state(config, len(dataset))
+    run = compile_steps(state, dataset, batch_size=config.batch_size, num_steps=1)
+    cost = run.compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    return float(cost["flops"]) / config.batch_size
+
+
+def bf16_matmul_speedup(size: int = 1024, repeats: int = 7) -> float:
+    """How much faster XLA runs a `size`-cubed matmul with bfloat16 inputs and float32
+    accumulation than in float32 on the default device: the ceiling of what a bfloat16
+    policy can gain here (1.0 or less means XLA does not use bfloat16 hardware)."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
+    f32 = jax.jit(lambda x: x @ x)
+    bf16 = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
+    a16 = a.astype(jnp.bfloat16)
+    times = measure_interleaved(
+        {"f32": lambda: f32(a), "bf16": lambda: bf16(a16)},
+        examples=1,
+        batch_size=1,
+        repeats=repeats,
+    )
+    return times[1].examples_per_sec / times[0].examples_per_sec
+
+
+def precision_rows(
+    dataset: ArrayDataset,
+    config: TrainConfig,
+    specs: Sequence[str] = ("p=f32,c=f32,o=f32", "p=f32,c=bf16,o=f32", "p=f32,c=f16,o=f32"),
+    *,
+    repeats: int = 5,
+) -> list[Throughput]:
+    """The fused path, one epoch per repetition, under each precision policy, interleaved."""
+    spe = steps_per_epoch(len(dataset), config.batch_size)
+    runs = {}
+    for spec in specs:
+        trainer = library_fused_trainer(
+            dataset, dataclasses.replace(config, precision=spec), read_every=spe
+        )
+        runs[spec] = lambda trainer=trainer: trainer(spe)
+    return measure_interleaved(
+        runs, examples=spe * config.batch_size, batch_size=config.batch_size, repeats=repeats
+    )
+
+
+def time_to_accuracy(
+    data: FashionMNIST,
+    config: TrainConfig | None = None,
+    targets: Sequence[float] = (0.88, 0.90),
+) -> tuple[dict[float, float | None], float]:
+    """Seconds from calling [`fit`][eqx_fmnist.train.fit] to the first end-of-interval
+    evaluation on all 10,000 test images at or above each target.
+
+    Moving the data to the device, building the state, compiling and every evaluation
+    count; loading the files does not (pass them in already loaded).
+
+    **Returns:**
+
+    `({target: seconds, or None if never reached}, final test accuracy)`.
+    """
+    config = TrainConfig() if config is None else config
+    test = ArrayDataset(data.test_images, data.test_labels)
+    reached: dict[float, float | None] = dict.fromkeys(targets)
+
+    def callback(entry, state):
+        accuracy = evaluate(state.model, test, policy=state.policy).accuracy
+        now = time.perf_counter() - start
+        for t in targets:
+            if reached[t] is None and accuracy >= t:
+                reached[t] = now
+
+    start = time.perf_counter()
+    result = fit(config, data, callback=callback)
+    return reached, result.test.accuracy
+
+
+def run_benchmark(
+    data: tuple[ArrayDataset, ArrayDataset],
+    *,
+    quick: bool = False,
+    repeats: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> BenchmarkReport:
+    """Measure every table of the benchmark in this process.
+
+    **Arguments:**
+
+    - `data`: `(train, test)` (60,000 training images for the real benchmark).
+    - `quick`: a smoke-sized run: 4,096 training examples, 2 repeats, short runs.
+        Defaults to `False`.
+    - `repeats`: timed repetitions of each variant. Defaults to `5`.
+    - `progress`: called with a description before each measurement.
+
+    **Returns:**
+
+    A [`BenchmarkReport`][eqx_fmnist.bench.report.BenchmarkReport].
+    """
+    say = progress or (lambda _: None)
+    train, test = data
+    if quick:
+        train = train.take(jnp.arange(min(len(train), 4096)))
+        test = test.take(jnp.arange(min(len(test), 1024)))
+        repeats = 2
+    config = TrainConfig(batch_size=512)
+    say("machine facts and the bfloat16 matmul ceiling")
+    facts = machine_facts()
+    bf16_ceiling = bf16_matmul_speedup(256 if quick else 1024)
+    variants = ["python_dispatch", "codelab_jit", "library_step", "library_fused"]
+    skipped = []
+    try:
+        import torch  # noqa: F401
+
+        variants.append("pytorch_eager")
+    except ImportError:
+        skipped.append("pytorch_eager: torch is not installed (pip install torch)")
+    say(f"training paths at the codelab's cadence: {', '.join(variants)}")
+    steps = 2 * CODELAB_READ_EVERY if quick else 6 * CODELAB_READ_EVERY
+    main = compare_training(train, config, variants=variants, steps=steps, repeats=repeats)
+    say("fit at two logging cadences")
+    cadence_config = TrainConfig.codelab(
+        steps=steps_per_epoch(len(train), 512) * (2 if quick else 10)
+    )
+    cadence = fit_cadence((train, test), cadence_config, repeats=repeats)
+    say("precision policies")
+    precision = precision_rows(train, config, repeats=repeats)
+    batch_sizes = (128, 512) if quick else (128, 512, 2048)
+    say(f"batch sizes {batch_sizes} and their matmul bounds")
+    fused_steps = {b: max(4, (steps * 512) // b) for b in batch_sizes}
+    runs = {}
+    for b in batch_sizes:
+        trainer = library_fused_trainer(
+            train, dataclasses.replace(config, batch_size=b), read_every=fused_steps[b]
+        )
+        runs[f"batch {b}"] = lambda trainer=trainer, n=fused_steps[b]: trainer(n)
+    by_batch = measure_interleaved(
+        runs,
+        examples={f"batch {b}": fused_steps[b] * b for b in batch_sizes},
+        batch_size={f"batch {b}": b for b in batch_sizes},
+        repeats=repeats,
+    )
+    bounds = [matmul_bound(b) for b in batch_sizes]
+    say("XLA's FLOP count")
+    xla_flops = xla_flops_per_example(train, config)
+    return BenchmarkReport(
+        facts=facts,
+        bf16_matmul_speedup=bf16_ceiling,
+        flops_per_example=matmul_flops_per_example(),
+        xla_flops_per_example=xla_flops,
+        main=main,
+        read_every=CODELAB_READ_EVERY,
+        cadence=cadence,
+        precision=precision,
+        batch_sizes=list(zip(by_batch, bounds, strict=True)),
+        skipped=skipped,
+    )
