@@ -40,9 +40,47 @@ def trained_run(tmp_path_factory, real_data):
         str(out),
         "--data-dir",
         str(real_data.source),
+        "--profile",
+        env={"EQX_FMNIST_COMPILE_CACHE": str(out.parent / "compile-cache")},
     )
     assert result.returncode == 0, result.stderr
     return out, result
+
+
+def test_train_keeps_compiled_programs_and_writes_a_profile(trained_run):
+    import gzip
+    import json
+
+    out, result = trained_run
+    cached = list((out.parent / "compile-cache").iterdir())
+    assert any(p.name.startswith("jit__steps") for p in cached), sorted(p.name for p in cached)
+    traces = list((out / "profile").rglob("perfetto_trace.json.gz"))
+    assert len(traces) == 1 and str(traces[0]) in result.stdout.replace("\n", "")
+    with gzip.open(traces[0], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    # Intervals 2 and 3 were traced: the training chunk ran in the trace, twice.
+    runs = {
+        e["args"]["run_id"] for e in events if e.get("args", {}).get("hlo_module") == "jit__steps"
+    }
+    assert len(runs) == 2
+
+
+def test_the_compile_cache_can_be_moved_or_turned_off(monkeypatch, real_data):
+    import eqx_fmnist.cli as cli
+
+    monkeypatch.setenv("EQX_FMNIST_COMPILE_CACHE", "off")
+    assert cli.compile_cache_dir() is None
+    monkeypatch.setenv("EQX_FMNIST_COMPILE_CACHE", "~/somewhere")
+    assert str(cli.compile_cache_dir()).endswith("somewhere") and "~" not in str(
+        cli.compile_cache_dir()
+    )
+    monkeypatch.delenv("EQX_FMNIST_COMPILE_CACHE")
+    assert cli.compile_cache_dir().parts[-2:] == ("eqx_fmnist", "jax-compile")
+    enabled = []
+    monkeypatch.setattr(cli, "enable_compile_cache", enabled.append)
+    assert cli.main(["--no-compile-cache", "data", "--data-dir", str(real_data.source)]) == 0
+    assert cli.main(["data", "--data-dir", str(real_data.source)]) == 0
+    assert enabled == [cli.compile_cache_dir()]  # only the second call turned it on
 
 
 def test_train_writes_a_complete_run_folder(trained_run):
