@@ -77,6 +77,10 @@ def main() -> None:
         )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     base = rows[0]["examples_per_sec"]
+    from eqx_fmnist.bench import machine_facts
+
+    facts = machine_facts()
+    print(f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}.\n")
     print("| devices (simulated, 2 shared cores) | examples/sec | x first row | compile s |")
     print("|---|---|---|---|")
     for r in rows:

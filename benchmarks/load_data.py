@@ -14,6 +14,7 @@ import tempfile
 import time
 
 import eqx_fmnist as ef
+from eqx_fmnist.bench import machine_facts
 
 
 def timed(**kwargs) -> float:
@@ -33,7 +34,9 @@ def main() -> None:
             cold.append(timed(verify=True))  # gunzips, hashes, keeps decoded copies
             warm.append(timed(verify=True))  # reads the copies; verification remembered
             unverified.append(timed(verify=False))
-    print(f"source: {ef.load_fashion_mnist(verify=False).source}")
+    facts = machine_facts()
+    print(f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}.\n")
+    print(f"source: {ef.load_fashion_mnist(verify=False).source}\n")
     print("| load | median s | min..max s |")
     print("|---|---|---|")
     for name, xs in [

@@ -79,7 +79,12 @@ def main() -> None:
             f" ({min(values):.1f}..{max(values):.1f})" if len(values) > 1 else ""
         )
 
-    print(f"recommended recipe, {args.precision}; seconds from calling fit()")
+    from eqx_fmnist.bench import machine_facts
+
+    facts = machine_facts()
+    flags = ", ".join(facts["flags"])
+    print(f"Machine: {facts['cpu']}, {facts['cores']} cores ({flags}); jax {facts['jax']}.\n")
+    print(f"recommended recipe, {args.precision}; seconds from calling fit()\n")
     print("| process | " + " | ".join(f"to {t:.2f}" for t in TARGETS) + " | load s | final |")
     print("|---|" + "---|" * (len(TARGETS) + 2))
     for name, runs in [("cold (empty cache)", [cold]), (f"warm (median of {len(warm)})", warm)]:
