@@ -27,7 +27,7 @@ def child(precision: str) -> None:
     t0 = time.perf_counter()
     import eqx_fmnist as ef
     from eqx_fmnist.bench import time_to_accuracy
-    from eqx_fmnist.cli import compile_cache_dir, enable_compile_cache
+    from eqx_fmnist.cache import compile_cache_dir, enable_compile_cache
 
     enable_compile_cache(compile_cache_dir())  # what `eqx-fmnist train` does
     t1 = time.perf_counter()

@@ -3,13 +3,23 @@
 import importlib.metadata
 
 from . import (
+    cache as cache,
+    config as config,
     data as data,
     dataset as dataset,
+    evaluate as evaluate,
     losses as losses,
     model as model,
     precision as precision,
+    state as state,
+    step as step,
     train as train,
 )
+from .cache import (
+    compile_cache_dir as compile_cache_dir,
+    enable_compile_cache as enable_compile_cache,
+)
+from .config import TrainConfig as TrainConfig, make_optimizer as make_optimizer
 from .data import (
     CLASS_NAMES as CLASS_NAMES,
     ChecksumError as ChecksumError,
@@ -33,7 +43,7 @@ from .dataset import (
 from .evaluate import (
     EvalResult as EvalResult,
     confusion_matrix as confusion_matrix,
-    evaluate as evaluate,
+    evaluate as evaluate_model,  # noqa: F401  (eqx_fmnist.evaluate stays the module)
     per_class_accuracy as per_class_accuracy,
     predict as predict,
     predict_logits as predict_logits,
@@ -50,18 +60,18 @@ from .precision import (
     Policy as Policy,
     StaticLossScale as StaticLossScale,
 )
-from .train import (
-    NonFiniteError as NonFiniteError,
-    TrainConfig as TrainConfig,
-    TrainResult as TrainResult,
-    TrainState as TrainState,
+from .state import TrainState as TrainState, init_state as init_state
+from .step import (
     compile_steps as compile_steps,
-    fit as fit,
-    init_state as init_state,
-    make_optimizer as make_optimizer,
     train_epoch as train_epoch,
     train_step as train_step,
     train_steps as train_steps,
+)
+from .train import (
+    History as History,
+    NonFiniteError as NonFiniteError,
+    TrainResult as TrainResult,
+    fit as fit,
 )
 
 __version__ = importlib.metadata.version("eqx_fmnist")

@@ -26,21 +26,13 @@ from typing import Any
 import equinox as eqx
 import jax
 
+from .config import TrainConfig
 from .fileio import atomic_write
 from .parallel import to_local
-from .train import TrainConfig, TrainState, init_state
+from .state import TrainState, init_state
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
 FORMAT_VERSION = 1
-# Fields that shape the state's PyTree or its static parts: a checkpoint made with other
-# values cannot continue under this config.
-ARCHITECTURE_FIELDS = (
-    "hidden_sizes",
-    "precision",
-    "label_smoothing",
-    "grad_clip",
-    "on_nonfinite",
-)
 
 
 class CheckpointError(ValueError):
@@ -160,7 +152,7 @@ def check_compatible(saved: TrainConfig, config: TrainConfig, *, where: str = "c
     """Raise `CheckpointError` if `saved` and `config` differ in the model or its state."""
     diffs = [
         f"{name} {getattr(saved, name)!r} (config: {getattr(config, name)!r})"
-        for name in ARCHITECTURE_FIELDS
+        for name in TrainConfig.state_fields()
         if getattr(saved, name) != getattr(config, name)
     ]
     if diffs:

@@ -155,3 +155,14 @@ def per_class_accuracy(
     """Recall of each true class from a confusion matrix: diagonal over row sums."""
     cm = jnp.asarray(cm)
     return jnp.diag(cm) / jnp.maximum(cm.sum(axis=1), 1)
+
+
+def most_confused(
+    cm: Integer[Array | np.ndarray, "classes classes"],
+) -> tuple[Int[np.ndarray, " classes"], Float[np.ndarray, " classes"]]:
+    """For each true class, the other class it is most often predicted as, and the
+    share of its examples that go there."""
+    cm = np.asarray(cm)
+    off = cm - np.diag(np.diag(cm)) - np.eye(len(cm), dtype=cm.dtype)  # never itself
+    other = off.argmax(axis=1)
+    return other, cm[np.arange(len(cm)), other] / np.maximum(cm.sum(axis=1), 1)

@@ -53,7 +53,9 @@ class MLP(eqx.Module):
         keys = jr.split(key, len(sizes) - 1)
         layers = []
         for k, fan_in, fan_out in zip(keys, sizes[:-1], sizes[1:], strict=True):
-            layer = eqx.nn.Linear(fan_in, fan_out, key=k)
+            # Equinox's layer for its structure only (shapes, no draw), then the values,
+            # drawn once from `k`.
+            layer = eqx.filter_eval_shape(eqx.nn.Linear, fan_in, fan_out, key=k)
             weight = jr.normal(k, (fan_out, fan_in), jnp.float32) * math.sqrt(2.0 / fan_in)
             bias = jnp.zeros((fan_out,), jnp.float32)
             layers.append(eqx.tree_at(lambda lin: (lin.weight, lin.bias), layer, (weight, bias)))

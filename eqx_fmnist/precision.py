@@ -90,9 +90,14 @@ class Policy(eqx.Module):
 
     @classmethod
     def from_string(cls, spec: str) -> "Policy":
-        """Parse a policy like jmp does: `"p=f32,c=bf16,o=f32"`, or with long keys
+        """Parse a jmp-style policy: `"p=f32,c=bf16,o=f32"`, or with long keys
         `"params=float32,compute=bfloat16,output=float32"`, or a single dtype name for
-        all three (`"float32"`). Keys left out default to the parameter dtype.
+        all three (`"float32"`).
+
+        Keys left out: a missing `p` is float32, and a missing `c` or `o` is the
+        *parameter* dtype, so `"p=bf16"` is bfloat16 throughout and `"c=bf16"` is
+        float32 parameters and logits with bfloat16 matmuls. (jmp's defaulting rule
+        differs; write all three keys to be unambiguous in both.)
 
         **Raises:**
 
@@ -141,7 +146,8 @@ class Policy(eqx.Module):
     def accumulate_dtype(self) -> np.dtype:
         """The dtype matmuls accumulate and return in: float32 for a bfloat16 or float16
         compute dtype, otherwise the compute dtype itself."""
-        return jnp.promote_types(self.compute_dtype, jnp.float32)
+        f32 = jnp.dtype("float32")
+        return f32 if self.compute_dtype.itemsize < f32.itemsize else self.compute_dtype
 
     def matmul(self, a: Float[Array, "*a"], b: Float[Array, "*b"]) -> Float[Array, "*c"]:
         """`a @ b` that multiplies in `compute_dtype` and accumulates in

@@ -1,8 +1,13 @@
 import os
 
+import jax
 import pytest
 
 from helpers import DEBIAN_DIR
+
+# As Equinox's own suite runs: no silent float/int or rank promotion anywhere.
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,8 @@ import pytest
 
 @pytest.mark.slow
 def test_codelab_reference_run_reaches_0_85(real_datasets):
-    from eqx_fmnist.train import TrainConfig, fit
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.train import fit
 
     result = fit(TrainConfig.codelab(), real_datasets)
     assert result.test.count == 10_000
@@ -14,7 +15,8 @@ def test_codelab_reference_run_reaches_0_85(real_datasets):
 
 @pytest.mark.slow
 def test_recommended_recipe_reaches_0_90(real_datasets):
-    from eqx_fmnist.train import TrainConfig, fit
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.train import fit
 
     result = fit(TrainConfig(), real_datasets)
     assert result.test.count == 10_000

@@ -28,7 +28,7 @@ def test_xla_counts_at_least_the_matmul_flops(real_datasets):
     """XLA's cost analysis of one compiled step counts every matmul FLOP and a little
     elementwise work on top (AdamW, GELU, softmax)."""
     from eqx_fmnist.bench.suite import xla_flops_per_example
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
     train, _ = real_datasets
     flops = xla_flops_per_example(train, TrainConfig(batch_size=512))
@@ -93,7 +93,7 @@ def test_machine_facts_name_the_cpu_and_versions():
 def test_trainers_train_the_same_mlp(real_datasets):
     """Every path starts from a loss near ln(10) and brings it down within 50 steps."""
     from eqx_fmnist.bench.suite import TRAINERS
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
     train, _ = real_datasets
     config = TrainConfig.codelab(batch_size=256)

@@ -14,14 +14,16 @@ def small():
 
 
 def config(**kw):
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
     return TrainConfig(**(dict(steps=16, batch_size=32, hidden_sizes=(32,)) | kw))
 
 
 def test_save_load_continue_equals_straight_through(small, tmp_path):
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
-    from eqx_fmnist.train import fit, init_state, train_steps
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_steps
+    from eqx_fmnist.train import fit
 
     c = config()
     straight = fit(c, (small, small))
@@ -43,7 +45,7 @@ def test_save_load_continue_equals_straight_through(small, tmp_path):
 
 def _saved(small, tmp_path, **kw):
     from eqx_fmnist.checkpoint import save_checkpoint
-    from eqx_fmnist.train import init_state
+    from eqx_fmnist.state import init_state
 
     c = config(**kw)
     return save_checkpoint(
@@ -112,7 +114,7 @@ def test_a_failed_save_keeps_the_previous_checkpoint(small, tmp_path, monkeypatc
     import os
 
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
-    from eqx_fmnist.train import init_state
+    from eqx_fmnist.state import init_state
 
     path = _saved(small, tmp_path)
     blob = path.read_bytes()

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from helpers import run_cli, start_cli, wait_for
+from helpers import run_cli, start_cli
 
 
 def test_data_command_shows_the_splits(real_data):
@@ -16,12 +16,28 @@ def test_data_command_without_data_is_one_clear_line(tmp_path, monkeypatch, caps
     import eqx_fmnist.cli as cli
     import eqx_fmnist.data as data
 
-    monkeypatch.setattr(data, "DEBIAN_DIR", tmp_path / "no-debian")
-    status = cli.main(["data", "--data-dir", str(tmp_path / "none"), "--no-download"])
+    monkeypatch.setattr(data.idx, "DEBIAN_DIR", tmp_path / "no-debian")
+    status = cli.main(["data", "--no-download"])
     err = capsys.readouterr().err
     assert status == 2
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "dataset-fashion-mnist" in err and "no-debian" in err
+
+
+@pytest.mark.parametrize("command", ["data", "train"])
+def test_an_empty_data_dir_is_an_error_not_a_silent_fallback(command, tmp_path, capsys, real_data):
+    """The Debian copy is installed, but an explicit folder is never replaced by it."""
+    import eqx_fmnist.cli as cli
+
+    empty = tmp_path / "empty-folder"
+    empty.mkdir()
+    out = tmp_path / "run"
+    extra = ["--steps", "5", "--out", str(out)] if command == "train" else []
+    status = cli.main([command, "--data-dir", str(empty), *extra])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(empty) in err and "train-images-idx3-ubyte" in err
+    assert not out.exists()
 
 
 # ----------------------------------------------------------------------------- train & co
@@ -77,7 +93,7 @@ def test_the_compile_cache_can_be_moved_or_turned_off(monkeypatch, real_data):
     monkeypatch.delenv("EQX_FMNIST_COMPILE_CACHE")
     assert cli.compile_cache_dir().parts[-2:] == ("eqx_fmnist", "jax-compile")
     enabled = []
-    monkeypatch.setattr(cli, "enable_compile_cache", enabled.append)
+    monkeypatch.setattr(cli, "enable_compile_cache", enabled.append)  # as cli sees it
     assert cli.main(["--no-compile-cache", "data", "--data-dir", str(real_data.source)]) == 0
     assert cli.main(["data", "--data-dir", str(real_data.source)]) == 0
     assert enabled == [cli.compile_cache_dir()]  # only the second call turned it on
@@ -88,7 +104,7 @@ def test_train_writes_a_complete_run_folder(trained_run):
 
     from PIL import Image
 
-    from eqx_fmnist.cli import RESULT_FILES
+    from eqx_fmnist.runs import RESULT_FILES
 
     out, result = trained_run
     for name in RESULT_FILES:
@@ -207,8 +223,10 @@ def test_resume_continues_the_step_count_and_history(tmp_path, real_data):
     import json
 
     from eqx_fmnist.checkpoint import save_checkpoint
+    from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.dataset import to_datasets
-    from eqx_fmnist.train import TrainConfig, init_state, train_steps
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_steps
 
     config = TrainConfig(steps=60, log_every=20)
     train, _ = to_datasets(real_data)
@@ -231,16 +249,23 @@ def test_resume_continues_the_step_count_and_history(tmp_path, real_data):
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data):
+    """A signal stops the run at the end of the interval, after a checkpoint, whatever
+    the checkpoint cadence (60 s by default: none was due yet)."""
+    import json
     import signal
+    import time
 
     from eqx_fmnist.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
-    proc = start_cli(
-        "train", "--steps", 100000, "--log-every", 10, "--out", out, "--data-dir", real_data.source
-    )
+    args = ("--steps", 100000, "--log-every", 10, "--hidden", 32)
+    proc = start_cli("train", *args, "--out", out, "--data-dir", real_data.source)
     try:
-        assert wait_for(out / "checkpoint.eqx"), "no interval finished in time"
+        deadline = time.monotonic() + 120
+        while not (out / "history.jsonl").exists() or not (out / "history.jsonl").read_text():
+            assert time.monotonic() < deadline, "no interval finished in time"
+            time.sleep(0.01)
+        assert not (out / "checkpoint.eqx").exists()  # the cadence has not come round
         proc.send_signal(getattr(signal, sig))
         _, err = proc.communicate(timeout=60)
     finally:
@@ -248,4 +273,6 @@ def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data
     assert proc.returncode == 130, err
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
     ckpt = load_checkpoint(out / "checkpoint.eqx")
-    assert ckpt.step >= 10 and ckpt.step % 10 == 0
+    last = json.loads((out / "history.jsonl").read_text().splitlines()[-1])
+    assert ckpt.step == last["step"] >= 10 and ckpt.step % 10 == 0
+    assert not (out / ".eqx-fmnist.lock").exists()

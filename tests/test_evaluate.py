@@ -6,7 +6,8 @@ import pytest
 
 @pytest.fixture(scope="module")
 def trained(real_datasets):
-    from eqx_fmnist.train import TrainConfig, fit
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.train import fit
 
     return fit(TrainConfig.codelab(steps=100, log_every=100), real_datasets)
 

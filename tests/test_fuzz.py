@@ -87,12 +87,13 @@ def test_policy_strings_parse_or_raise_value_error(text):
         st.lists(st.integers(-5, 3000), max_size=5).map(lambda v: ",".join(map(str, v))),
     )
 )
-def test_hidden_flag_parses_or_raises_argument_type_error(text):
-    from eqx_fmnist.cli import _hidden_sizes
+def test_hidden_flag_parses_or_raises_a_clear_error(text):
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.flags import _int_tuple
 
     try:
-        sizes = _hidden_sizes(text)
-    except argparse.ArgumentTypeError:
+        sizes = TrainConfig(hidden_sizes=_int_tuple(text)).hidden_sizes
+    except (argparse.ArgumentTypeError, ValueError):
         return
     assert sizes and all(isinstance(s, int) and s > 0 for s in sizes)
 
@@ -132,7 +133,7 @@ field_names = st.sampled_from(
 @fuzz
 @given(st.one_of(st.dictionaries(field_names, json_values, max_size=5), json_values))
 def test_config_json_parses_or_raises_value_error(obj):
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
     try:
         text = json.dumps(obj)
@@ -148,7 +149,8 @@ def test_config_json_parses_or_raises_value_error(obj):
 @pytest.fixture(scope="module")
 def checkpoint_blob(tmp_path_factory):
     from eqx_fmnist.checkpoint import save_checkpoint
-    from eqx_fmnist.train import TrainConfig, init_state
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.state import init_state
 
     c = TrainConfig(steps=2, hidden_sizes=(4,))
     path = tmp_path_factory.mktemp("ckpt") / "c.eqx"

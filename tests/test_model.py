@@ -13,7 +13,7 @@ import pytest
 def reference_params(model):
     """The model's weights as the codelab's dict of `x @ w + b` arrays."""
     return {
-        f"{kind}{i + 1}": (layer.weight.T if kind == "w" else layer.bias)
+        f"{kind}{i + 1}": (layer.weight.T if kind == "w" else layer.bias[None, :])
         for i, layer in enumerate(model.layers)
         for kind in ("w", "b")
     }

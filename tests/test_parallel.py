@@ -93,8 +93,8 @@ def test_two_processes_with_jax_distributed_train_like_one(single, tmp_path):
 def test_indivisible_batch_and_too_many_devices_are_clear_errors():
     import jax
 
+    from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.parallel import check_divisible, make_mesh
-    from eqx_fmnist.train import TrainConfig
 
     with pytest.raises(
         ValueError,

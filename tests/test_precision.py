@@ -81,8 +81,10 @@ def test_training_dtypes_follow_the_policy(compute):
     import jax
     import jax.tree_util as jtu
 
+    from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.dataset import ArrayDataset
-    from eqx_fmnist.train import TrainConfig, _loss, init_state, train_step
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import _loss, train_step
 
     from helpers import synthetic_arrays
 
@@ -93,7 +95,7 @@ def test_training_dtypes_follow_the_policy(compute):
     )
     state = init_state(config, len(ds))
     x, y = ds.images[:32], ds.labels[:32]
-    logits = jax.vmap(lambda v: state.model(v / 255.0, policy=state.policy))(x)
+    logits = jax.vmap(lambda v: state.model(v.astype(jnp.float32) / 255.0, policy=state.policy))(x)
     assert logits.dtype == jnp.dtype(compute)
     grads = eqx.filter_grad(
         lambda m: _loss(m, x, y, state.policy, 0.0, state.loss_scale)[0], has_aux=False
@@ -114,7 +116,8 @@ def test_training_dtypes_follow_the_policy(compute):
 
 @pytest.mark.slow
 def test_bfloat16_compute_tracks_float32(real_datasets):
-    from eqx_fmnist.train import TrainConfig, fit
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.train import fit
 
     results = {}
     for compute in ("f32", "bf16"):
@@ -127,8 +130,10 @@ def test_bfloat16_compute_tracks_float32(real_datasets):
 
 @pytest.mark.slow
 def test_float16_with_dynamic_loss_scale_trains_and_skips_overflows(real_datasets):
+    from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.precision import DynamicLossScale
-    from eqx_fmnist.train import TrainConfig, fit, init_state
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.train import fit
 
     train, _ = real_datasets
     config = TrainConfig.codelab(steps=200, log_every=100, precision="p=f32,c=f16,o=f32")

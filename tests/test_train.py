@@ -22,7 +22,7 @@ def small():
 
 
 def small_config(**kw):
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
     base = dict(steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant")
     return TrainConfig(**(base | kw))
@@ -32,7 +32,7 @@ def small_config(**kw):
 
 
 def test_config_round_trips_through_json():
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
     c = TrainConfig(epochs=3, hidden_sizes=(64, 32), precision="p=f32,c=bf16,o=f32", grad_clip=1.0)
     again = TrainConfig.from_json(c.to_json())
@@ -41,7 +41,7 @@ def test_config_round_trips_through_json():
 
 
 def test_codelab_config_is_the_reference_run():
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
     c = TrainConfig.codelab()
     assert (c.batch_size, c.learning_rate, c.weight_decay, c.steps) == (512, 3e-3, 1e-4, 400)
@@ -58,6 +58,7 @@ def test_codelab_config_is_the_reference_run():
         (dict(learning_rate=0.0), "learning_rate"),
         (dict(learning_rate=float("nan")), "learning_rate"),
         (dict(weight_decay=-1.0), "weight_decay"),
+        # Under the suite's type checker the `Literal` annotation refuses it first.
         (dict(schedule="linear"), "schedule"),
         (dict(epochs=2, steps=10), "epochs"),
         (dict(steps=0), "steps"),
@@ -70,14 +71,14 @@ def test_codelab_config_is_the_reference_run():
     ],
 )
 def test_bad_config_raises_value_error_naming_the_field(kw, field):
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises((ValueError, jaxtyping.TypeCheckError), match=field):
         TrainConfig(**kw)
 
 
 def test_from_dict_rejects_unknown_fields():
-    from eqx_fmnist.train import TrainConfig
+    from eqx_fmnist.config import TrainConfig
 
     with pytest.raises(ValueError, match="unknown TrainConfig fields \\['lr'\\]"):
         TrainConfig.from_dict({"lr": 0.1})
@@ -90,7 +91,8 @@ def test_train_step_does_one_adamw_step_by_hand(small):
     """One step equals a hand-written AdamW update of the reference gradients."""
     from eqx_fmnist.dataset import normalize
     from eqx_fmnist.losses import cross_entropy
-    from eqx_fmnist.train import init_state, train_step
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_step
 
     config = small_config(weight_decay=0.01, learning_rate=0.01, label_smoothing=0.0)
     state = init_state(config, len(small))
@@ -111,7 +113,8 @@ def test_train_step_does_one_adamw_step_by_hand(small):
 
 def test_fused_steps_equal_a_python_loop_of_steps(small):
     """Over the same batches in the same order, scan and loop give the same parameters."""
-    from eqx_fmnist.train import init_state, train_epoch, train_step, train_steps
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_epoch, train_step, train_steps
 
     config = small_config()
     fused = init_state(config, len(small))
@@ -138,22 +141,24 @@ def test_fused_steps_equal_a_python_loop_of_steps(small):
 
 
 def test_each_path_compiles_once(small):
-    from eqx_fmnist import train
+    from eqx_fmnist import step
+    from eqx_fmnist.state import init_state
 
     config = small_config()
-    state = train.init_state(config, len(small))
-    steps_before = eqx.debug.get_num_traces(train._steps_traced)
-    step_before = eqx.debug.get_num_traces(train._step_traced)
+    state = init_state(config, len(small))
+    steps_before = eqx.debug.get_num_traces(step._steps_traced)
+    step_before = eqx.debug.get_num_traces(step._step_traced)
     for _ in range(4):
-        state, _ = train.train_epoch(state, small, batch_size=32)
+        state, _ = step.train_epoch(state, small, batch_size=32)
     for i in range(6):
-        state, _ = train.train_step(state, small.images[i : i + 32], small.labels[i : i + 32])
-    assert eqx.debug.get_num_traces(train._steps_traced) - steps_before <= 1
-    assert eqx.debug.get_num_traces(train._step_traced) - step_before <= 1
+        state, _ = step.train_step(state, small.images[i : i + 32], small.labels[i : i + 32])
+    assert eqx.debug.get_num_traces(step._steps_traced) - steps_before <= 1
+    assert eqx.debug.get_num_traces(step._step_traced) - step_before <= 1
 
 
 def test_state_buffers_are_donated(small):
-    from eqx_fmnist.train import init_state, train_epoch
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_epoch
 
     state = init_state(small_config(), len(small))
     old_weight = state.model.layers[0].weight
@@ -162,7 +167,8 @@ def test_state_buffers_are_donated(small):
 
 
 def test_type_checks_bite_on_mismatched_batches(small):
-    from eqx_fmnist.train import init_state, train_step
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_step
 
     state = init_state(small_config(), len(small))
     with pytest.raises(jaxtyping.TypeCheckError):
@@ -199,7 +205,9 @@ def test_fit_reports_history_and_calls_back(small):
 
 
 def test_fit_resumes_from_a_state_exactly(small):
-    from eqx_fmnist.train import fit, init_state, train_steps
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_steps
+    from eqx_fmnist.train import fit
 
     config = small_config()
     straight = fit(config, (small, small))
@@ -211,7 +219,7 @@ def test_fit_resumes_from_a_state_exactly(small):
 
 
 def test_schedules_reach_zero_and_warm_up():
-    from eqx_fmnist.train import TrainConfig, learning_rate_at, make_optimizer
+    from eqx_fmnist.config import TrainConfig, learning_rate_at, make_optimizer
 
     c = TrainConfig(steps=100, schedule="warmup_cosine", warmup_steps=10, learning_rate=1e-2)
     lrs = [learning_rate_at(c, 100, s) for s in (0, 5, 10, 55, 100)]
@@ -221,18 +229,19 @@ def test_schedules_reach_zero_and_warm_up():
 
 
 def test_compile_steps_runs_the_same_chunk_without_retracing(small):
-    from eqx_fmnist import train
+    from eqx_fmnist import step
+    from eqx_fmnist.state import init_state
 
     config = small_config()
-    a = train.init_state(config, len(small))
-    b = train.init_state(config, len(small))
-    run = train.compile_steps(a, small, batch_size=32, num_steps=5)
-    traces = eqx.debug.get_num_traces(train._steps_traced)
+    a = init_state(config, len(small))
+    b = init_state(config, len(small))
+    run = step.compile_steps(a, small, batch_size=32, num_steps=5)
+    traces = eqx.debug.get_num_traces(step._steps_traced)
     a, ma = run(a)
     a, _ = run(a)  # a second call: no new trace, and the state moves on
-    b, mb = train.train_steps(b, small, batch_size=32, num_steps=5)
-    b, _ = train.train_steps(b, small, batch_size=32, num_steps=5)
-    assert eqx.debug.get_num_traces(train._steps_traced) - traces <= 1  # train_steps' own
+    b, mb = step.train_steps(b, small, batch_size=32, num_steps=5)
+    b, _ = step.train_steps(b, small, batch_size=32, num_steps=5)
+    assert eqx.debug.get_num_traces(step._steps_traced) - traces <= 1  # train_steps' own
     assert int(a.step) == int(b.step) == 10
     assert tree_allclose(a.model, b.model, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(ma["loss"], mb["loss"], rtol=1e-6)

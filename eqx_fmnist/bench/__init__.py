@@ -7,7 +7,7 @@ every report names the machine it came from.
 
 from .baselines import codelab_trainer as codelab_trainer, pytorch_trainer as pytorch_trainer
 from .measure import (
-    TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,
+    TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,  # from eqx_fmnist.runs
     MatmulBound as MatmulBound,
     Throughput as Throughput,
     machine_facts as machine_facts,

@@ -25,8 +25,9 @@ import jax.random as jr
 import numpy as np
 import optax
 
+from ..config import TrainConfig
 from ..dataset import ArrayDataset, normalize, steps_per_epoch
-from ..train import TrainConfig, init_state
+from ..state import init_state
 
 Trainer = Callable[[int], float]
 """`run(num_steps) -> last loss read`: trains `num_steps` more steps."""

@@ -3,7 +3,7 @@ the machine a figure came from, and the matmul bound it is compared with.
 
 Throughput is in **examples/sec**: training images per second through forward,
 backward and the AdamW update. It is also shown as **projected tokens/sec**,
-examples/sec x [`TOKENS_PER_EXAMPLE`][eqx_fmnist.bench.measure.TOKENS_PER_EXAMPLE],
+examples/sec x [`TOKENS_PER_EXAMPLE`][eqx_fmnist.runs.TOKENS_PER_EXAMPLE],
 reading a 28 x 28 image as 16 patches of 7 x 7 pixels the way a vision transformer
 would: a projection, not a measurement.
 """
@@ -20,8 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-TOKENS_PER_EXAMPLE = 16
-"""Tokens per image for the tokens/sec projection: 16 patches of 7 x 7 pixels."""
+from ..runs import TOKENS_PER_EXAMPLE
 
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 """The CPU flags that decide how fast float32 and bfloat16 matmuls can run."""

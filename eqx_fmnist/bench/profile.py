@@ -79,3 +79,49 @@ def time_by_scope(
         if args.get("hlo_module") == module and "hlo_op" in args:
             seconds[scopes.get(args["hlo_op"], "other")] += event.get("dur", 0.0) / 1e6
     return dict(seconds)
+
+
+class IntervalProfiler:
+    """A `fit` callback that traces logging intervals 2 and 3 with `jax.profiler`: the
+    steady state, after the first interval. A run of one interval is traced whole.
+
+    Call [`stop`][eqx_fmnist.bench.profile.IntervalProfiler.stop] when `fit` returns or
+    raises; the trace is then at [`trace`][eqx_fmnist.bench.profile.IntervalProfiler.trace].
+    """
+
+    def __init__(self, folder: str | os.PathLike, total_intervals: int):
+        """**Arguments:**
+
+        - `folder`: where `jax.profiler` writes (`folder/plugins/profile/<time>/`).
+        - `total_intervals`: the run's logging intervals.
+        """
+        self.folder, self.seen, self.on = Path(folder), 0, False
+        if total_intervals < 2:
+            self._start()
+
+    def _start(self) -> None:
+        import jax
+
+        jax.profiler.start_trace(str(self.folder), create_perfetto_trace=True)
+        self.on = True
+
+    def __call__(self, record, state) -> None:
+        self.seen += 1
+        if self.seen == 1 and not self.on:
+            self._start()
+        elif self.on and self.seen >= 3:
+            self.stop()
+
+    def stop(self) -> Path | None:
+        """End the trace, if one is running; returns the trace written, if any."""
+        if self.on:
+            import jax
+
+            jax.profiler.stop_trace()
+            self.on = False
+        return self.trace
+
+    @property
+    def trace(self) -> Path | None:
+        """The Perfetto trace written, if any."""
+        return find_trace(self.folder)

@@ -12,10 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import ArrayDataset, epoch_indices, steps_per_epoch
 from ..evaluate import evaluate
-from ..train import TrainConfig, compile_steps, fit, init_state, train_step, train_steps
+from ..state import init_state
+from ..step import compile_steps, train_step, train_steps
+from ..train import fit
 from .baselines import Trainer, codelab_trainer, pytorch_trainer
 from .measure import (
     Throughput,
@@ -33,7 +36,7 @@ CODELAB_READ_EVERY = 25
 def library_fused_trainer(
     dataset: ArrayDataset, config: TrainConfig, *, read_every: int = CODELAB_READ_EVERY
 ) -> Trainer:
-    """The library's fast path: [`train_steps`][eqx_fmnist.train.train_steps] in chunks
+    """The library's fast path: [`train_steps`][eqx_fmnist.step.train_steps] in chunks
     of `read_every` steps, the metrics read back after each chunk."""
     holder = {"state": init_state(config, len(dataset))}
 
@@ -54,7 +57,7 @@ def library_fused_trainer(
 def library_step_trainer(
     dataset: ArrayDataset, config: TrainConfig, *, read_every: int = CODELAB_READ_EVERY
 ) -> Trainer:
-    """The library's [`train_step`][eqx_fmnist.train.train_step], dispatched from Python
+    """The library's [`train_step`][eqx_fmnist.step.train_step], dispatched from Python
     once per batch, with each epoch's batches gathered up front as the codelab does."""
     batch = config.batch_size
     spe = steps_per_epoch(len(dataset), batch)

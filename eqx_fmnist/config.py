@@ -1,0 +1,358 @@
+"""Every choice of a training run, in one place: [`TrainConfig`][eqx_fmnist.config.TrainConfig].
+
+Its fields are the only list of a run's options. Each field's type says what it accepts
+(a choice among a few strings is a `Literal`), and its metadata holds the help text and
+any extra command-line spelling. Everything else is derived from them: validation of
+JSON (`from_dict`), the command line's flags (`eqx-fmnist train --help`), and which
+fields a checkpoint must agree on to be continued.
+
+The schedule and the optimiser built from a config live here too.
+"""
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from typing import Any, Literal
+
+import jax
+import optax
+
+from .dataset import steps_per_epoch
+from .precision import Policy
+
+Schedule = Literal["constant", "cosine", "warmup_cosine"]
+"""The learning-rate schedules."""
+OnNonfinite = Literal["raise", "skip"]
+"""What a NaN or infinite loss or gradient does to a run."""
+
+DEFAULT_EPOCHS = 30
+VALIDATION_SEED = 20_241_130
+"""Fixed seed of the validation split, so every training seed sees the same split."""
+
+
+def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool = False):
+    """A config field. `help` is its one-line description (command line and docs);
+    `flags` extra command-line spellings; `state` marks a field that shapes the training
+    state, which a checkpoint must share to be continued."""
+    return dataclasses.field(
+        default=default, metadata={"help": help, "flags": flags, "state": state}
+    )
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive int, but got {value!r}.")
+
+
+def _number(name: str, value: Any, *, low: float, high: float = math.inf, low_open=False):
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bound = f"{'>' if low_open else '>='} {low}" + (
+            f" and <= {high}" if high < math.inf else ""
+        )
+        raise ValueError(f"`{name}` must be a finite number {bound}, but got {value!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Every choice of a training run, validated when made.
+
+    The defaults are the library's recommended recipe for the 784-256-128-10 MLP:
+    30 epochs of warmup-cosine AdamW (peak 3e-3, weight decay 5e-2, batch 512) with
+    label smoothing 0.1, chosen on a validation split (`benchmarks/tune_recipe.py`).
+    [`TrainConfig.codelab()`][eqx_fmnist.config.TrainConfig.codelab] is the codelab's
+    reference run. Each field's help text is in its metadata
+    (`TrainConfig.help("batch_size")`); the command line shows it.
+
+    **Fields:**
+
+    - `epochs` / `steps`: the run's length; give one (with neither, `epochs = 30`).
+    - `batch_size`, `learning_rate`, `weight_decay`, `schedule`, `warmup_steps`,
+        `grad_clip`, `label_smoothing`: the optimiser and the loss.
+    - `hidden_sizes`, `precision`: the model and its
+        [`Policy`][eqx_fmnist.precision.Policy] string such as `"p=f32,c=bf16,o=f32"`.
+    - `seed`: the initial weights and the batch order.
+    - `log_every`: steps per logging interval, i.e. per compiled call and per host read
+        of the metrics; `None` means once per epoch.
+    - `validation_size`: training examples held out (a fixed random split) to tune on.
+    - `devices`: data-parallel over this many devices.
+    - `on_nonfinite`: `"raise"` stops `fit` with a
+        [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] naming the step and the
+        metric, before the bad interval is reported; `"skip"` skips such steps inside
+        the compiled loop and counts them in the history's `skipped`. Steps that the
+        float16 loss scaler skips are never an error.
+    """
+
+    epochs: int | None = _field(
+        None, f"passes over the training set (give epochs or steps; {DEFAULT_EPOCHS} if neither)"
+    )
+    steps: int | None = _field(None, "optimiser steps, instead of epochs")
+    batch_size: int = _field(512, "examples per step")
+    learning_rate: float = _field(3e-3, "peak AdamW learning rate", flags=("--lr",))
+    weight_decay: float = _field(5e-2, "AdamW's decoupled weight decay")
+    schedule: Schedule = _field("warmup_cosine", "learning-rate schedule")
+    warmup_steps: int | None = _field(
+        None, "linear warm-up steps of warmup_cosine (default: 5% of the run)"
+    )
+    hidden_sizes: tuple[int, ...] = _field(
+        (256, 128), "hidden layer widths, e.g. 256,128", flags=("--hidden",), state=True
+    )
+    precision: str = _field(
+        "p=f32,c=f32,o=f32", "precision policy, e.g. p=f32,c=bf16,o=f32", state=True
+    )
+    seed: int = _field(0, "seeds the initial weights and the batch order")
+    log_every: int | None = _field(
+        None, "steps per logging interval and compiled call (default: one epoch)"
+    )
+    grad_clip: float | None = _field(
+        None, "clip gradients to this global norm (default: no clipping)", state=True
+    )
+    label_smoothing: float = _field(0.1, "label smoothing of the cross-entropy", state=True)
+    validation_size: int = _field(
+        0, "training images held out as a fixed validation split (0: train on all)"
+    )
+    devices: int = _field(1, "data-parallel over this many devices (batch_size must divide)")
+    on_nonfinite: OnNonfinite = _field(
+        "raise", "a NaN/inf loss or gradient stops the run (raise) or skips the step", state=True
+    )
+
+    def __post_init__(self):
+        if self.epochs is not None and self.steps is not None:
+            raise ValueError(
+                f"give `epochs` or `steps`, not both (got epochs={self.epochs}, "
+                f"steps={self.steps})."
+            )
+        if self.epochs is None and self.steps is None:
+            object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
+        for name in ("epochs", "steps", "warmup_steps", "log_every"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        _positive_int("batch_size", self.batch_size)
+        _number("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        _number("weight_decay", self.weight_decay, low=0.0)
+        _number("label_smoothing", self.label_smoothing, low=0.0, high=1.0)
+        if self.grad_clip is not None:
+            _number("grad_clip", self.grad_clip, low=0.0, low_open=True)
+        for f in dataclasses.fields(self):
+            choices = literal_choices(f.name)
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(
+                    f"`{f.name}` must be one of {', '.join(choices)}, "
+                    f"but got {getattr(self, f.name)!r}."
+                )
+        hidden = self.hidden_sizes
+        if isinstance(hidden, list):
+            object.__setattr__(self, "hidden_sizes", hidden := tuple(hidden))
+        if not isinstance(hidden, tuple) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden
+        ):
+            raise ValueError(
+                f"`hidden_sizes` must be a tuple of positive ints such as (256, 128), "
+                f"but got {hidden!r}."
+            )
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"`seed` must be a non-negative int, but got {self.seed!r}.")
+        _positive_int("devices", self.devices)
+        if self.batch_size % self.devices:
+            lower = self.batch_size - self.batch_size % self.devices
+            raise ValueError(
+                f"`batch_size` {self.batch_size} does not split evenly over {self.devices} "
+                f"`devices`; use a multiple of {self.devices} such as {max(lower, self.devices)} "
+                f"or {lower + self.devices}."
+            )
+        if not isinstance(self.validation_size, int) or self.validation_size < 0:
+            raise ValueError(
+                f"`validation_size` must be a non-negative int, but got {self.validation_size!r}."
+            )
+        self.policy  # noqa: B018  (parses the precision string, raising ValueError)
+
+    @property
+    def policy(self) -> Policy:
+        """The [`Policy`][eqx_fmnist.precision.Policy] named by `precision`."""
+        return Policy.from_string(self.precision)
+
+    @classmethod
+    def codelab(cls, **overrides) -> "TrainConfig":
+        """The codelab's reference run: AdamW at a constant 3e-3, weight decay 1e-4,
+        batch 512, 400 steps, float32, no label smoothing, a log line every 50 steps."""
+        base = dict(
+            steps=400,
+            batch_size=512,
+            learning_rate=3e-3,
+            weight_decay=1e-4,
+            schedule="constant",
+            label_smoothing=0.0,
+            log_every=50,
+        )
+        return cls().with_changes(**base).with_changes(**overrides)
+
+    def with_changes(self, **changes) -> "TrainConfig":
+        """A copy with some fields changed; giving `epochs` clears `steps` and the other
+        way round, so a length given overrides the length it replaces."""
+        if "steps" in changes:
+            changes.setdefault("epochs", None)
+        if "epochs" in changes:
+            changes.setdefault("steps", None)
+        return dataclasses.replace(self, **changes)
+
+    def total_steps(self, num_train: int) -> int:
+        """Optimiser steps of the whole run for a training set of `num_train` examples."""
+        if self.steps is not None:
+            return self.steps
+        return self.epochs * steps_per_epoch(num_train, self.batch_size)
+
+    @classmethod
+    def help(cls, name: str) -> str:
+        """The help text of field `name`."""
+        return _FIELDS[name].metadata["help"]
+
+    @classmethod
+    def state_fields(cls) -> tuple[str, ...]:
+        """The fields that shape the training state: a checkpoint continues only under a
+        config that agrees with it on these."""
+        return tuple(name for name, f in _FIELDS.items() if f.metadata["state"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (tuples become lists)."""
+        d = dataclasses.asdict(self)
+        d["hidden_sizes"] = list(self.hidden_sizes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "TrainConfig":
+        """Rebuild from [`to_dict`][eqx_fmnist.config.TrainConfig.to_dict]'s output (or
+        any JSON object naming some fields), checking each value against its field's type.
+
+        **Raises:**
+
+        `ValueError` naming unknown keys (and listing the valid ones) or a value of the
+        wrong type.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(
+                f"a TrainConfig must come from a JSON object, but got {type(d).__name__}."
+            )
+        unknown = sorted(set(d) - set(_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"unknown TrainConfig fields {unknown}; valid fields are {list(_FIELDS)}."
+            )
+        return cls(**{name: coerce(name, value) for name, value in d.items()})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainConfig":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"TrainConfig JSON is not valid JSON: {e}") from e
+        return cls.from_dict(d)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_HINTS = typing.get_type_hints(TrainConfig)
+
+
+def field_type(name: str) -> tuple[Any, bool]:
+    """`(type, optional)` of field `name`: its type without `None`, and whether `None`
+    is allowed."""
+    hint = _HINTS[name]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(hint))
+    return hint, False
+
+
+def literal_choices(name: str) -> tuple[str, ...]:
+    """The valid values of a `Literal` field, from its type; `()` for other fields."""
+    kind, _ = field_type(name)
+    return typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
+
+
+def coerce(name: str, value: Any) -> Any:
+    """Check a JSON value against field `name`'s type (`ValueError`, never `TypeError`),
+    converting where JSON cannot say it (an int for a float, a list for a tuple)."""
+    kind, optional = field_type(name)
+    if value is None and optional:
+        return None
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind is int and is_int:
+        return value
+    if kind is float and (is_int or isinstance(value, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            pass
+    if kind is str and isinstance(value, str):
+        return value
+    if typing.get_origin(kind) is Literal and value in typing.get_args(kind):
+        return value
+    if typing.get_origin(kind) is tuple and isinstance(value, tuple | list):
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return tuple(value)
+    expected = {int: "an int", float: "a number", str: "a string"}.get(kind)
+    if typing.get_origin(kind) is Literal:
+        expected = "one of " + ", ".join(map(repr, typing.get_args(kind)))
+    elif typing.get_origin(kind) is tuple:
+        expected = "a list of ints"
+    expected += " or null" if optional else ""
+    raise ValueError(f"TrainConfig field `{name}` must be {expected}, but got {value!r}.")
+
+
+def optax_promotion():
+    """JAX's standard dtype promotion, for calls into Optax.
+
+    The library runs under `jax_numpy_dtype_promotion="strict"` (its tests do), but
+    Optax's schedules and Adam's bias correction raise a Python float to the int32 step
+    count, which strict promotion refuses; inside this context they promote as usual.
+    """
+    return jax.numpy_dtype_promotion("standard")
+
+
+def make_schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
+    """The learning rate as a function of the step, from the config's `schedule`.
+
+    **Arguments:**
+
+    - `config`: the run's config.
+    - `total_steps`: the run's length, over which `"cosine"` and `"warmup_cosine"` decay.
+    """
+    lr = config.learning_rate
+    if config.schedule == "constant":
+        return optax.constant_schedule(lr)
+    if config.schedule == "cosine":
+        return optax.cosine_decay_schedule(lr, total_steps)
+    warmup = config.warmup_steps or max(1, round(0.05 * total_steps))
+    return optax.warmup_cosine_decay_schedule(
+        0.0, lr, min(warmup, total_steps), total_steps, end_value=0.0
+    )
+
+
+def make_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTransformation:
+    """AdamW with the config's schedule (and optional global-norm clipping).
+
+    **Arguments:**
+
+    - `config`: the run's config.
+    - `total_steps`: the run's length, over which the schedule decays.
+
+    **Returns:**
+
+    An Optax `GradientTransformation`. Its step count lives in its state as an array,
+    so the learning rate changes every step without recompiling.
+    """
+    tx = optax.adamw(make_schedule(config, total_steps), weight_decay=config.weight_decay)
+    if config.grad_clip is not None:
+        tx = optax.chain(optax.clip_by_global_norm(config.grad_clip), tx)
+    return tx
+
+
+def learning_rate_at(config: TrainConfig, total_steps: int, step: int) -> float:
+    """The learning rate the config's schedule gives at `step` (for logs and plots)."""
+    with optax_promotion():
+        return float(make_schedule(config, total_steps)(step))

@@ -1,0 +1,76 @@
+"""Command-line flags generated from [`TrainConfig`][eqx_fmnist.config.TrainConfig]'s
+fields: one `--field-name` per field (plus the field's extra spellings), typed, with
+its help text and default. Adding a field to `TrainConfig` adds its flag."""
+
+import argparse
+import os
+import typing
+from pathlib import Path
+
+from .config import _FIELDS, TrainConfig, field_type, literal_choices
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, not {text!r}") from None
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """Add a flag for every field to `parser`, and `--config FILE` and `--codelab`.
+
+    Every flag defaults to `None`, so [`config_from_args`][eqx_fmnist.flags.config_from_args]
+    can tell the flags given from those left out.
+    """
+    group = parser.add_argument_group("training (defaults: the recommended recipe)")
+    defaults = TrainConfig()
+    for name, f in _FIELDS.items():
+        kind, _ = field_type(name)
+        default = getattr(defaults, name)
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        help_text = f.metadata["help"].replace("%", "%%")
+        if default is not None and "default" not in help_text:
+            help_text += f" (default: {shown})"
+        options: dict[str, typing.Any] = {"dest": name, "default": None, "help": help_text}
+        if literal_choices(name):
+            options["choices"] = literal_choices(name)
+        elif typing.get_origin(kind) is tuple:
+            options |= {"type": _int_tuple, "metavar": "N,N"}
+        else:
+            options["type"] = kind
+        group.add_argument(f"--{name.replace('_', '-')}", *f.metadata["flags"], **options)
+    group.add_argument("--config", type=Path, help="start from a JSON config (flags override it)")
+    group.add_argument("--codelab", action="store_true", help="start from the codelab's run")
+
+
+def given_flags(args: argparse.Namespace) -> list[str]:
+    """The config flags given on the command line, as `--names`."""
+    given = [f"--{n.replace('_', '-')}" for n in _FIELDS if getattr(args, n, None) is not None]
+    given += ["--config"] * (getattr(args, "config", None) is not None)
+    return given + ["--codelab"] * bool(getattr(args, "codelab", False))
+
+
+def read_config_file(path: str | os.PathLike) -> TrainConfig:
+    """A `TrainConfig` from a JSON file; `ValueError` naming the file and what is wrong
+    (missing, not JSON, an unknown field, a value of the wrong type)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ValueError(f"cannot read the config file {path}: {e.strerror or e}.") from None
+    try:
+        return TrainConfig.from_json(text)
+    except ValueError as e:
+        raise ValueError(f"config file {path}: {e}") from None
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The config the flags describe: the codelab's run, a config file or the recipe,
+    with every field flag given on top (`--steps` replaces the base's `epochs`)."""
+    if args.config is not None and args.codelab:
+        raise ValueError("give --config or --codelab, not both.")
+    base = TrainConfig.codelab() if args.codelab else TrainConfig()
+    if args.config is not None:
+        base = read_config_file(args.config)
+    given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name) is not None}
+    return base.with_changes(**given)

@@ -1,0 +1,229 @@
+"""The compiled training steps: one pure `_step`, and the ways to run it.
+
+- [`train_step`][eqx_fmnist.step.train_step]: one AdamW step on one batch,
+  `eqx.filter_jit` + `eqx.filter_value_and_grad`.
+- [`train_steps`][eqx_fmnist.step.train_steps] /
+  [`train_epoch`][eqx_fmnist.step.train_epoch]: the fast path. Many steps in one
+  compiled call, as a `lax.scan` in which each step computes its own batch's indices
+  ([`batch_indices`][eqx_fmnist.dataset.batch_indices]) and gathers those rows on the
+  device, with the state's buffers donated. The host reads metrics once per call.
+- [`compile_steps`][eqx_fmnist.step.compile_steps]: the same chunk compiled ahead of
+  time, so compiling can be timed apart from running.
+
+The batch order is a pure function of the run's key and the global step, so results
+do not depend on how steps are grouped into calls, a resumed run continues exactly
+where it stopped, and a compiled call has no set-up that grows with the data set.
+"""
+
+from collections.abc import Callable
+from functools import partial
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import optax
+from jaxtyping import Array, Int, Shaped
+
+from .dataset import ArrayDataset, batch_indices, normalize, steps_per_epoch
+from .losses import accuracy, cross_entropy
+from .parallel import batch_sharding, check_divisible
+from .precision import NoOpLossScale, all_finite
+from .config import optax_promotion
+from .state import TrainState
+
+
+def _loss(model, x, y, policy, label_smoothing, loss_scale):
+    # Profiles show these operations as `forward`, and their gradients as
+    # `transpose(jvp(forward))`: the backward pass.
+    with jax.named_scope("forward"):
+        logits = jax.vmap(partial(model, policy=policy))(normalize(x))
+        loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
+        return loss_scale.scale(loss), (loss, accuracy(logits, y))
+
+
+def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
+    """One optimiser step: the pure function every compiled path is made of."""
+    grad_fn = eqx.filter_value_and_grad(_loss, has_aux=True)
+    (_, (loss, acc)), grads = grad_fn(
+        state.model, x, y, state.policy, state.label_smoothing, state.loss_scale
+    )
+    with jax.named_scope("optimizer"):
+        grads = state.loss_scale.unscale(grads)
+        params = eqx.filter(state.model, eqx.is_inexact_array)
+        with optax_promotion():
+            updates, opt_state = state.optimizer.update(grads, state.opt_state, params)
+        model = eqx.apply_updates(state.model, updates)
+    if isinstance(state.loss_scale, NoOpLossScale) and not state.skip_nonfinite:
+        finite = jnp.array(True)
+    else:
+        # A float16 overflow (or, with skip_nonfinite, any NaN/inf): keep the old
+        # parameters and optimiser state; the loss scale, if any, shrinks.
+        finite = all_finite(grads)
+        if state.skip_nonfinite:
+            finite = finite & jnp.isfinite(loss)
+        model, opt_state = jtu.tree_map(
+            lambda new, old: jnp.where(finite, new, old),
+            (model, opt_state),
+            (state.model, state.opt_state),
+        )
+    new_state = eqx.tree_at(
+        lambda s: (s.model, s.opt_state, s.step, s.loss_scale),
+        state,
+        (model, opt_state, state.step + 1, state.loss_scale.adjust(finite)),
+    )
+    metrics = {
+        "loss": loss,
+        "accuracy": acc,
+        "grad_norm": optax.tree.norm(grads),
+        "skipped": ~finite,
+    }
+    return new_state, metrics
+
+
+def _step_on_batch(batch, state):
+    return _step(state, *batch)
+
+
+# Traces are counted (not limited) so that tests can pin "compiled once".
+_step_traced = eqx.debug.assert_max_traces(_step_on_batch, max_traces=None)
+_train_step_jit = eqx.filter_jit(_step_traced, donate="all-except-first")
+
+
+def train_step(
+    state: TrainState,
+    x: Shaped[Array, "batch 784"],
+    y: Int[Array, " batch"],
+) -> tuple[TrainState, dict[str, Array]]:
+    """One compiled AdamW step on one batch.
+
+    **Arguments:**
+
+    - `state`: the current state. Its buffers are donated: do not use it afterwards.
+    - `x`: images of shape `(batch, 784)`, `uint8` pixels or floats in `[0, 1]`.
+    - `y`: labels of shape `(batch,)`.
+
+    **Returns:**
+
+    `(new_state, metrics)`, where `metrics` holds scalar arrays `loss`, `accuracy`,
+    `grad_norm` and `skipped` (a float16 step skipped for non-finite gradients).
+
+    !!! warning
+
+        Calling this once per batch from Python costs a dispatch per step. For
+        training, use [`train_steps`][eqx_fmnist.step.train_steps], which runs many
+        steps in one compiled call.
+    """
+    return _train_step_jit((x, y), state)
+
+
+# --------------------------------------------------------------------------- fused steps
+
+
+def _steps(static, state: TrainState):
+    dataset, batch_size, num_steps, mesh = static
+    n = len(dataset)
+
+    def body(st, _):
+        with jax.named_scope("gather"):
+            idx = batch_indices(st.key, st.step, n, batch_size)
+            x, y = dataset.images[idx], dataset.labels[idx]
+            if mesh is not None:
+                # Split the batch over the devices; the state is replicated, so XLA's
+                # SPMD partitioner all-reduces the gradients.
+                x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
+                y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
+        return _step(st, x, y)
+
+    return jax.lax.scan(body, state, length=num_steps)
+
+
+_steps_traced = eqx.debug.assert_max_traces(_steps, max_traces=None)
+_train_steps_jit = eqx.filter_jit(_steps_traced, donate="all-except-first")
+
+
+def train_steps(
+    state: TrainState,
+    dataset: ArrayDataset,
+    *,
+    batch_size: int,
+    num_steps: int,
+    mesh: jax.sharding.Mesh | None = None,
+) -> tuple[TrainState, dict[str, Array]]:
+    """`num_steps` training steps in one compiled call: the library's fast path.
+
+    Each step computes its batch's indices on the device (see
+    [`batch_indices`][eqx_fmnist.dataset.batch_indices]) and gathers those rows, the
+    steps run as one `lax.scan`, and the state's buffers are donated. Each distinct
+    `num_steps` (and dataset shape) compiles once.
+
+    **Arguments:**
+
+    - `state`: the current state. Its buffers are donated: do not use it afterwards.
+    - `dataset`: the training set, on the device.
+    - `batch_size`: examples per step.
+    - `num_steps`: steps to run.
+    - `mesh`: a [`make_mesh`][eqx_fmnist.parallel.make_mesh] mesh to split each batch
+        over (data parallel; `state` and `dataset` should be replicated on it). Defaults
+        to `None`: wherever the arrays are.
+
+    **Returns:**
+
+    `(new_state, metrics)`; each metric is an array of shape `(num_steps,)`.
+    """
+    _check_chunk(dataset, batch_size, num_steps, mesh)
+    return _train_steps_jit((dataset, batch_size, num_steps, mesh), state)
+
+
+def _check_chunk(dataset: ArrayDataset, batch_size: int, num_steps: int, mesh) -> None:
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps <= 0:
+        raise ValueError(f"`num_steps` must be a positive int, but got {num_steps!r}.")
+    steps_per_epoch(len(dataset), batch_size)  # validates batch_size
+    if mesh is not None:
+        check_divisible(batch_size, mesh)
+
+
+def compile_steps(
+    state: TrainState,
+    dataset: ArrayDataset,
+    *,
+    batch_size: int,
+    num_steps: int,
+    mesh: jax.sharding.Mesh | None = None,
+) -> Callable[[TrainState], tuple[TrainState, dict[str, Array]]]:
+    """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
+    shaped like `state`.
+
+    The arguments are those of `train_steps`; `state` is only looked at (its shapes,
+    dtypes and shardings), not donated. Compiling apart from running lets a caller time
+    the two separately, and read XLA's own cost estimate of the chunk.
+
+    **Returns:**
+
+    A function `run(state) -> (new_state, metrics)` that runs the chunk without
+    tracing or compiling again (it donates `state`), with the compiled XLA executable
+    (a `jax.stages.Compiled`) as `run.compiled`: for example
+    `run.compiled.cost_analysis()["flops"]` or `run.compiled.as_text()`.
+    """
+    _check_chunk(dataset, batch_size, num_steps, mesh)
+    static = (dataset, batch_size, num_steps, mesh)
+    compiled = _train_steps_jit.lower(static, state).compile()
+
+    def run(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
+        return compiled(static, state)
+
+    run.compiled = compiled.compiled  # type: ignore[attr-defined]  (a jax.stages.Compiled)
+    return run
+
+
+def train_epoch(
+    state: TrainState,
+    dataset: ArrayDataset,
+    *,
+    batch_size: int,
+    mesh: jax.sharding.Mesh | None = None,
+) -> tuple[TrainState, dict[str, Array]]:
+    """One epoch (`len(dataset) // batch_size` steps) in one compiled call; see
+    [`train_steps`][eqx_fmnist.step.train_steps]."""
+    spe = steps_per_epoch(len(dataset), batch_size)
+    return train_steps(state, dataset, batch_size=batch_size, num_steps=spe, mesh=mesh)
