@@ -178,7 +178,9 @@ def test_verification_is_remembered_and_redone_when_the_file_changes(tmp_path, m
     monkeypatch.setattr(data.idx, "FILES", specs_for(arrays, blobs))
     calls = []
     real_check = data.store._check_sha256
-    monkeypatch.setattr(data.store, "_check_sha256", lambda *a: (calls.append(a[2]), real_check(*a)))
+    monkeypatch.setattr(
+        data.store, "_check_sha256", lambda *a: (calls.append(a[2]), real_check(*a))
+    )
 
     data.load_fashion_mnist(folder, download=False)
     assert len(calls) == 4

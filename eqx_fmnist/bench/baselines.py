@@ -25,7 +25,7 @@ import jax.random as jr
 import numpy as np
 import optax
 
-from ..config import TrainConfig
+from ..config import TrainConfig, optax_promotion
 from ..dataset import ArrayDataset, normalize, steps_per_epoch
 from ..state import init_state
 
@@ -74,7 +74,8 @@ def codelab_trainer(
 
     def step(params, opt, x, y):
         loss, grads = jax.value_and_grad(_codelab_loss)(params, x, y)
-        updates, opt = tx.update(grads, opt, params)
+        with optax_promotion():  # Adam's bias correction: float ** int32 count
+            updates, opt = tx.update(grads, opt, params)
         return optax.apply_updates(params, updates), opt, loss
 
     step = jax.jit(step, donate_argnums=(0, 1)) if jit else step

@@ -1,0 +1,136 @@
+"""TrainConfig is the one list of a run's choices: JSON, flags and help come from it."""
+
+import argparse
+import dataclasses
+import json
+import typing
+
+import pytest
+
+
+def _fields():
+    from eqx_fmnist.config import TrainConfig
+
+    return dataclasses.fields(TrainConfig)
+
+
+def test_every_field_has_help_a_flag_and_round_trips_through_json():
+    from eqx_fmnist.cli import build_parser
+    from eqx_fmnist.config import TrainConfig
+
+    train_help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    changed = TrainConfig(
+        steps=7, batch_size=64, learning_rate=1e-3, weight_decay=0.0, schedule="cosine",
+        warmup_steps=3, hidden_sizes=(8, 4), precision="p=f32,c=bf16,o=f32", seed=3,
+        log_every=2, grad_clip=1.0, label_smoothing=0.2, validation_size=100, devices=1,
+        on_nonfinite="skip",
+    )  # fmt: skip
+    for f in _fields():
+        assert f.metadata["help"], f.name
+        assert f"--{f.name.replace('_', '-')}" in train_help, f.name
+        assert TrainConfig.help(f.name) == f.metadata["help"]
+    # Every field differs from the default somewhere, and survives JSON.
+    for f in _fields():
+        if f.name not in ("epochs", "devices"):
+            assert getattr(changed, f.name) != getattr(TrainConfig(), f.name), f.name
+    again = TrainConfig.from_json(changed.to_json())
+    assert again == changed and isinstance(again.hidden_sizes, tuple)
+
+
+def test_choices_come_from_the_literal_types():
+    from eqx_fmnist.config import OnNonfinite, Schedule, literal_choices
+
+    assert literal_choices("schedule") == typing.get_args(Schedule)
+    assert literal_choices("on_nonfinite") == typing.get_args(OnNonfinite) == ("raise", "skip")
+    assert literal_choices("batch_size") == ()
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("batch_size", "512", "an int"),
+        ("batch_size", 5.0, "an int"),
+        ("learning_rate", "fast", "a number"),
+        ("schedule", "linear", "one of 'constant', 'cosine', 'warmup_cosine'"),
+        ("hidden_sizes", [256, "x"], "a list of ints"),
+        ("grad_clip", [1], "a number or null"),
+        ("epochs", True, "an int or null"),
+    ],
+)
+def test_json_values_of_the_wrong_type_name_the_field(field, value, message):
+    from eqx_fmnist.config import TrainConfig
+
+    with pytest.raises(ValueError, match=f"`{field}` must be {message}"):
+        TrainConfig.from_dict({field: value})
+
+
+def test_state_fields_are_those_marked_and_include_the_model():
+    from eqx_fmnist.config import TrainConfig
+
+    marked = {f.name for f in _fields() if f.metadata["state"]}
+    assert set(TrainConfig.state_fields()) == marked
+    assert {"hidden_sizes", "precision"} <= marked and "learning_rate" not in marked
+
+
+def test_a_given_length_replaces_the_other():
+    from eqx_fmnist.config import TrainConfig
+
+    assert TrainConfig().with_changes(steps=100).epochs is None
+    assert TrainConfig.codelab().with_changes(epochs=2).steps is None
+    assert TrainConfig.codelab(steps=9).steps == 9
+    with pytest.raises(ValueError, match="not both"):
+        TrainConfig(epochs=2, steps=3)
+
+
+def parse(*argv):
+    from eqx_fmnist.flags import add_config_flags, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    return config_from_args(parser.parse_args([str(a) for a in argv]))
+
+
+def test_flags_are_generated_from_the_fields_with_their_aliases():
+    from eqx_fmnist.config import TrainConfig
+
+    assert parse() == TrainConfig()
+    got = parse("--learning-rate", 0.01, "--hidden-sizes", "64,32", "--schedule", "cosine")
+    assert (got.learning_rate, got.hidden_sizes, got.schedule) == (0.01, (64, 32), "cosine")
+    assert parse("--lr", 0.02, "--hidden", "16").hidden_sizes == (16,)
+    assert parse("--steps", 10) == TrainConfig(steps=10)
+    assert parse("--codelab", "--steps", 10) == TrainConfig.codelab(steps=10)
+    with pytest.raises(SystemExit):  # argparse refuses a value outside the Literal
+        parse("--on-nonfinite", "ignore")
+
+
+def test_a_config_file_is_the_base_and_flags_override_it(tmp_path):
+    from eqx_fmnist.config import TrainConfig
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"steps": 50, "batch_size": 128, "seed": 4}))
+    assert parse("--config", path) == TrainConfig(steps=50, batch_size=128, seed=4)
+    assert parse("--config", path, "--seed", 5, "--epochs", 2) == TrainConfig(
+        epochs=2, batch_size=128, seed=5
+    )
+
+
+@pytest.mark.parametrize("case", ["missing", "not json", "unknown field", "wrong type"])
+def test_a_bad_config_file_is_one_line_exit_2_and_writes_nothing(case, tmp_path, capsys):
+    import eqx_fmnist.cli as cli
+
+    path = tmp_path / "run.json"
+    content = {
+        "not json": "{steps: 5",
+        "unknown field": json.dumps({"lr": 0.1}),
+        "wrong type": json.dumps({"steps": "five"}),
+    }.get(case)
+    if content is not None:
+        path.write_text(content)
+    out = tmp_path / "out"
+    status = cli.main(["train", "--config", str(path), "--out", str(out), "--no-download"])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "config" in err and str(path) in err
+    assert {"missing": "No such file", "not json": "not valid JSON", "unknown field": "'lr'",
+            "wrong type": "`steps` must be an int"}[case] in err  # fmt: skip
+    assert not out.exists()

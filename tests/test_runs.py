@@ -1,0 +1,141 @@
+"""Run folders: history every interval, checkpoints on their own cadence, stops."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import synthetic_arrays
+
+
+@pytest.fixture
+def small():
+    from eqx_fmnist.dataset import ArrayDataset
+
+    a = synthetic_arrays(n_train=256)
+    return ArrayDataset(a["train_images"], a["train_labels"])
+
+
+def config(**kw):
+    from eqx_fmnist.config import TrainConfig
+
+    base = dict(steps=24, batch_size=32, hidden_sizes=(16,), log_every=2, schedule="constant")
+    return TrainConfig(**(base | kw))
+
+
+@pytest.mark.parametrize(
+    "text, seconds, steps",
+    [("60s", 60.0, None), ("60", 60.0, None), ("5m", 300.0, None), ("500steps", None, 500)],
+)
+def test_checkpoint_cadence_parses(text, seconds, steps):
+    from eqx_fmnist.runs import CheckpointEvery
+
+    every = CheckpointEvery.parse(text)
+    assert (every.seconds, every.steps) == (seconds, steps)
+
+
+@pytest.mark.parametrize("text", ["", "0s", "-5", "fast", "2.5steps"])
+def test_bad_checkpoint_cadence_is_a_run_error(text):
+    from eqx_fmnist.runs import CheckpointEvery, RunError
+
+    with pytest.raises(RunError, match="checkpoint_every"):
+        CheckpointEvery.parse(text)
+
+
+def saves(monkeypatch):
+    import eqx_fmnist.runs as runs
+
+    saved, real = [], runs.save_checkpoint
+
+    def spy(path, state, config, *, num_train):
+        saved.append(int(state.step))
+        return real(path, state, config, num_train=num_train)
+
+    monkeypatch.setattr(runs, "save_checkpoint", spy)
+    return saved
+
+
+def test_logging_every_two_steps_checkpoints_on_its_own_cadence(small, tmp_path, monkeypatch):
+    from eqx_fmnist.checkpoint import load_checkpoint
+    from eqx_fmnist.runs import CheckpointEvery, RunFolder, read_history
+    from eqx_fmnist.train import fit
+
+    saved = saves(monkeypatch)
+    c = config()
+    with RunFolder(
+        tmp_path / "a", c, num_train=256, checkpoint_every=CheckpointEvery(steps=10)
+    ) as run:
+        fit(c, (small, small), callback=run.callback)
+    assert [h["step"] for h in read_history(tmp_path / "a")] == list(range(2, 25, 2))
+    assert saved == [10, 20]  # the first interval ends at or past each 10 steps
+    with RunFolder(tmp_path / "b", c, num_train=256) as run:  # every 60 s: none due
+        result = fit(c, (small, small), callback=run.callback)
+        run.finish(result, _numpy(small))
+    assert saved[2:] == [24]  # only the end
+    assert load_checkpoint(tmp_path / "b" / "checkpoint.eqx").step == 24
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["steps"] == 24
+
+
+def _numpy(ds):
+    from eqx_fmnist.data import FashionMNIST
+
+    images = np.asarray(ds.images).reshape(-1, 28, 28)
+    labels = np.asarray(ds.labels).astype(np.uint8)
+    return FashionMNIST(images, labels, images, labels, source=Path("synthetic"))
+
+
+def test_a_requested_stop_saves_and_the_resume_is_exact(small, tmp_path):
+    from eqx_fmnist.checkpoint import load_checkpoint
+    from eqx_fmnist.runs import Interrupted, RunFolder, read_history
+    from eqx_fmnist.train import fit
+
+    from helpers import tree_allclose
+
+    c = config()
+    straight = fit(c, (small, small))
+    folder = tmp_path / "cut"
+
+    def stop_after_step_8(record, state):
+        if record["step"] == 8:
+            run.request_stop("asked by the test")
+
+    with RunFolder(folder, c, num_train=256) as run:
+        with pytest.raises(Interrupted, match="asked by the test") as info:
+            fit(c, (small, small), callback=[stop_after_step_8, run.callback])
+    assert info.value.step == 8 and not (folder / ".eqx-fmnist.lock").exists()
+    ckpt = load_checkpoint(folder / "checkpoint.eqx")
+    assert ckpt.step == 8
+    with RunFolder(folder, c, num_train=256, start_step=ckpt.step) as run:
+        resumed = fit(c, (small, small), state=ckpt.state, callback=run.callback)
+    assert tree_allclose(resumed.model, straight.model, rtol=0, atol=0)
+    assert [h["step"] for h in read_history(folder)] == list(range(2, 25, 2))
+
+
+def test_a_folder_in_use_or_with_results_is_refused(small, tmp_path):
+    from eqx_fmnist.runs import RunError, RunFolder
+
+    c = config()
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "summary.json").write_text("{}")
+    with pytest.raises(RunError, match="already holds results"):
+        RunFolder(tmp_path / "done", c, num_train=256)
+    with RunFolder(tmp_path / "busy", c, num_train=256):
+        with pytest.raises(RunError, match="another run"):
+            with RunFolder(tmp_path / "busy", c, num_train=256, overwrite=True):
+                pass
+
+
+def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
+    pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
+    from eqx_fmnist.runs import RunFolder
+    from eqx_fmnist.train import fit
+
+    c = config(steps=4)
+    with RunFolder(tmp_path / "tb", c, num_train=256, tensorboard=True) as run:
+        result = fit(c, (small, small), callback=run.callback)
+        run.finish(result, _numpy(small))
+    events = list((tmp_path / "tb" / "tensorboard").rglob("events.out.tfevents.*"))
+    assert events and sum(p.stat().st_size for p in events) > 0
+    blob = b"".join(p.read_bytes() for p in events)
+    assert b"train/loss" in blob and b"hparam/test_accuracy" in blob and b"learning_rate" in blob
