@@ -25,11 +25,11 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, Int, Shaped
 
+from .config import optax_promotion
 from .dataset import ArrayDataset, batch_indices, normalize, steps_per_epoch
 from .losses import accuracy, cross_entropy
 from .parallel import batch_sharding, check_divisible
 from .precision import NoOpLossScale, all_finite
-from .config import optax_promotion
 from .state import TrainState
 
 
