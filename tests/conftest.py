@@ -48,3 +48,14 @@ def real_datasets(real_data):
     import eqx_fmnist as ef
 
     return ef.to_datasets(real_data)
+
+
+@pytest.fixture
+def small():
+    """A small synthetic training set: 256 examples, 8 steps of 32 per epoch."""
+    from eqx_fmnist.dataset import ArrayDataset
+
+    from helpers import synthetic_arrays
+
+    a = synthetic_arrays(n_train=256)
+    return ArrayDataset(a["train_images"], a["train_labels"])

@@ -276,3 +276,14 @@ def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data
     last = json.loads((out / "history.jsonl").read_text().splitlines()[-1])
     assert ckpt.step == last["step"] >= 10 and ckpt.step % 10 == 0
     assert not (out / ".eqx-fmnist.lock").exists()
+
+
+def test_an_internal_type_error_is_a_bug_with_a_traceback_not_a_usage_error(monkeypatch):
+    import eqx_fmnist.cli as cli
+
+    def broken(args):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    monkeypatch.setattr(cli, "cmd_data", broken)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        cli.main(["--no-compile-cache", "data"])

@@ -8,15 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import run_cli, start_cli, synthetic_arrays, tree_allclose, wait_for
-
-
-@pytest.fixture
-def small():
-    from eqx_fmnist.dataset import ArrayDataset
-
-    a = synthetic_arrays(n_train=256)
-    return ArrayDataset(a["train_images"], a["train_labels"])
+from helpers import run_cli, start_cli, tree_allclose, wait_for
 
 
 def config(**kw):

@@ -6,16 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import synthetic_arrays
-
-
-@pytest.fixture
-def small():
-    from eqx_fmnist.dataset import ArrayDataset
-
-    a = synthetic_arrays(n_train=256)
-    return ArrayDataset(a["train_images"], a["train_labels"])
-
 
 def config(**kw):
     from eqx_fmnist.config import TrainConfig

@@ -9,16 +9,7 @@ import jaxtyping
 import numpy as np
 import pytest
 
-from helpers import feistel_order, synthetic_arrays, tree_allclose
-
-
-@pytest.fixture
-def small():
-    """A small synthetic training set: 256 examples, 8 steps of 32 per epoch."""
-    from eqx_fmnist.dataset import ArrayDataset
-
-    a = synthetic_arrays(n_train=256)
-    return ArrayDataset(a["train_images"], a["train_labels"])
+from helpers import feistel_order, tree_allclose
 
 
 def small_config(**kw):
