@@ -131,9 +131,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     folder = RunFolder(out, config, num_train=num_train, start_step=start, overwrite=args.overwrite,
                        checkpoint_every=every, tensorboard=args.tensorboard)  # fmt: skip
     with folder as run, run.stop_on_signals():
-        length = f"{config.epochs} epochs" if config.epochs else f"{config.steps} steps"
+        length = (
+            f"{config.epochs} epochs ({total:,} steps)" if config.epochs else f"{total:,} steps"
+        )
         console.print(
-            f"run folder [bold]{out}[/]: {length} ({total:,} steps), {config.precision}, seed "
+            f"run folder [bold]{out}[/]: {length}, {config.precision}, seed "
             f"{config.seed}, checkpoint every {every}\ndata: {fm.source} ({fm.origin})"
             + (f"\nresuming at step {start:,} of {total:,}" if start else ""),
             highlight=False,

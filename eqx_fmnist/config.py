@@ -87,7 +87,7 @@ class TrainConfig:
     """
 
     epochs: int | None = _field(
-        None, f"passes over the training set (give epochs or steps; {DEFAULT_EPOCHS} if neither)"
+        None, f"passes over the training set; give epochs or steps (default: {DEFAULT_EPOCHS})"
     )
     steps: int | None = _field(None, "optimiser steps, instead of epochs")
     batch_size: int = _field(512, "examples per step")
