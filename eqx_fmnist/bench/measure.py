@@ -196,7 +196,9 @@ def matmul_flops_per_example(in_size: int = 784, hidden=(256, 128), out_size: in
     return sum(2 * m * k * n for m, k, n in shapes)
 
 
-def _median_seconds(fn: Callable[[], Any], *, min_seconds: float = 0.05, repeats: int = 7):
+def _best_seconds(fn: Callable[[], Any], *, min_seconds: float = 0.2, repeats: int = 9):
+    """The fastest of `repeats` timings of `fn` (each averaged over enough calls): for a
+    bound, the best the machine showed, so that a slow moment does not lower it."""
     fn()  # warm-up
     number, t = 1, 0.0
     while True:  # calls per sample, so that one sample lasts about min_seconds / repeats
@@ -213,23 +215,23 @@ def _median_seconds(fn: Callable[[], Any], *, min_seconds: float = 0.05, repeats
         for _ in range(number):
             fn()
         samples.append((time.perf_counter() - t) / number)
-    return statistics.median(samples)
+    return min(samples)
 
 
 def time_matmul(m: int, k: int, n: int, backend: str) -> float:
-    """Median seconds of one float32 `(m, k) @ (k, n)` with `backend` (`"numpy"` or
+    """Best seconds of one float32 `(m, k) @ (k, n)` with `backend` (`"numpy"` or
     `"torch"`); raises `ImportError` when torch is missing."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
     out = np.empty((m, n), np.float32)
     if backend == "numpy":
-        return _median_seconds(lambda: np.matmul(a, b, out=out))
+        return _best_seconds(lambda: np.matmul(a, b, out=out))
     if backend == "torch":
         import torch
 
         ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
-        return _median_seconds(lambda: torch.mm(ta, tb, out=tout))
+        return _best_seconds(lambda: torch.mm(ta, tb, out=tout))
     raise ValueError(f"`backend` must be 'numpy' or 'torch', but got {backend!r}.")
 
 

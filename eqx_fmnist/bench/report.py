@@ -130,8 +130,8 @@ class BenchmarkReport:
             "(every floating-point operation it emits, elementwise work included).",
             "",
             "The matmul bound times each of the step's eight matmul shapes on its own with "
-            "numpy and PyTorch and takes the faster: a step made of nothing else would run "
-            "at that rate.",
+            "numpy and PyTorch (the best of nine timings each) and takes the faster: a step "
+            "made of nothing else would run at that rate.",
             f"Tokens/sec is a projection: examples/sec x {TOKENS_PER_EXAMPLE} (7 x 7 "
             "patches per image), not a measurement.",
         ]
