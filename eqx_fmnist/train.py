@@ -235,7 +235,7 @@ def fit(
     data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | None = None,
     *,
     state: TrainState | None = None,
-    callback: Callback | Sequence[Callback] = (),
+    callback: Callback | Sequence[Callback] | None = None,
     eval_batch_size: int = 1000,
 ) -> TrainResult:
     """Train the MLP with the fast path and evaluate it on the whole test set.
@@ -254,7 +254,7 @@ def fit(
         `callback(record, state)` after each logging interval, e.g. to draw a progress
         bar or keep a run folder. With a validation split, a
         [`validate_every_interval`][eqx_fmnist.train.validate_every_interval] callback
-        runs first. Defaults to none.
+        runs first. Defaults to `None`: none.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
 
     **Returns:**
@@ -285,7 +285,7 @@ def fit(
         raise ValueError(
             f"the state is at step {step}, past this config's {plan.total_steps} steps."
         )
-    callbacks = [callback] if callable(callback) else list(callback)
+    callbacks = [callback] if callable(callback) else list(callback or ())
     if valid is not None:
         callbacks.insert(0, validate_every_interval(valid, batch_size=eval_batch_size, mesh=mesh))
     history, compiled, seconds = [], {}, {"compile": 0.0, "train": 0.0}

@@ -172,7 +172,7 @@ def test_runs_are_reproducible(small):
     from eqx_fmnist.train import fit
 
     a = fit(small_config(log_every=4), (small, small))
-    b = fit(small_config(log_every=8), (small, small))  # other chunking, same training
+    b = fit(small_config(log_every=8), (small, small), callback=None)  # other chunking
     c = fit(small_config(seed=1), (small, small))
     assert tree_allclose(a.model, b.model, rtol=1e-5, atol=1e-6)
     assert not tree_allclose(a.model, c.model)
