@@ -56,3 +56,15 @@ def test_predict_accepts_floats_and_pixels_alike(trained):
     p = predict_proba(trained.model, pixels)
     np.testing.assert_allclose(p.sum(1), 1.0, rtol=1e-5)
     np.testing.assert_array_equal(p.argmax(1), a)
+
+
+def test_most_confused_names_the_largest_off_diagonal_share():
+    import numpy as np
+
+    from eqx_fmnist.evaluate import most_confused
+
+    cm = np.array([[8, 2, 0], [0, 5, 0], [1, 3, 6]])  # class 1 is never confused
+    other, share = most_confused(cm)
+    assert other[0] == 1 and share[0] == 0.2
+    assert other[2] == 1 and share[2] == 0.3
+    assert other[1] != 1 and share[1] == 0.0  # never itself, even with no mistakes
