@@ -7,6 +7,7 @@ from . import (
     config as config,
     data as data,
     dataset as dataset,
+    ensemble as ensemble,
     evaluate as evaluate,
     losses as losses,
     model as model,
@@ -40,9 +41,17 @@ from .dataset import (
     permute as permute,
     to_datasets as to_datasets,
 )
+from .ensemble import (
+    EnsembleResult as EnsembleResult,
+    SweepResult as SweepResult,
+    fit_ensemble as fit_ensemble,
+    sweep as sweep,
+)
 from .evaluate import (
     EvalResult as EvalResult,
     confusion_matrix as confusion_matrix,
+    evaluate_ensemble as evaluate_ensemble,
+    member_probabilities as member_probabilities,
     evaluate as evaluate_model,  # noqa: F401  (eqx_fmnist.evaluate stays the module)
     per_class_accuracy as per_class_accuracy,
     predict as predict,
@@ -60,7 +69,11 @@ from .precision import (
     Policy as Policy,
     StaticLossScale as StaticLossScale,
 )
-from .state import TrainState as TrainState, init_state as init_state
+from .state import (
+    TrainState as TrainState,
+    init_members as init_members,
+    init_state as init_state,
+)
 from .step import (
     compile_steps as compile_steps,
     train_epoch as train_epoch,

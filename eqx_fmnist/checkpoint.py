@@ -8,6 +8,11 @@ The layout of a checkpoint file:
    JAX and Equinox versions, and the SHA-256 and length of the payload;
 3. the payload: the state's array leaves from `eqx.tree_serialise_leaves`.
 
+A checkpoint of members trained as one program (an ensemble or a sweep) holds their
+stacked state, and its header lists each member's `seed` and batched numbers under
+`"members"`; loading rebuilds the stack with
+[`init_members`][eqx_fmnist.state.init_members].
+
 Loading rebuilds the state's skeleton from the saved config (`init_state`) and reads
 the leaves into it, so nothing is ever unpickled. The payload's checksum is checked
 first: a truncated or altered file raises instead of loading as valid but wrong.
@@ -20,6 +25,7 @@ import importlib.metadata
 import io
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +35,7 @@ import jax
 from .config import TrainConfig
 from .fileio import atomic_write
 from .parallel import to_local
-from .state import TrainState, init_state
+from .state import PER_MEMBER, TrainState, init_members, init_state, num_members
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
 FORMAT_VERSION = 1
@@ -41,12 +47,17 @@ class CheckpointError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
-    """A loaded checkpoint: the state, the config it was trained with, and its header."""
+    """A loaded checkpoint: the state, the config it was trained with, and its header.
+
+    For members trained as one program, `state` is their stack, `members` their configs
+    and `config` member 0's; otherwise `members` is `None`.
+    """
 
     state: TrainState
     config: TrainConfig
     num_train: int
     metadata: dict[str, Any]
+    members: tuple[TrainConfig, ...] | None = None
 
     @property
     def step(self) -> int:
@@ -62,7 +73,12 @@ def _versions() -> dict[str, str]:
 
 
 def save_checkpoint(
-    path: str | os.PathLike, state: TrainState, config: TrainConfig, *, num_train: int
+    path: str | os.PathLike,
+    state: TrainState,
+    config: TrainConfig,
+    *,
+    num_train: int,
+    members: Sequence[TrainConfig] | None = None,
 ) -> Path:
     """Write `state` and `config` to `path` atomically.
 
@@ -76,6 +92,8 @@ def save_checkpoint(
     - `state`: the state to save.
     - `config`: the config it was trained with.
     - `num_train`: the size of its training set (the schedule's length depends on it).
+    - `members`: for a stacked state, each member's config (`config` is then the one
+        they share). Defaults to `None`: one run.
 
     In a multi-process run every process holds the replicated state; call this on
     process 0 only (`jax.process_index() == 0`).
@@ -85,14 +103,21 @@ def save_checkpoint(
     The path written.
     """
     path = Path(path)
+    stacked = num_members(state)
+    if (stacked is None) != (members is None) or (members and len(members) != stacked):
+        raise ValueError(
+            f"save_checkpoint: the state holds {stacked or 'no'} stacked members but "
+            f"{'no' if members is None else len(members)} member configs were given."
+        )
     buffer = io.BytesIO()
     eqx.tree_serialise_leaves(buffer, to_local(state))
     payload = buffer.getvalue()
     header = {
         "format_version": FORMAT_VERSION,
-        "step": int(state.step),
+        "step": int(state.step.reshape(-1)[0]),
         "config": config.to_dict(),
         "num_train": int(num_train),
+        **({} if members is None else {"members": [_member_fields(c) for c in members]}),
         "versions": _versions(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "payload_bytes": len(payload),
@@ -102,6 +127,10 @@ def save_checkpoint(
     with atomic_write(path, fsync=True) as f:
         f.write(MAGIC + len(head).to_bytes(8, "little") + head + payload)
     return path
+
+
+def _member_fields(config: TrainConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in PER_MEMBER}
 
 
 def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
@@ -185,15 +214,20 @@ def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = Non
     try:
         config = TrainConfig.from_dict(header["config"])
         num_train = int(header["num_train"])
+        members = header.get("members")
+        if members is not None:
+            members = tuple(config.with_changes(**m) for m in members)
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: the saved config cannot be read ({e}).") from e
     if expect is not None:
         check_compatible(config, expect)
-    skeleton = init_state(config, num_train)
+    skeleton = (
+        init_state(config, num_train) if members is None else init_members(members, num_train)
+    )
     try:
         state = eqx.tree_deserialise_leaves(io.BytesIO(payload), skeleton)
     except Exception as e:  # equinox raises several types for a mismatched tree
         raise CheckpointError(
             f"{path}: the saved arrays do not fit a model built from its config ({e})."
         ) from e
-    return Checkpoint(state=state, config=config, num_train=num_train, metadata=header)
+    return Checkpoint(state, config, num_train, header, members)

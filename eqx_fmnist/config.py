@@ -27,6 +27,10 @@ Schedule = Literal["constant", "cosine", "warmup_cosine"]
 OnNonfinite = Literal["raise", "skip"]
 """What a NaN or infinite loss or gradient does to a run."""
 
+BatchedHyperparameter = Literal["learning_rate", "weight_decay", "label_smoothing"]
+"""The numbers members of one compiled program may differ in (besides `seed`): they are
+arrays in the training state, so a grid of them needs no recompiling."""
+
 DEFAULT_EPOCHS = 30
 VALIDATION_SEED = 20_241_130
 """Fixed seed of the validation split, so every training seed sees the same split."""
@@ -333,23 +337,42 @@ def make_schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
     )
 
 
-def make_optimizer(config: TrainConfig, total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(
+    config: TrainConfig, total_steps: int, *, inject: bool = False
+) -> optax.GradientTransformation:
     """AdamW with the config's schedule (and optional global-norm clipping).
 
     **Arguments:**
 
     - `config`: the run's config.
     - `total_steps`: the run's length, over which the schedule decays.
+    - `inject`: hold the peak learning rate and the weight decay as arrays in the
+        optimiser's state (`optax.inject_hyperparams`; read and set them in
+        `opt_state.hyperparams`), so that members of a sweep can differ in them inside
+        one compiled program. The learning rate of step `t` is then
+        `learning_rate * schedule_1(t)`, where `schedule_1` is the schedule with peak 1:
+        equal to the plain optimiser's up to float32 rounding. Defaults to `False`: the
+        numbers are constants of the compiled program.
 
     **Returns:**
 
     An Optax `GradientTransformation`. Its step count lives in its state as an array,
     so the learning rate changes every step without recompiling.
     """
-    tx = optax.adamw(make_schedule(config, total_steps), weight_decay=config.weight_decay)
-    if config.grad_clip is not None:
-        tx = optax.chain(optax.clip_by_global_norm(config.grad_clip), tx)
-    return tx
+    clip = () if config.grad_clip is None else (optax.clip_by_global_norm(config.grad_clip),)
+    if not inject:
+        tx = optax.adamw(make_schedule(config, total_steps), weight_decay=config.weight_decay)
+        return optax.chain(*clip, tx) if clip else tx
+    unit = make_schedule(config.with_changes(learning_rate=1.0), total_steps)
+
+    def adamw(learning_rate, weight_decay):
+        # Called with the arrays held in the state, inside the compiled step.
+        scaled = optax.adamw(lambda count: learning_rate * unit(count), weight_decay=weight_decay)
+        return optax.chain(*clip, scaled) if clip else scaled
+
+    return optax.inject_hyperparams(adamw)(
+        learning_rate=config.learning_rate, weight_decay=config.weight_decay
+    )
 
 
 def learning_rate_at(config: TrainConfig, total_steps: int, step: int) -> float:

@@ -132,6 +132,68 @@ def _metrics(model, dataset: ArrayDataset, policy: Policy, batch_size: int, mesh
     return cross_entropy(logits, labels, mask), accuracy(logits, labels, mask), mask.sum()
 
 
+def member_probabilities(
+    models: MLP,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> Float[Array, "members n classes"]:
+    """Softmax probabilities of every member of a stacked model (the `model` of a state
+    from [`init_members`][eqx_fmnist.state.init_members]), float32; the ensemble's are
+    their mean over the first axis."""
+    logits = eqx.filter_vmap(lambda m: _logits(m, images, policy, batch_size)[0])(models)
+    return jax.nn.softmax(logits[:, : images.shape[0]].astype(jnp.float32), axis=-1)
+
+
+def evaluate_ensemble(
+    models: MLP,
+    dataset: ArrayDataset,
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> tuple[list[EvalResult], EvalResult]:
+    """Each member's loss and accuracy, and the ensemble's, over all of `dataset`.
+
+    The ensemble predicts the mean of its members' probabilities; its loss is the
+    cross-entropy of that mean.
+
+    **Arguments:**
+
+    - `models`: a stacked model (members on a leading axis).
+    - `dataset`, `policy`, `batch_size`: as for
+        [`evaluate`][eqx_fmnist.evaluate.evaluate].
+
+    **Returns:**
+
+    `(members, ensemble)`: a list of [`EvalResult`][eqx_fmnist.evaluate.EvalResult]s,
+    one per member, and the ensemble's.
+    """
+    losses, accs, ens_loss, ens_acc, count = jax.device_get(
+        _ensemble_metrics(models, dataset, policy, batch_size)
+    )
+    count = int(count)
+    members = [EvalResult(float(x), float(a), count) for x, a in zip(losses, accs, strict=True)]
+    return members, EvalResult(float(ens_loss), float(ens_acc), count)
+
+
+@eqx.filter_jit
+def _ensemble_metrics(models, dataset: ArrayDataset, policy: Policy, batch_size: int):
+    logits, masks = eqx.filter_vmap(lambda m: _logits(m, dataset.images, policy, batch_size))(
+        models
+    )
+    mask = masks[0]
+    padding = jnp.zeros(mask.shape[0] - len(dataset), dataset.labels.dtype)
+    labels = jnp.concatenate([dataset.labels, padding])
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    losses = jax.vmap(lambda lp: cross_entropy(lp, labels, mask))(log_p)
+    accs = jax.vmap(lambda lp: accuracy(lp, labels, mask))(log_p)
+    # log of the mean probability, computed stably; it is already normalised.
+    log_mean = jax.nn.logsumexp(log_p, axis=0) - jnp.log(jnp.float32(log_p.shape[0]))
+    ens = cross_entropy(log_mean, labels, mask), accuracy(log_mean, labels, mask)
+    return losses, accs, *ens, mask.sum()
+
+
 def confusion_matrix(
     labels: Integer[Array | np.ndarray, " n"],
     predictions: Integer[Array | np.ndarray, " n"],

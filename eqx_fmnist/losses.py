@@ -21,7 +21,7 @@ def cross_entropy(
     labels: Int[Array, " batch"],
     mask: Bool[Array, " batch"] | None = None,
     *,
-    label_smoothing: float = 0.0,
+    label_smoothing: float | Float[Array, ""] = 0.0,
 ) -> Float[Array, ""]:
     """Mean softmax cross-entropy with integer labels.
 
@@ -31,7 +31,8 @@ def cross_entropy(
     - `labels`: shape `(batch,)`, each in `0..classes-1`.
     - `mask`: shape `(batch,)`; `False` entries are ignored. Defaults to all `True`.
     - `label_smoothing`: the target puts `1 - label_smoothing` on the label and spreads
-        `label_smoothing` evenly over all classes. Defaults to `0`.
+        `label_smoothing` evenly over all classes; a number, or a scalar array (one per
+        member of a sweep). Defaults to `0`.
 
     **Returns:**
 
@@ -39,7 +40,7 @@ def cross_entropy(
     """
     log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     nll = -jnp.take_along_axis(log_p, labels[:, None], axis=-1)[:, 0]
-    if label_smoothing:
+    if isinstance(label_smoothing, jax.Array) or label_smoothing:
         nll = (1.0 - label_smoothing) * nll - label_smoothing * log_p.mean(axis=-1)
     w = _weights(labels, mask)
     return (nll * w).sum() / jnp.maximum(w.sum(), 1.0)

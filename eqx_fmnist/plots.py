@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Float, Integer, UInt8
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from .data import CLASS_NAMES, NUM_CLASSES
 from .fileio import atomic_write
@@ -184,6 +185,48 @@ def plot_confusion_matrix(
     fig.colorbar(image, ax=ax, label="fraction of the true class", shrink=0.8)
     accuracy = np.trace(cm) / max(cm.sum(), 1)
     ax.set_title(title or f"Confusion matrix: accuracy {accuracy:.2%} of {cm.sum():,} images")
+    return fig
+
+
+def plot_heatmap(
+    values: Float[np.ndarray, "rows cols"],
+    *,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    row_name: str,
+    col_name: str,
+    title: str,
+    value_name: str = "validation accuracy",
+) -> Figure:
+    """A grid of numbers (e.g. a sweep's validation accuracy over two hyperparameters),
+    each written in its cell, the best outlined.
+
+    **Arguments:**
+
+    - `values`: shape `(rows, cols)`; NaN cells are left blank.
+    - `row_labels`, `col_labels`: the tick labels; `row_name`, `col_name`: the axes.
+    - `title`: the figure's title; `value_name`: the colour bar's label.
+    """
+    values = np.asarray(values, dtype=float)
+    rows, cols = values.shape
+    fig = _figure(1.6 + 1.3 * cols, 1.4 + 0.75 * rows)
+    ax = fig.subplots()
+    image = ax.imshow(values, cmap="viridis", aspect="auto")
+    ax.set_xticks(np.arange(cols), col_labels)
+    ax.set_yticks(np.arange(rows), row_labels)
+    ax.set_xlabel(col_name)
+    ax.set_ylabel(row_name)
+    middle = np.nanmean(values) if np.isfinite(values).any() else 0.0
+    for r in range(rows):
+        for c in range(cols):
+            if np.isfinite(values[r, c]):
+                color = "black" if values[r, c] > middle else "white"
+                ax.text(c, r, f"{values[r, c]:.4f}", ha="center", va="center", color=color)
+    if np.isfinite(values).any():
+        r, c = np.unravel_index(np.nanargmax(values), values.shape)
+        ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+    fig.colorbar(image, ax=ax, label=value_name, shrink=0.8)
+    ax.set_title(title)
     return fig
 
 

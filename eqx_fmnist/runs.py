@@ -10,7 +10,11 @@ runs/20261201-021500/
   summary.json         test metrics, throughput, per-class accuracy, the config
   examples.png  training_curve.png  predictions.png  confusion_matrix.png
   tensorboard/         scalars and hyperparameters, with `tensorboard=True`
+  sweep.md  sweep.json  sweep_heatmap.png      for a sweep
 ```
+
+The same folder holds an ensemble (`members`: one checkpoint of the stacked members;
+the summary has the ensemble's and each member's test results) or a sweep.
 
 A [`RunFolder`][eqx_fmnist.runs.RunFolder] is driven by [`fit`][eqx_fmnist.train.fit]
 through its `callback`. Logging and checkpointing are separate: logging every 25 steps
@@ -29,6 +33,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +43,8 @@ from .checkpoint import save_checkpoint
 from .config import TrainConfig
 from .data import CLASS_NAMES, FashionMNIST
 from .dataset import ArrayDataset
-from .evaluate import confusion_matrix, per_class_accuracy, predict
+from .ensemble import EnsembleResult, SweepResult
+from .evaluate import confusion_matrix, member_probabilities, per_class_accuracy, predict
 from .fileio import atomic_write
 from .parallel import to_local
 from .plots import (
@@ -48,13 +54,14 @@ from .plots import (
     plot_training_curve,
     save_figure,
 )
-from .state import TrainState
+from .state import PER_MEMBER, TrainState
 from .train import History, TrainResult
 
 CHECKPOINT_NAME = "checkpoint.eqx"
 LOCK_NAME = ".eqx-fmnist.lock"
 FIGURES = ("examples.png", "training_curve.png", "predictions.png", "confusion_matrix.png")
 RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME, *FIGURES)
+SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
 TOKENS_PER_EXAMPLE = 16
 """Tokens per image of the summary's projected tokens/sec: 16 patches of 7 x 7 pixels."""
 
@@ -183,6 +190,7 @@ class RunFolder:
         overwrite: bool = False,
         checkpoint_every: CheckpointEvery = CheckpointEvery(),
         tensorboard: bool = False,
+        members: Sequence[TrainConfig] | None = None,
     ):
         """**Arguments:**
 
@@ -197,15 +205,19 @@ class RunFolder:
         - `checkpoint_every`: the checkpoint cadence. Defaults to every 60 seconds.
         - `tensorboard`: also write scalars and hyperparameters for TensorBoard into
             `folder/tensorboard` (needs `pip install 'eqx_fmnist[tensorboard]'`).
+        - `members`: the member configs of an ensemble or sweep trained by
+            [`fit_members`][eqx_fmnist.ensemble.fit_members] (`config` is then the one
+            they share). Defaults to `None`: one run.
         """
         self.folder = Path(folder)
-        existing = [n for n in RESULT_FILES if (self.folder / n).exists()]
+        existing = [n for n in (*RESULT_FILES, *SWEEP_FILES) if (self.folder / n).exists()]
         if existing and not overwrite and not start_step:
             raise RunError(
                 f"run folder {self.folder} already holds results ({', '.join(existing)}); "
                 "choose another folder, or overwrite it (`overwrite=True`, `--overwrite`)."
             )
         self.config, self.num_train = config, num_train
+        self.members = None if members is None else tuple(members)
         self.checkpoint_every = checkpoint_every
         self.checkpoint = self.folder / CHECKPOINT_NAME
         self.saved_step = start_step if start_step else None
@@ -261,7 +273,9 @@ class RunFolder:
 
     def save(self, state: TrainState, step: int) -> Path:
         """Write the checkpoint of `state` at `step` (atomically)."""
-        save_checkpoint(self.checkpoint, state, self.config, num_train=self.num_train)
+        save_checkpoint(
+            self.checkpoint, state, self.config, num_train=self.num_train, members=self.members
+        )
         self.saved_step, self._last_save = step, time.monotonic()
         return self.checkpoint
 
@@ -288,40 +302,41 @@ class RunFolder:
                 checkpoint=self.checkpoint,
             )
 
-    def finish(self, result: TrainResult, data: FashionMNIST) -> dict[str, Any]:
+    def finish(self, result: TrainResult | EnsembleResult, data: FashionMNIST) -> dict[str, Any]:
         """Save the final checkpoint, `summary.json` and the four figures.
 
         **Arguments:**
 
-        - `result`: what `fit` returned.
+        - `result`: what `fit` (or `fit_ensemble`) returned. An ensemble's predictions
+            are the mean of its members' probabilities.
         - `data`: the numpy data set (for the example and prediction grids).
 
         **Returns:**
 
         The summary, as written to `summary.json`.
         """
-        step = int(result.state.step)
-        if self.saved_step != step:
-            self.save(result.state, step)
+        self._save_final(result.state)
         test = ArrayDataset(data.test_images, data.test_labels)
-        pred = np.asarray(predict(to_local(result.model), test.images, policy=result.state.policy))
+        if isinstance(result, EnsembleResult):
+            models, policy = to_local(result.state.model), result.config.policy
+            probs = member_probabilities(models, test.images, policy=policy).mean(axis=0)
+            pred = np.asarray(probs.argmax(axis=-1))
+        else:
+            pred = np.asarray(
+                predict(to_local(result.model), test.images, policy=result.state.policy)
+            )
         cm = np.asarray(confusion_matrix(data.test_labels, pred))
         summary = _summary(result, cm)
         _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
-        history = read_history(self.folder)
         figures = {
             "examples.png": plot_examples(data.train_images, data.train_labels),
-            "training_curve.png": plot_training_curve(
-                [h["step"] for h in history],
-                [h["loss"] for h in history],
-                [h["accuracy"] for h in history],
-                title=f"Training: {self.config.precision}, batch {self.config.batch_size}",
-            ),
+            "training_curve.png": self._curve(),
             "predictions.png": plot_predictions(data.test_images, data.test_labels, pred),
             "confusion_matrix.png": plot_confusion_matrix(cm),
         }
         for name, figure in figures.items():
             save_figure(figure, self.folder / name)
+        test_result = result.ensemble if isinstance(result, EnsembleResult) else result.test
         if self._writer is not None:
             hparams = {
                 k: str(v) if isinstance(v, list | tuple) or v is None else v
@@ -330,22 +345,70 @@ class RunFolder:
             self._writer.add_hparams(
                 hparams,
                 {
-                    "hparam/test_accuracy": result.test.accuracy,
-                    "hparam/test_loss": result.test.loss,
+                    "hparam/test_accuracy": test_result.accuracy,
+                    "hparam/test_loss": test_result.loss,
                 },
                 name=".",
             )
         return summary
 
+    def finish_sweep(self, result: SweepResult) -> dict[str, Any]:
+        """Save the final checkpoint (all members), the sweep's table, JSON and heatmap,
+        `summary.json` (the sweep's JSON) and the training curve (members' mean).
 
-def _summary(result: TrainResult, cm: np.ndarray) -> dict[str, Any]:
+        **Returns:**
+
+        The summary, as written to `summary.json`.
+        """
+        self._save_final(result.members.state)
+        result.write(self.folder)
+        summary = {**result.to_dict(), "checkpoint": CHECKPOINT_NAME}
+        _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+        save_figure(self._curve(), self.folder / "training_curve.png")
+        return summary
+
+    def _save_final(self, state: TrainState) -> None:
+        step = int(state.step.reshape(-1)[0])
+        if self.saved_step != step:
+            self.save(state, step)
+
+    def _curve(self):
+        history = read_history(self.folder)
+        kind = f", {len(self.members)} members (mean)" if self.members else ""
+        return plot_training_curve(
+            [h["step"] for h in history],
+            [h["loss"] for h in history],
+            [h["accuracy"] for h in history],
+            title=f"Training: {self.config.precision}, batch {self.config.batch_size}{kind}",
+        )
+
+
+def _summary(result: TrainResult | EnsembleResult, cm: np.ndarray) -> dict[str, Any]:
     recall = np.asarray(per_class_accuracy(cm))
+    ensemble = {}
+    if isinstance(result, EnsembleResult):
+        test, valid = result.ensemble, result.validation_ensemble
+        ensemble = {
+            "members": [
+                {
+                    **{k: getattr(c, k) for k in PER_MEMBER},
+                    "test_accuracy": m.accuracy,
+                    "test_loss": m.loss,
+                }
+                for c, m in zip(result.configs, result.members, strict=True)
+            ],  # fmt: skip
+            "member_accuracy_mean": result.accuracy_mean,
+            "member_accuracy_std": result.accuracy_std,
+        }
+    else:
+        test, valid = result.test, result.validation
     return {
-        "test_loss": result.test.loss,
-        "test_accuracy": result.test.accuracy,
-        "test_count": result.test.count,
-        "validation_accuracy": result.validation.accuracy if result.validation else None,
-        "steps": int(result.state.step),
+        "test_loss": test.loss,
+        "test_accuracy": test.accuracy,
+        "test_count": test.count,
+        "validation_accuracy": valid.accuracy if valid else None,
+        **ensemble,
+        "steps": int(result.state.step.reshape(-1)[0]),
         "examples_per_sec": result.examples_per_sec,
         "projected_tokens_per_sec": result.examples_per_sec * TOKENS_PER_EXAMPLE,
         "tokens_per_example": TOKENS_PER_EXAMPLE,

@@ -9,6 +9,9 @@
   device, with the state's buffers donated. The host reads metrics once per call.
 - [`compile_steps`][eqx_fmnist.step.compile_steps]: the same chunk compiled ahead of
   time, so compiling can be timed apart from running.
+- With `members=True`, each runs a stacked state (from
+  [`init_members`][eqx_fmnist.state.init_members]) under `eqx.filter_vmap`: many
+  models, one compiled program, the training set shared.
 
 The batch order is a pure function of the run's key and the global step, so results
 do not depend on how steps are grouped into calls, a resumed run continues exactly
@@ -45,9 +48,8 @@ def _loss(model, x, y, policy, label_smoothing, loss_scale):
 def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
     """One optimiser step: the pure function every compiled path is made of."""
     grad_fn = eqx.filter_value_and_grad(_loss, has_aux=True)
-    (_, (loss, acc)), grads = grad_fn(
-        state.model, x, y, state.policy, state.label_smoothing, state.loss_scale
-    )
+    smoothing = state.hyperparams.get("label_smoothing", state.label_smoothing)
+    (_, (loss, acc)), grads = grad_fn(state.model, x, y, state.policy, smoothing, state.loss_scale)
     with jax.named_scope("optimizer"):
         grads = state.loss_scale.unscale(grads)
         params = eqx.filter(state.model, eqx.is_inexact_array)
@@ -140,6 +142,14 @@ def _steps(static, state: TrainState):
 
 _steps_traced = eqx.debug.assert_max_traces(_steps, max_traces=None)
 _train_steps_jit = eqx.filter_jit(_steps_traced, donate="all-except-first")
+# Members: the same chunk vmapped over the state's leading axis; the data are shared.
+_train_members_jit = eqx.filter_jit(
+    eqx.filter_vmap(_steps_traced, in_axes=(None, eqx.if_array(0))), donate="all-except-first"
+)
+
+
+def _chunk_fn(members: bool):
+    return _train_members_jit if members else _train_steps_jit
 
 
 def train_steps(
@@ -149,6 +159,7 @@ def train_steps(
     batch_size: int,
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
+    members: bool = False,
 ) -> tuple[TrainState, dict[str, Array]]:
     """`num_steps` training steps in one compiled call: the library's fast path.
 
@@ -166,21 +177,29 @@ def train_steps(
     - `mesh`: a [`make_mesh`][eqx_fmnist.parallel.make_mesh] mesh to split each batch
         over (data parallel; `state` and `dataset` should be replicated on it). Defaults
         to `None`: wherever the arrays are.
+    - `members`: `state` is a stack of members (from
+        [`init_members`][eqx_fmnist.state.init_members]); each runs its own steps on
+        its own batches, all in one program. Defaults to `False`.
 
     **Returns:**
 
-    `(new_state, metrics)`; each metric is an array of shape `(num_steps,)`.
+    `(new_state, metrics)`; each metric is an array of shape `(num_steps,)`, or
+    `(members, num_steps)` with `members=True`.
     """
-    _check_chunk(dataset, batch_size, num_steps, mesh)
-    return _train_steps_jit((dataset, batch_size, num_steps, mesh), state)
+    _check_chunk(dataset, batch_size, num_steps, mesh, members)
+    return _chunk_fn(members)((dataset, batch_size, num_steps, mesh), state)
 
 
-def _check_chunk(dataset: ArrayDataset, batch_size: int, num_steps: int, mesh) -> None:
+def _check_chunk(dataset: ArrayDataset, batch_size: int, num_steps: int, mesh, members) -> None:
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps <= 0:
         raise ValueError(f"`num_steps` must be a positive int, but got {num_steps!r}.")
     steps_per_epoch(len(dataset), batch_size)  # validates batch_size
     if mesh is not None:
         check_divisible(batch_size, mesh)
+        if members:
+            raise ValueError(
+                "members and a device mesh do not combine: train the members on one device."
+            )
 
 
 def compile_steps(
@@ -190,6 +209,7 @@ def compile_steps(
     batch_size: int,
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
+    members: bool = False,
 ) -> Callable[[TrainState], tuple[TrainState, dict[str, Array]]]:
     """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
     shaped like `state`.
@@ -205,9 +225,9 @@ def compile_steps(
     (a `jax.stages.Compiled`) as `run.compiled`: for example
     `run.compiled.cost_analysis()["flops"]` or `run.compiled.as_text()`.
     """
-    _check_chunk(dataset, batch_size, num_steps, mesh)
+    _check_chunk(dataset, batch_size, num_steps, mesh, members)
     static = (dataset, batch_size, num_steps, mesh)
-    compiled = _train_steps_jit.lower(static, state).compile()
+    compiled = _chunk_fn(members).lower(static, state).compile()
 
     def run(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
         return compiled(static, state)

@@ -72,6 +72,9 @@ class History(TypedDict):
     """Validation loss at the interval's end, when a validation split is held out."""
     valid_accuracy: NotRequired[float]
     """Validation accuracy at the interval's end, likewise."""
+    members: NotRequired[list[dict]]
+    """Each member's own record, when many members train as one program (the other
+    fields are then their means, their sum for `skipped`, and model-examples/sec)."""
 
 
 Callback = Callable[[History, TrainState], None]
@@ -230,6 +233,50 @@ def _place(config: TrainConfig, trees):
     return mesh, jax.block_until_ready(trees)
 
 
+def run_chunks(
+    state: TrainState,
+    train: ArrayDataset,
+    plan: Plan,
+    seconds: dict[str, float],
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+    members: bool = False,
+) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
+    """The loop of [`fit`][eqx_fmnist.train.fit] and
+    [`fit_ensemble`][eqx_fmnist.ensemble.fit_ensemble]: run the plan's chunks from
+    the state's step, one compiled call and one host read each.
+
+    Yields `(state, step, metrics, seconds)` after each chunk: the new state (valid
+    until the next chunk runs: its buffers are then donated), the global step reached,
+    the chunk's metrics as numpy, and the wall seconds of the call and its read. Each
+    distinct chunk length is compiled ahead of time, once; `seconds["compile"]` and
+    `seconds["train"]` accumulate the two.
+
+    **Raises:**
+
+    `ValueError` for a state past the plan's end.
+    """
+    step = int(state.step.reshape(-1)[0])
+    if step > plan.total_steps:
+        raise ValueError(
+            f"the state is at step {step}, past this config's {plan.total_steps} steps."
+        )
+    compiled = {}
+    for k in plan.chunks(step):
+        if k not in compiled:  # compiled ahead of time, so compiling is timed on its own
+            t = time.perf_counter()
+            compiled[k] = compile_steps(
+                state, train, batch_size=plan.batch_size, num_steps=k, mesh=mesh, members=members
+            )
+            seconds["compile"] += time.perf_counter() - t
+        t = time.perf_counter()
+        state, metrics = compiled[k](state)
+        metrics = jax.device_get(metrics)  # the one host sync of the interval
+        seconds["train"] += (elapsed := time.perf_counter() - t)
+        step += k
+        yield state, step, metrics, elapsed
+
+
 def fit(
     config: TrainConfig = TrainConfig(),
     data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | None = None,
@@ -280,29 +327,15 @@ def fit(
     state = init_state(config, len(train)) if state is None else state
     mesh, (train, valid, test, state) = _place(config, (train, valid, test, state))
     load_seconds = time.perf_counter() - start
-    plan, step = plan_run(config, len(train)), int(state.step)
-    if step > plan.total_steps:
-        raise ValueError(
-            f"the state is at step {step}, past this config's {plan.total_steps} steps."
-        )
+    plan = plan_run(config, len(train))
     callbacks = [callback] if callable(callback) else list(callback or ())
     if valid is not None:
         callbacks.insert(0, validate_every_interval(valid, batch_size=eval_batch_size, mesh=mesh))
-    history, compiled, seconds = [], {}, {"compile": 0.0, "train": 0.0}
-    for k in plan.chunks(step):
-        if k not in compiled:  # compiled ahead of time, so compiling is timed on its own
-            t = time.perf_counter()
-            compiled[k] = compile_steps(
-                state, train, batch_size=config.batch_size, num_steps=k, mesh=mesh
-            )
-            seconds["compile"] += time.perf_counter() - t
-        t = time.perf_counter()
-        state, metrics = compiled[k](state)
-        metrics = jax.device_get(metrics)  # the one host sync of the interval
-        seconds["train"] += (elapsed := time.perf_counter() - t)
+    history, seconds = [], {"compile": 0.0, "train": 0.0}
+    chunks = run_chunks(state, train, plan, seconds, mesh=mesh)
+    for state, step, metrics, elapsed in chunks:  # noqa: B020  (the state moves on)
         if config.on_nonfinite == "raise":
-            check_finite(metrics, first_step=step + 1)
-        step += k
+            check_finite(metrics, first_step=step - len(metrics["loss"]) + 1)
         history.append(record := plan.record(step, metrics, elapsed))
         logger.info("step %d/%d loss %.4f", step, plan.total_steps, record["loss"])
         for cb in callbacks:

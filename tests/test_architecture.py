@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eqx_fmnist"
 LAYERS = [
     "fileio",
     "data",
+    "plots",
     "cache",
     "dataset",
     "parallel",
@@ -30,8 +31,8 @@ LAYERS = [
     "state",
     "step",
     "train",
+    "ensemble",
     "checkpoint",
-    "plots",
     "runs",
     "bench",
     "cli",

@@ -38,9 +38,9 @@ def saves(monkeypatch):
 
     saved, real = [], runs.save_checkpoint
 
-    def spy(path, state, config, *, num_train):
+    def spy(path, state, config, **kwargs):
         saved.append(int(state.step))
-        return real(path, state, config, num_train=num_train)
+        return real(path, state, config, **kwargs)
 
     monkeypatch.setattr(runs, "save_checkpoint", spy)
     return saved

@@ -1,0 +1,244 @@
+"""Hyperparameter sweeps: every grid point x seed as a member of one program, ranked on
+a validation split."""
+
+import dataclasses
+import itertools
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import TrainConfig
+from ..data import FashionMNIST, load_fashion_mnist
+from ..dataset import ArrayDataset
+from ..evaluate import EvalResult, evaluate_ensemble
+from ..fileio import atomic_write
+from ..plots import plot_heatmap, save_figure
+from ..state import BATCHED, TrainState
+from ..train import Callback, prepare_data
+from .members import EnsembleResult, fit_members, member_seeds, select_members
+
+def grid_configs(
+    config: TrainConfig, grid: Mapping[str, Sequence[float]], seeds: int | Sequence[int]
+) -> tuple[list[dict[str, float]], tuple[int, ...], list[TrainConfig]]:
+    """`(points, seeds, configs)` of a sweep: every grid point (a dict of the swept
+    values, in the grid's order), the seeds, and one config per point x seed, point-major.
+
+    **Raises:**
+
+    `ValueError` for a grid name that is not a `TrainConfig` field, one that cannot be
+    batched (it changes the program: hidden sizes, batch size, ...), or an empty or
+    invalid list of values.
+    """
+    if not grid:
+        raise ValueError(f"the grid is empty; sweep some of {', '.join(BATCHED)}.")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for name, values in grid.items():
+        if name not in fields:
+            raise ValueError(
+                f"{name!r} is not a TrainConfig field; a sweep's grid may hold "
+                f"{', '.join(BATCHED)}."
+            )
+        if name not in BATCHED:
+            how = "train one seeds ensemble per value" if name != "seed" else "use `seeds`"
+            raise ValueError(
+                f"{name!r} cannot be swept inside one program: it changes the program's "
+                f"shapes or structure (only {', '.join(BATCHED)} are arrays in the "
+                f"state); {how} instead."
+            )
+        if isinstance(values, str) or not isinstance(values, Sequence) or not values:
+            raise ValueError(f"grid[{name!r}] must be a non-empty list of numbers, got {values!r}.")
+    seeds = member_seeds(config, seeds)
+    names = list(grid)
+    points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())]
+    configs = [config.with_changes(**p, seed=s) for p in points for s in seeds]  # validates
+    return points, seeds, configs
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """What [`sweep`][eqx_fmnist.ensemble.sweep] returns: the grid, every member's
+    validation accuracy, the winner, and the winner's test results.
+
+    **Fields:**
+
+    - `grid`: the swept values, by field name.
+    - `seeds`: the seeds each point was trained with.
+    - `points`: each grid point's values, point-major as the members are.
+    - `members`: the [`EnsembleResult`][eqx_fmnist.ensemble.EnsembleResult] of all
+        points x seeds (its `state` holds every trained member; no test results).
+    - `best`: the index of the winning point (highest mean validation accuracy).
+    - `test`: the winner's seeds' test results, and `test_ensemble` their ensemble's.
+    """
+
+    grid: dict[str, list[float]]
+    seeds: tuple[int, ...]
+    points: list[dict[str, float]]
+    members: EnsembleResult
+    best: int
+    test: list[EvalResult]
+    test_ensemble: EvalResult
+
+    @property
+    def validation_accuracy(self) -> np.ndarray:
+        """Shape `(points, seeds)`: every member's final validation accuracy."""
+        accs = [v.accuracy for v in self.members.validation]
+        return np.array(accs).reshape(len(self.points), len(self.seeds))
+
+    @property
+    def best_point(self) -> dict[str, float]:
+        return self.points[self.best]
+
+    def ranking(self) -> list[int]:
+        """Point indices, best mean validation accuracy first."""
+        return list(np.argsort(-self.validation_accuracy.mean(axis=1), kind="stable"))
+
+    def top_members(self, k: int) -> list[int]:
+        """The `k` members (indices into `members.configs`) with the highest validation
+        accuracy: a validation-chosen ensemble."""
+        flat = self.validation_accuracy.reshape(-1)
+        return list(np.argsort(-flat, kind="stable")[:k])
+
+    def to_dict(self) -> dict[str, Any]:
+        accs = self.validation_accuracy
+        return {
+            "grid": self.grid,
+            "seeds": list(self.seeds),
+            "points": [
+                {
+                    **p,
+                    "validation_accuracy": list(map(float, accs[i])),
+                    "validation_mean": float(accs[i].mean()),
+                }
+                for i, p in enumerate(self.points)
+            ],  # fmt: skip
+            "best": {**self.best_point, "index": self.best},
+            "test_accuracy": [t.accuracy for t in self.test],
+            "test_ensemble_accuracy": self.test_ensemble.accuracy,
+            "config": self.members.config.to_dict(),
+            "compile_seconds": self.members.compile_seconds,
+            "train_seconds": self.members.train_seconds,
+        }
+
+    def to_markdown(self) -> str:
+        """The ranked table: one row per point, validation accuracy per seed and mean."""
+        accs, names = self.validation_accuracy, list(self.grid)
+        head = ["rank", *names, *(f"seed {s}" for s in self.seeds), "mean"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for rank, i in enumerate(self.ranking(), 1):
+            cells = [str(rank), *(f"{self.points[i][n]:g}" for n in names)]
+            cells += [f"{a:.4f}" for a in accs[i]] + [f"**{accs[i].mean():.4f}**"]
+            lines.append("| " + " | ".join(cells) + " |")
+        best = ", ".join(f"{k}={v:g}" for k, v in self.best_point.items())
+        tests = ", ".join(f"{t.accuracy:.4f}" for t in self.test)
+        lines += [
+            "",
+            f"Validation accuracy on {self.members.validation[0].count:,} held-out training "
+            f"images, after {self.members.history[0][-1]['step']:,} steps. Winner: {best}; "
+            f"its test accuracy (seeds {', '.join(map(str, self.seeds))}): {tests}; their "
+            f"ensemble {self.test_ensemble.accuracy:.4f}.",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def heatmap(self):
+        """A figure of the mean validation accuracy over the two swept fields with the
+        most values (the best over any others)."""
+        names = sorted(self.grid, key=lambda n: -len(self.grid[n]))[:2]
+        if len(names) == 1:
+            names.append(None)
+        values = {n: self.grid[n] if n else [None] for n in names}
+        table = np.full((len(values[names[0]]), len(values[names[1]])), np.nan)
+        means = self.validation_accuracy.mean(axis=1)
+        for i, p in enumerate(self.points):
+            r = values[names[0]].index(p[names[0]])
+            c = 0 if names[1] is None else values[names[1]].index(p[names[1]])
+            table[r, c] = np.fmax(table[r, c], means[i])
+        return plot_heatmap(
+            table,
+            row_labels=[f"{v:g}" for v in values[names[0]]],
+            col_labels=["" if v is None else f"{v:g}" for v in values[names[1]]],
+            row_name=names[0],
+            col_name=names[1] or "",
+            title=f"Sweep: mean validation accuracy over {len(self.seeds)} seeds",
+        )
+
+    def write(self, folder: str | os.PathLike) -> list[Path]:
+        """Write `sweep.md`, `sweep.json` and `sweep_heatmap.png` into `folder`
+        (atomically each); return their paths."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = [folder / "sweep.md", folder / "sweep.json"]
+        for path, text in zip(
+            paths, (self.to_markdown(), json.dumps(self.to_dict(), indent=2) + "\n"), strict=True
+        ):
+            with atomic_write(path, "w") as f:
+                f.write(text)
+        return [*paths, save_figure(self.heatmap(), folder / "sweep_heatmap.png")]
+
+
+def sweep(
+    config: TrainConfig,
+    grid: Mapping[str, Sequence[float]],
+    seeds: int | Sequence[int] = 2,
+    *,
+    validation_size: int = 10_000,
+    data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | None = None,
+    state: TrainState | None = None,
+    callback: Callback | Sequence[Callback] | None = None,
+    eval_batch_size: int = 1000,
+) -> SweepResult:
+    """Train every grid point x seed as a member of one compiled program, rank the points
+    by validation accuracy, and evaluate the winner (its seeds) on the test set.
+
+    **Arguments:**
+
+    - `config`: the settings the grid does not name.
+    - `grid`: lists of values for some of `learning_rate`, `weight_decay` and
+        `label_smoothing`; these are arrays in the training state, so the grid needs
+        one compile. Other fields are refused (see
+        [`grid_configs`][eqx_fmnist.ensemble.grid_configs]).
+    - `seeds`: a count or the seeds of each point. Defaults to `2`.
+    - `validation_size`: training images held out to rank on; the test set is never
+        used to choose. Defaults to `10_000`.
+    - `data`, `state`, `callback`, `eval_batch_size`: as for
+        [`fit_members`][eqx_fmnist.ensemble.fit_members].
+
+    **Returns:**
+
+    A [`SweepResult`][eqx_fmnist.ensemble.SweepResult]; `result.write(folder)` writes
+    its table, JSON and heatmap.
+
+    !!! example
+
+        ```python
+        grid = {"learning_rate": [1e-3, 3e-3], "weight_decay": [1e-2, 5e-2]}
+        result = ef.sweep(ef.TrainConfig(epochs=10), grid, seeds=2)
+        print(result.to_markdown())
+        ```
+    """
+    if not isinstance(validation_size, int) or validation_size <= 0:
+        raise ValueError(
+            f"a sweep ranks on a validation split: `validation_size` must be a positive "
+            f"int, but got {validation_size!r}."
+        )
+    config = config.with_changes(validation_size=validation_size)
+    points, seeds, configs = grid_configs(config, grid, seeds)
+    data = load_fashion_mnist() if data is None else data  # loaded once, for both uses
+    members = fit_members(
+        configs, data, state=state, callback=callback, eval_batch_size=eval_batch_size,
+        evaluate_test=False,
+    )  # fmt: skip
+    result = SweepResult({k: list(v) for k, v in grid.items()}, seeds, points, members, 0, [], None)
+    result.best = int(result.ranking()[0])
+    _, _, test = prepare_data(config, data)
+    winners = [result.best * len(seeds) + j for j in range(len(seeds))]
+    result.test, result.test_ensemble = evaluate_ensemble(
+        select_members(members.state, winners).model,
+        test,
+        policy=config.policy,
+        batch_size=eval_batch_size,
+    )
+    return result
