@@ -50,9 +50,9 @@ from .ensemble import (
 from .evaluate import (
     EvalResult as EvalResult,
     confusion_matrix as confusion_matrix,
+    evaluate as evaluate_model,  # noqa: F401  (eqx_fmnist.evaluate stays the module)
     evaluate_ensemble as evaluate_ensemble,
     member_probabilities as member_probabilities,
-    evaluate as evaluate_model,  # noqa: F401  (eqx_fmnist.evaluate stays the module)
     per_class_accuracy as per_class_accuracy,
     predict as predict,
     predict_logits as predict_logits,

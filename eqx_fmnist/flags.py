@@ -17,11 +17,21 @@ def _int_tuple(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated ints, not {text!r}") from None
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, not {text!r}"
+        ) from None
+
+
+def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] = ()) -> None:
     """Add a flag for every field to `parser`, and `--config FILE` and `--codelab`.
 
     Every flag defaults to `None`, so [`config_from_args`][eqx_fmnist.flags.config_from_args]
-    can tell the flags given from those left out.
+    can tell the flags given from those left out. The number fields named in `lists`
+    take comma-separated values instead (a sweep's grid), as lists of floats.
     """
     group = parser.add_argument_group("training (defaults: the recommended recipe)")
     defaults = TrainConfig()
@@ -37,6 +47,9 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             options["choices"] = literal_choices(name)
         elif typing.get_origin(kind) is tuple:
             options |= {"type": _int_tuple, "metavar": "N,N"}
+        elif name in lists:
+            options |= {"type": _float_list, "metavar": "X,X"}
+            options["help"] = f"values to sweep, comma-separated: {help_text}"
         else:
             options["type"] = kind
         group.add_argument(f"--{name.replace('_', '-')}", *f.metadata["flags"], **options)

@@ -22,4 +22,9 @@ from .members import (
     member_seeds as member_seeds,
     select_members as select_members,
 )
-from .sweep import SweepResult as SweepResult, grid_configs as grid_configs, sweep as sweep
+from .sweep import (
+    SweepResult as SweepResult,
+    grid_configs as grid_configs,
+    grid_of as grid_of,
+    sweep as sweep,
+)

@@ -21,6 +21,7 @@ from ..state import BATCHED, TrainState
 from ..train import Callback, prepare_data
 from .members import EnsembleResult, fit_members, member_seeds, select_members
 
+
 def grid_configs(
     config: TrainConfig, grid: Mapping[str, Sequence[float]], seeds: int | Sequence[int]
 ) -> tuple[list[dict[str, float]], tuple[int, ...], list[TrainConfig]]:
@@ -56,6 +57,25 @@ def grid_configs(
     points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())]
     configs = [config.with_changes(**p, seed=s) for p in points for s in seeds]  # validates
     return points, seeds, configs
+
+
+def grid_of(configs: Sequence[TrainConfig]) -> tuple[dict[str, list[float]], tuple[int, ...]]:
+    """`(grid, seeds)` of a sweep's member configs (as a checkpoint lists them), such that
+    [`grid_configs`][eqx_fmnist.ensemble.grid_configs] gives the same members back.
+
+    **Raises:**
+
+    `ValueError` when the members are not a grid x seeds in that order.
+    """
+    grid = {
+        name: list(dict.fromkeys(getattr(c, name) for c in configs))
+        for name in BATCHED
+        if len({getattr(c, name) for c in configs}) > 1
+    } or {BATCHED[0]: [getattr(configs[0], BATCHED[0])]}
+    seeds = tuple(dict.fromkeys(c.seed for c in configs))
+    if grid_configs(configs[0], grid, seeds)[2] != list(configs):
+        raise ValueError("these members are not a sweep's grid x seeds; resume them as members.")
+    return grid, seeds
 
 
 @dataclasses.dataclass
