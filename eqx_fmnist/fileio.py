@@ -1,4 +1,5 @@
-"""Writing files so that a failure never leaves a half-written one."""
+"""Writing files so that a failure never leaves a half-written one, and a lock file
+that keeps two writers out of one folder."""
 
 import contextlib
 import os
@@ -37,3 +38,44 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class FolderInUse(Exception):
+    """Another live process holds the folder's lock."""
+
+
+class FolderLock:
+    """A lock file (`path`) held while a run writes its folder: a second run refuses to
+    share the folder.
+
+    The lock holds the writer's pid; a lock left by a process that no longer exists
+    (killed with SIGKILL) is taken over.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __enter__(self) -> "FolderLock":
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text() or 0)
+                    os.kill(pid, 0)
+                except (ValueError, ProcessLookupError, FileNotFoundError):
+                    self.path.unlink(missing_ok=True)  # stale: its writer is gone
+                    continue
+                except PermissionError:
+                    pass  # alive, another user's
+                raise FolderInUse(
+                    f"another run (pid {pid}) is writing to {self.path.parent}; "
+                    "choose another folder or wait for it to finish."
+                ) from None
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return self
+        raise FolderInUse(f"cannot lock {self.path.parent}; remove {self.path}.")
+
+    def __exit__(self, *exc) -> None:
+        self.path.unlink(missing_ok=True)

@@ -45,7 +45,7 @@ from .data import CLASS_NAMES, FashionMNIST
 from .dataset import ArrayDataset
 from .ensemble import EnsembleResult, SweepResult
 from .evaluate import confusion_matrix, member_probabilities, per_class_accuracy, predict
-from .fileio import atomic_write
+from .fileio import FolderInUse, FolderLock, atomic_write
 from .parallel import to_local
 from .plots import (
     plot_confusion_matrix,
@@ -124,42 +124,6 @@ def read_history(folder: str | os.PathLike) -> list[History]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-class RunLock:
-    """`FOLDER/.eqx-fmnist.lock` while a run writes FOLDER: a second run refuses to share it.
-
-    The lock holds the writer's pid; a lock left by a process that no longer exists
-    (killed with SIGKILL) is taken over.
-    """
-
-    def __init__(self, folder: str | os.PathLike):
-        self.path = Path(folder) / LOCK_NAME
-
-    def __enter__(self) -> "RunLock":
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                try:
-                    pid = int(self.path.read_text() or 0)
-                    os.kill(pid, 0)
-                except (ValueError, ProcessLookupError, FileNotFoundError):
-                    self.path.unlink(missing_ok=True)  # stale: its writer is gone
-                    continue
-                except PermissionError:
-                    pass  # alive, another user's
-                raise RunError(
-                    f"another run (pid {pid}) is writing to {self.path.parent}; "
-                    "choose another folder or wait for it to finish."
-                ) from None
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            return self
-        raise RunError(f"cannot lock {self.path.parent}; remove {self.path}.")
-
-    def __exit__(self, *exc) -> None:
-        self.path.unlink(missing_ok=True)
-
-
 def _write_text(path: Path, text: str) -> None:
     with atomic_write(path, "w") as f:
         f.write(text)
@@ -225,11 +189,14 @@ class RunFolder:
         self._stop_reason: str | None = None
         self._tensorboard = tensorboard
         self._writer = None
-        self._lock = RunLock(self.folder)
+        self._lock = FolderLock(self.folder / LOCK_NAME)
 
     def __enter__(self) -> "RunFolder":
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock.__enter__()
+        try:
+            self._lock.__enter__()
+        except FolderInUse as e:
+            raise RunError(str(e)) from None
         try:
             _write_text(self.folder / "config.json", self.config.to_json() + "\n")
             kept = [h for h in read_history(self.folder) if h["step"] <= self._start_step]

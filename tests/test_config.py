@@ -5,6 +5,7 @@ import dataclasses
 import json
 import typing
 
+import numpy as np
 import pytest
 
 
@@ -134,3 +135,44 @@ def test_a_bad_config_file_is_one_line_exit_2_and_writes_nothing(case, tmp_path,
     assert {"missing": "No such file", "not json": "not valid JSON", "unknown field": "'lr'",
             "wrong type": "`steps` must be an int"}[case] in err  # fmt: skip
     assert not out.exists()
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine", "warmup_cosine"])
+@pytest.mark.parametrize("grad_clip", [None, 0.5])
+def test_the_injected_optimiser_matches_the_plain_one(schedule, grad_clip):
+    """With its numbers held in the state (for sweeps), AdamW takes the same steps as
+    with the numbers compiled in, up to float32 rounding; and changing the held
+    numbers changes the steps as the plain optimiser with other numbers would."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from eqx_fmnist.config import TrainConfig, make_optimizer, optax_promotion
+
+    config = TrainConfig(steps=20, schedule=schedule, grad_clip=grad_clip, warmup_steps=5)
+    other = config.with_changes(learning_rate=1e-2, weight_decay=0.2)
+    params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.ones(4)}
+    grads = [jax.tree.map(lambda p, i=i: jnp.sin(p * (i + 1)), params) for i in range(8)]
+
+    def run(tx, state_edit=lambda s: s):
+        p, s = params, state_edit(tx.init(params))
+        with optax_promotion():
+            for g in grads:
+                u, s = tx.update(g, s, p)
+                p = optax.apply_updates(p, u)
+        return p
+
+    injected = make_optimizer(config, 20, inject=True)
+    for name in ("w", "b"):
+        np.testing.assert_allclose(
+            run(injected)[name], run(make_optimizer(config, 20))[name], rtol=1e-6, atol=1e-7
+        )
+
+    def held(s):
+        numbers = {"learning_rate": jnp.float32(1e-2), "weight_decay": jnp.float32(0.2)}
+        return s._replace(hyperparams=numbers)
+
+    for name in ("w", "b"):
+        np.testing.assert_allclose(
+            run(injected, held)[name], run(make_optimizer(other, 20))[name], rtol=1e-6, atol=1e-7
+        )

@@ -57,3 +57,21 @@ def test_loss_is_float32_for_low_precision_logits():
 
     logits = jnp.ones((4, 10), jnp.bfloat16)
     assert cross_entropy(logits, jnp.zeros(4, jnp.int32)).dtype == jnp.float32
+
+
+def test_label_smoothing_given_as_an_array_matches_numpy():
+    """A sweep's members hold their smoothing as a (traced) array, including zero."""
+    import jax
+
+    from eqx_fmnist.losses import cross_entropy
+
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(9, 10)).astype(np.float32)
+    labels = rng.integers(0, 10, 9)
+    f = jax.jit(
+        lambda s: cross_entropy(jnp.asarray(logits), jnp.asarray(labels), label_smoothing=s)
+    )
+    for s in (0.0, 0.1, 0.3):
+        np.testing.assert_allclose(
+            f(jnp.float32(s)), np_cross_entropy(logits, labels, None, s), rtol=1e-5
+        )

@@ -76,7 +76,9 @@ def evaluate_members(ckpt: Checkpoint, test: ArrayDataset, *, show_members: bool
              f"{m.accuracy:.4f}", f"{m.loss:.4f}")
             for i, (c, m) in enumerate(zip(ckpt.members, members, strict=True))
         ]  # fmt: skip
-        console.print(table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows))
+        console.print(
+            table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
+        )
     probs = member_probabilities(ckpt.state.model, test.images, policy=policy)
     return np.asarray(probs.mean(axis=0).argmax(axis=-1))
 

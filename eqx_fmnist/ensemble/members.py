@@ -17,7 +17,8 @@ from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import ArrayDataset
 from ..evaluate import EvalResult, evaluate_ensemble
-from ..state import PER_MEMBER, TrainState, check_members, init_members, state_bytes
+from ..model import MLP
+from ..state import PER_MEMBER, TrainState, check_members, init_members, member, state_bytes
 from ..train import Callback, History, Plan, check_finite, plan_run, prepare_data, run_chunks
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,10 @@ class EnsembleResult:
     def config(self) -> TrainConfig:
         """Member 0's config: the settings all members share."""
         return self.configs[0]
+
+    def member_model(self, i: int) -> MLP:
+        """Member `i`'s trained model."""
+        return member(self.state, i).model
 
     @property
     def accuracy_mean(self) -> float:

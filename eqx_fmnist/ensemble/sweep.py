@@ -23,7 +23,7 @@ from .members import EnsembleResult, fit_members, member_seeds, select_members
 
 
 def grid_configs(
-    config: TrainConfig, grid: Mapping[str, Sequence[float]], seeds: int | Sequence[int]
+    config: TrainConfig, grid: Mapping[str, Sequence[Any]], seeds: int | Sequence[int]
 ) -> tuple[list[dict[str, float]], tuple[int, ...], list[TrainConfig]]:
     """`(points, seeds, configs)` of a sweep: every grid point (a dict of the swept
     values, in the grid's order), the seeds, and one config per point x seed, point-major.
@@ -67,11 +67,15 @@ def grid_of(configs: Sequence[TrainConfig]) -> tuple[dict[str, list[float]], tup
 
     `ValueError` when the members are not a grid x seeds in that order.
     """
-    grid = {
-        name: list(dict.fromkeys(getattr(c, name) for c in configs))
-        for name in BATCHED
-        if len({getattr(c, name) for c in configs}) > 1
-    } or {BATCHED[0]: [getattr(configs[0], BATCHED[0])]}
+    varying = [n for n in BATCHED if len({getattr(c, n) for c in configs}) > 1]
+
+    def first_change(name: str) -> int:  # the outermost grid axis changes last
+        return next(
+            i for i, c in enumerate(configs) if getattr(c, name) != getattr(configs[0], name)
+        )
+
+    names = sorted(varying, key=first_change, reverse=True) or [BATCHED[0]]
+    grid = {n: list(dict.fromkeys(getattr(c, n) for c in configs)) for n in names}
     seeds = tuple(dict.fromkeys(c.seed for c in configs))
     if grid_configs(configs[0], grid, seeds)[2] != list(configs):
         raise ValueError("these members are not a sweep's grid x seeds; resume them as members.")
@@ -114,13 +118,13 @@ class SweepResult:
 
     def ranking(self) -> list[int]:
         """Point indices, best mean validation accuracy first."""
-        return list(np.argsort(-self.validation_accuracy.mean(axis=1), kind="stable"))
+        return _ranking(self.validation_accuracy)
 
     def top_members(self, k: int) -> list[int]:
         """The `k` members (indices into `members.configs`) with the highest validation
         accuracy: a validation-chosen ensemble."""
         flat = self.validation_accuracy.reshape(-1)
-        return list(np.argsort(-flat, kind="stable")[:k])
+        return [int(i) for i in np.argsort(-flat, kind="stable")[:k]]
 
     def to_dict(self) -> dict[str, Any]:
         accs = self.validation_accuracy
@@ -201,7 +205,7 @@ class SweepResult:
 
 def sweep(
     config: TrainConfig,
-    grid: Mapping[str, Sequence[float]],
+    grid: Mapping[str, Sequence[Any]],
     seeds: int | Sequence[int] = 2,
     *,
     validation_size: int = 10_000,
@@ -251,14 +255,20 @@ def sweep(
         configs, data, state=state, callback=callback, eval_batch_size=eval_batch_size,
         evaluate_test=False,
     )  # fmt: skip
-    result = SweepResult({k: list(v) for k, v in grid.items()}, seeds, points, members, 0, [], None)
-    result.best = int(result.ranking()[0])
+    accuracy = np.array([v.accuracy for v in members.validation]).reshape(len(points), -1)
+    best = int(_ranking(accuracy)[0])
     _, _, test = prepare_data(config, data)
-    winners = [result.best * len(seeds) + j for j in range(len(seeds))]
-    result.test, result.test_ensemble = evaluate_ensemble(
+    winners = [best * len(seeds) + j for j in range(len(seeds))]
+    tests, ensemble = evaluate_ensemble(
         select_members(members.state, winners).model,
         test,
         policy=config.policy,
         batch_size=eval_batch_size,
     )
-    return result
+    grid = {k: list(v) for k, v in grid.items()}
+    return SweepResult(grid, seeds, points, members, best, tests, ensemble)
+
+
+def _ranking(accuracy: np.ndarray) -> list[int]:
+    """Point indices by mean validation accuracy over seeds, best first (stable)."""
+    return [int(i) for i in np.argsort(-accuracy.mean(axis=1), kind="stable")]

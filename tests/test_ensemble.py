@@ -1,0 +1,344 @@
+"""Members in one program: each member is the single run it stands for; sweeps compile
+once, rank on validation and refuse what cannot be batched; checkpoints and resumes."""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import tree_allclose
+
+
+def config(**kw):
+    from eqx_fmnist.config import TrainConfig
+
+    base = dict(steps=12, batch_size=32, hidden_sizes=(32,), log_every=4)
+    return TrainConfig(**(base | kw))
+
+
+def params(model):
+    return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))]
+
+
+def same_arrays(a, b) -> bool:
+    """Every array leaf equal, bit for bit (static fields such as the optimiser's
+    closures are not compared: each state builds its own)."""
+    la, lb = (
+        jax.tree.leaves(eqx.filter(a, eqx.is_array)),
+        jax.tree.leaves(eqx.filter(b, eqx.is_array)),
+    )
+    return len(la) == len(lb) and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
+
+
+def max_diff(a, b) -> float:
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(params(a), params(b), strict=True))
+
+
+# ----------------------------------------------------------------------------- init
+
+
+def test_each_initial_member_is_the_single_runs_initial_state_exactly():
+    from eqx_fmnist.state import init_members, init_state, member
+
+    configs = [config(seed=s) for s in (3, 0, 7)]
+    stacked = init_members(configs, 256)
+    assert stacked.step.shape == (3,)
+    for i, c in enumerate(configs):
+        one = init_state(c, 256)
+        assert same_arrays(member(stacked, i), one)
+
+
+def test_differing_numbers_become_arrays_in_the_state():
+    from eqx_fmnist.state import init_members
+
+    configs = [config(learning_rate=1e-3, label_smoothing=0.0), config(learning_rate=2e-3)]
+    stacked = init_members(configs, 256)
+    np.testing.assert_allclose(stacked.opt_state.hyperparams["learning_rate"], [1e-3, 2e-3])
+    np.testing.assert_allclose(stacked.opt_state.hyperparams["weight_decay"], [0.05, 0.05])
+    np.testing.assert_allclose(stacked.hyperparams["label_smoothing"], [0.0, 0.1])
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(hidden_sizes=(16,)), "hidden_sizes"),
+        (dict(batch_size=16), "batch_size"),
+        (dict(precision="p=f32,c=bf16,o=f32"), "precision"),
+    ],
+)
+def test_members_that_would_change_the_program_are_refused(change, message):
+    from eqx_fmnist.state import check_members
+
+    with pytest.raises(ValueError, match=f"differ in {message}.*only in seed"):
+        check_members([config(), config(**change)])
+
+
+def test_members_and_data_parallelism_are_refused_together():
+    from eqx_fmnist.state import check_members
+
+    with pytest.raises(ValueError, match="devices.*one device"):
+        check_members([config(devices=2, batch_size=32)] * 2)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_each_member_is_the_run_fit_would_have_made(small):
+    """Same batches and, up to the rounding of batched matmuls, the same parameters and
+    metrics: the single runs are the independent computation."""
+    import eqx_fmnist as ef
+
+    c = config()
+    ens = ef.fit_ensemble(c, seeds=(0, 5), data=(small, small))
+    assert len(ens.history) == 2 and [h["step"] for h in ens.history[1]] == [4, 8, 12]
+    for i, seed in enumerate((0, 5)):
+        single = ef.fit(c.with_changes(seed=seed), (small, small))
+        assert max_diff(ens.member_model(i), single.model) < 1e-5
+        assert np.array_equal(ens.state.key[i], single.state.key)
+        np.testing.assert_allclose(
+            [h["loss"] for h in ens.history[i]], [h["loss"] for h in single.history], rtol=1e-5
+        )
+        assert abs(ens.members[i].accuracy - single.test.accuracy) <= 1 / len(small)
+
+
+def test_members_that_differ_in_numbers_match_their_single_runs(small):
+    """Learning rate, weight decay and label smoothing as arrays in the state (one
+    program) against the single runs, where they are constants of the program."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.ensemble import fit_members
+
+    configs = [
+        config(learning_rate=1e-3, weight_decay=0.0, label_smoothing=0.0, schedule="cosine"),
+        config(learning_rate=3e-3, weight_decay=0.1, label_smoothing=0.2, schedule="cosine"),
+    ]
+    ens = fit_members(configs, (small, small))
+    for i, c in enumerate(configs):
+        single = ef.fit(c, (small, small))
+        assert max_diff(ens.member_model(i), single.model) < 1e-5
+        assert ens.history[i][-1]["learning_rate"] == pytest.approx(
+            single.history[-1]["learning_rate"], rel=1e-6
+        )
+    # They did train differently: the two members are far apart.
+    assert max_diff(ens.member_model(0), ens.member_model(1)) > 1e-2
+
+
+@pytest.mark.slow
+def test_members_match_single_runs_after_two_epochs_of_the_real_recipe(real_datasets):
+    import eqx_fmnist as ef
+
+    c = ef.TrainConfig(epochs=2)
+    ens = ef.fit_ensemble(c, seeds=(0, 1), data=real_datasets)
+    for i in range(2):
+        single = ef.fit(c.with_changes(seed=i), real_datasets)
+        assert max_diff(ens.member_model(i), single.model) < 1e-4
+        assert abs(ens.members[i].accuracy - single.test.accuracy) <= 0.002
+
+
+def test_the_ensemble_evaluation_against_numpy(small):
+    import eqx_fmnist as ef
+
+    ens = ef.fit_ensemble(config(), seeds=3, data=(small, small))
+    labels = np.asarray(small.labels)
+    probs = np.stack(
+        [np.asarray(ef.predict_proba(ens.member_model(i), small.images)) for i in range(3)]
+    )
+    for i, m in enumerate(ens.members):
+        assert m.accuracy == pytest.approx(np.mean(probs[i].argmax(-1) == labels))
+    mean = probs.mean(axis=0)
+    assert ens.ensemble.accuracy == pytest.approx(np.mean(mean.argmax(-1) == labels))
+    nll = -np.log(mean[np.arange(len(labels)), labels]).mean()
+    assert ens.ensemble.loss == pytest.approx(nll, rel=1e-4)
+    assert ens.accuracy_std == pytest.approx(np.std([m.accuracy for m in ens.members], ddof=1))
+
+
+def test_a_member_that_diverges_is_named(small):
+    import eqx_fmnist as ef
+
+    configs = [config(seed=0), config(seed=1, learning_rate=1e30)]
+    with pytest.raises(ef.NonFiniteError, match=r"member 1 \(seed=1, learning_rate=1e\+30"):
+        ef.ensemble.fit_members(configs, (small, small))
+
+
+def test_members_that_would_not_fit_in_memory_are_refused_before_compiling(small, monkeypatch):
+    import eqx_fmnist as ef
+    from eqx_fmnist import step
+    from eqx_fmnist.ensemble import members
+
+    monkeypatch.setattr(members, "_device_memory", lambda device: (50 * 2**20, "free"))
+    traces = eqx.debug.get_num_traces(step._steps_traced)
+    with pytest.raises(ValueError, match=r"100 members need about .* GiB.*at most \d+ members"):
+        ef.fit_ensemble(config(hidden_sizes=(256, 128)), seeds=100, data=(small, small))
+    assert eqx.debug.get_num_traces(step._steps_traced) == traces
+
+
+def test_the_memory_estimate_grows_with_the_members():
+    from eqx_fmnist.ensemble import check_memory
+    from eqx_fmnist.state import state_bytes
+
+    c = config()
+    one, four = check_memory([c], 256), check_memory([c] * 4, 256)
+    assert four - one == 3 * (one)
+    assert one > 4 * state_bytes(c, 256)
+
+
+@pytest.mark.parametrize("seeds", [0, (), (1, 1)])
+def test_bad_seeds_are_refused(seeds, small):
+    import eqx_fmnist as ef
+
+    with pytest.raises(ValueError, match="seeds"):
+        ef.fit_ensemble(config(), seeds=seeds, data=(small, small))
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+
+def test_a_sweep_is_one_compile_ranked_on_validation(small, tmp_path):
+    import eqx_fmnist as ef
+    from eqx_fmnist import step
+
+    grid = {"learning_rate": [1e-3, 1e-2], "label_smoothing": [0.0, 0.1]}
+    traces = eqx.debug.get_num_traces(step._steps_traced)
+    result = ef.sweep(config(steps=8), grid, seeds=2, validation_size=64, data=(small, small))
+    assert eqx.debug.get_num_traces(step._steps_traced) - traces == 1
+    assert len(result.members.configs) == 8 and len(result.points) == 4
+    # Ranked by validation accuracy, recomputed here member by member.
+    train, valid = small.split(64, key=jax.random.PRNGKey(ef.config.VALIDATION_SEED))
+    accs = np.array(
+        [
+            ef.evaluate_model(result.members.member_model(i), valid).accuracy
+            for i in range(len(result.members.configs))
+        ]
+    ).reshape(4, 2)
+    np.testing.assert_allclose(result.validation_accuracy, accs)
+    assert result.best == int(np.argmax(accs.mean(axis=1)))
+    # The test set is touched only for the winner's seeds.
+    assert result.members.members == [] and result.members.ensemble is None
+    assert len(result.test) == 2 and result.test[0].count == len(small)
+    winner = result.best_point
+    assert result.members.configs[result.best * 2].learning_rate == winner["learning_rate"]
+    written = result.write(tmp_path)
+    assert [p.name for p in written] == ["sweep.md", "sweep.json", "sweep_heatmap.png"]
+    table = (tmp_path / "sweep.md").read_text()
+    assert table.count("\n| ") == 4 and f"**{accs.mean(axis=1).max():.4f}**" in table
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        ({"hidden_sizes": [(64,), (128,)]}, "'hidden_sizes' cannot be swept inside one program"),
+        ({"batch_size": [32, 64]}, "'batch_size' cannot be swept"),
+        ({"seed": [0, 1]}, "use `seeds`"),
+        ({"learning_rat": [1e-3]}, "not a TrainConfig field"),
+        ({"learning_rate": []}, "non-empty list"),
+        ({"learning_rate": [-1.0]}, "learning_rate"),
+        ({}, "the grid is empty"),
+    ],
+)
+def test_a_grid_that_cannot_be_batched_is_refused_with_its_name(grid, message):
+    from eqx_fmnist.ensemble import grid_configs
+
+    with pytest.raises(ValueError, match=message):
+        grid_configs(config(), grid, 2)
+
+
+def test_a_sweep_needs_a_validation_split(small):
+    import eqx_fmnist as ef
+
+    with pytest.raises(ValueError, match="validation_size"):
+        ef.sweep(config(), {"learning_rate": [1e-3]}, validation_size=0, data=(small, small))
+
+
+def test_the_grid_comes_back_from_the_member_configs():
+    from eqx_fmnist.ensemble import grid_configs, grid_of
+
+    grid = {"weight_decay": [0.0, 0.1], "learning_rate": [1e-3, 2e-3, 3e-3]}
+    _, seeds, configs = grid_configs(config(seed=4), grid, 2)
+    back, back_seeds = grid_of(configs)
+    assert back == grid and back_seeds == seeds == (4, 5)
+    assert grid_configs(configs[0], back, back_seeds)[2] == configs
+    with pytest.raises(ValueError, match="not a sweep"):
+        grid_of([configs[1], configs[0], *configs[2:]])
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def test_an_interrupted_ensemble_resumes_exactly(small, tmp_path):
+    from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
+    from eqx_fmnist.ensemble import fit_members
+    from eqx_fmnist.runs import Interrupted, RunFolder
+
+    configs = [config(seed=s, learning_rate=lr) for s, lr in ((0, 1e-3), (1, 3e-3))]
+    whole = fit_members(configs, (small, small))
+    with RunFolder(tmp_path, configs[0], num_train=len(small), members=configs) as run:
+
+        def stop_after_first(record, state):
+            run.request_stop()
+            run.callback(record, state)
+
+        with pytest.raises(Interrupted):
+            fit_members(configs, (small, small), callback=stop_after_first)
+    ckpt = load_checkpoint(tmp_path / "checkpoint.eqx")
+    assert ckpt.step == 4 and ckpt.members == tuple(configs)
+    resumed = fit_members(ckpt.members, (small, small), state=ckpt.state)
+    assert same_arrays(resumed.state.model, whole.state.model)
+    assert [h["step"] for h in resumed.history[0]] == [8, 12]
+    # A stacked state needs its member configs, and the other way round.
+    with pytest.raises(ValueError, match="stacked members"):
+        save_checkpoint(tmp_path / "x.eqx", whole.state, configs[0], num_train=len(small))
+    with pytest.raises(ValueError, match="holds 2 members, but 3"):
+        fit_members([*configs, config(seed=9)], (small, small), state=ckpt.state)
+
+
+def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data, tmp_path):
+    import json
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.runs import RunFolder
+
+    configs = [config(seed=s) for s in (0, 1)]
+    with RunFolder(tmp_path, configs[0], num_train=len(small), members=configs) as run:
+        test = ef.ArrayDataset(real_data.test_images[:256], real_data.test_labels[:256])
+        data = dataclasses.replace(
+            real_data, test_images=real_data.test_images[:256],
+            test_labels=real_data.test_labels[:256],
+        )  # fmt: skip
+        result = ef.ensemble.fit_members(configs, (small, test), callback=run.callback)
+        summary = run.finish(result, data)
+    assert summary["test_accuracy"] == pytest.approx(result.ensemble.accuracy)
+    assert [m["seed"] for m in summary["members"]] == [0, 1]
+    lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert len(lines[-1]["members"]) == 2
+    assert lines[-1]["loss"] == pytest.approx(np.mean([m["loss"] for m in lines[-1]["members"]]))
+
+
+def test_select_members_keeps_the_stack():
+    from eqx_fmnist.ensemble import select_members
+    from eqx_fmnist.state import init_members, member
+
+    stacked = init_members([config(seed=s) for s in range(4)], 256)
+    two = select_members(stacked, [3, 1])
+    assert two.step.shape == (2,)
+    assert same_arrays(member(two, 0), member(stacked, 3))
+    assert tree_allclose(member(two, 1).model, member(stacked, 1).model)
+    assert jnp.array_equal(two.key[1], stacked.key[1])
+
+
+def test_the_heatmap_writes_every_cell_and_outlines_the_best():
+    from matplotlib.patches import Rectangle
+
+    from eqx_fmnist.plots import plot_heatmap
+
+    values = np.array([[0.81, 0.83, np.nan], [0.85, 0.84, 0.80]])
+    fig = plot_heatmap(
+        values, row_labels=["a", "b"], col_labels=["x", "y", "z"], row_name="r",
+        col_name="c", title="t",
+    )  # fmt: skip
+    ax = fig.axes[0]
+    texts = sorted(t.get_text() for t in ax.texts)
+    assert texts == sorted(f"{v:.4f}" for v in values[np.isfinite(values)])
+    (box,) = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert box.get_xy() == (-0.5, 0.5)  # column 0, row 1: the best, 0.85
