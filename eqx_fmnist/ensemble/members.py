@@ -310,6 +310,6 @@ def _is_array(x) -> bool:
 
 def select_members(state: TrainState, indices: Sequence[int]) -> TrainState:
     """The members `indices` of a stacked state, still stacked (e.g. a sweep's
-    [`top_members`][eqx_fmnist.ensemble.SweepResult.top_members])."""
+    [`top_members`][eqx_fmnist.ensemble.sweep.SweepResult.top_members])."""
     index = np.asarray(indices)
     return jax.tree.map(lambda x: x[index] if _is_array(x) else x, state)
