@@ -254,9 +254,13 @@ class RunFolder:
         with (self.folder / "history.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         if self._writer is not None:
-            for key, value in record.items():
-                if key not in ("step", "steps"):
+            for key, value in record.items():  # members' own records: under members/i/
+                if key not in ("step", "steps", "members"):
                     self._writer.add_scalar(f"train/{key}", value, record["step"])
+            for i, m in enumerate(record.get("members", ())):
+                for key in ("loss", "accuracy", "valid_accuracy"):
+                    if key in m:
+                        self._writer.add_scalar(f"members/{i}/{key}", m[key], record["step"])
         since = record["step"] - (self.saved_step or 0)
         elapsed = time.monotonic() - self._last_save
         if self._stop_reason or self.checkpoint_every.due(steps_since=since, seconds_since=elapsed):

@@ -129,3 +129,15 @@ def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
     assert events and sum(p.stat().st_size for p in events) > 0
     blob = b"".join(p.read_bytes() for p in events)
     assert b"train/loss" in blob and b"hparam/test_accuracy" in blob and b"learning_rate" in blob
+
+
+def test_tensorboard_shows_each_member_of_an_ensemble(small, tmp_path):
+    pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
+    from eqx_fmnist.ensemble import fit_members
+    from eqx_fmnist.runs import RunFolder
+
+    configs = [config(steps=4, seed=s) for s in (0, 1)]
+    with RunFolder(tmp_path, configs[0], num_train=256, tensorboard=True, members=configs) as run:
+        fit_members(configs, (small, small), callback=run.callback)
+    blob = b"".join(p.read_bytes() for p in (tmp_path / "tensorboard").rglob("events.*"))
+    assert b"train/loss" in blob and b"members/0/loss" in blob and b"members/1/accuracy" in blob
