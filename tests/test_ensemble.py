@@ -43,9 +43,9 @@ def max_diff(a, b) -> float:
 def test_each_initial_member_is_the_single_runs_initial_state_exactly():
     from eqx_fmnist.state import init_members, init_state, member
 
-    configs = [config(seed=s) for s in (3, 0, 7)]
+    configs = [config(seed=s) for s in (3, 0)]
     stacked = init_members(configs, 256)
-    assert stacked.step.shape == (3,)
+    assert stacked.step.shape == (2,)
     for i, c in enumerate(configs):
         one = init_state(c, 256)
         assert same_arrays(member(stacked, i), one)
@@ -104,6 +104,7 @@ def test_each_member_is_the_run_fit_would_have_made(small):
         assert abs(ens.members[i].accuracy - single.test.accuracy) <= 1 / len(small)
 
 
+@pytest.mark.slow
 def test_members_that_differ_in_numbers_match_their_single_runs(small):
     """Learning rate, weight decay and label smoothing as arrays in the state (one
     program) against the single runs, where they are constants of the program."""
@@ -137,6 +138,7 @@ def test_members_match_single_runs_after_two_epochs_of_the_real_recipe(real_data
         assert abs(ens.members[i].accuracy - single.test.accuracy) <= 0.002
 
 
+@pytest.mark.slow
 def test_the_ensemble_evaluation_against_numpy(small):
     import eqx_fmnist as ef
 
@@ -293,6 +295,7 @@ def test_an_interrupted_ensemble_resumes_exactly(small, tmp_path):
         fit_members([*configs, config(seed=9)], (small, small), state=ckpt.state)
 
 
+@pytest.mark.slow
 def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data, tmp_path):
     import json
 
