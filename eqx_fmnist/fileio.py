@@ -28,6 +28,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it (mkstemp makes it 0600)
     try:
         with os.fdopen(fd, mode) as f:
             yield f
@@ -38,6 +39,20 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux allows."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0)  # elsewhere: set and restore (briefly process-wide)
+    os.umask(mask)
+    return mask
 
 
 class FolderInUse(Exception):

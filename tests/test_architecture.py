@@ -34,6 +34,7 @@ LAYERS = [
     "train",
     "ensemble",
     "checkpoint",
+    "export",
     "runs",
     "bench",
     "cli",

@@ -1,5 +1,5 @@
-"""The `eqx-fmnist` command: data, train, sweep, evaluate, predict, bench. The only
-module that prints.
+"""The `eqx-fmnist` command: data, train, sweep, evaluate, predict, export, bench. The
+only module that prints.
 
 Bad input (a missing file, a checkpoint of the wrong kind, an unreadable image, an
 invalid flag value or config file) prints one line to stderr and exits with status 2;
@@ -51,6 +51,7 @@ from .common import (
     table,
     train_with_progress,
 )
+from .export import add_export_parser, is_artifact, predict_with_artifact
 from .members import (
     add_sweep_parser,
     describe_seeds,
@@ -194,14 +195,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    ckpt = load_checkpoint(checkpoint_path(args.checkpoint))
+    artifact = is_artifact(args.checkpoint)
+    ckpt = None if artifact else load_checkpoint(checkpoint_path(args.checkpoint))
     images = np.stack([data_mod.load_image(p, invert=args.invert) for p in args.images])
     flat = jnp.asarray(images.reshape(len(images), -1))
-    if ckpt.members is not None:  # the ensemble: the mean of the members' probabilities
+    each = None
+    if artifact:  # an exported model: no checkpoint, no model code
+        probs = predict_with_artifact(args.checkpoint, np.asarray(flat))
+    elif ckpt.members is not None:  # the ensemble: the mean of the members' probabilities
         probs, each = predict_members(ckpt, flat, show_members=args.members)
     else:
         probs = np.asarray(predict_proba(ckpt.state.model, flat, policy=ckpt.state.policy))
-        each = None
     for i, (path, p) in enumerate(zip(args.images, probs, strict=True)):
         top = np.argsort(p)[::-1][: args.top]
         guesses = ", ".join(f"{data_mod.CLASS_NAMES[c]} {p[c]:.1%}" for c in top)
@@ -270,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_args(p)
 
     add_sweep_parser(sub)
+    add_export_parser(sub)
 
     p = sub.add_parser("evaluate", help="test metrics, per-class table, confusion matrix")
     p.set_defaults(func=cmd_evaluate)
@@ -280,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="classify your own images (PNG or JPEG)")
     p.set_defaults(func=cmd_predict)
-    p.add_argument("checkpoint", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("checkpoint", metavar="RUN_DIR_CHECKPOINT_OR_ARTIFACT")
     p.add_argument("images", metavar="IMAGE", nargs="+")
     p.add_argument("--invert", action="store_true", help="for dark items on a light background")
     p.add_argument("--top", type=int, default=3, help="classes to show per image (3)")

@@ -1,0 +1,75 @@
+"""`eqx-fmnist export`: a run's model (or ensemble) as an artifact that runs without this
+library, checked on all 10,000 test images before it is written."""
+
+import argparse
+import json
+import typing
+from pathlib import Path
+
+import numpy as np
+
+from ..checkpoint import load_checkpoint
+from ..dataset import to_datasets
+from ..evaluate import evaluate, evaluate_ensemble
+from ..export import SUFFIXES, Format, export_model, load_artifact, manifest_path
+from .common import add_data_args, checkpoint_path, console, load_data
+
+
+def add_export_parser(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write the model as StableHLO or safetensors, checked on the test set first",
+        description="The model (or ensemble) of a run as an artifact with a JSON manifest "
+        "beside it. The artifact must predict the same class as the library on all 10,000 "
+        "test images, or nothing is written.",
+    )
+    p.set_defaults(func=cmd_export)
+    p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("--format", choices=typing.get_args(Format), default="stablehlo",
+                   help="stablehlo (runs with jax alone; default) or safetensors (weights)")  # fmt: skip
+    p.add_argument("--out", type=Path, help="the artifact (default: RUN/model.<format>)")
+    add_data_args(p)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    path = checkpoint_path(args.run)
+    ckpt, fm = load_checkpoint(path), load_data(args)
+    out = args.out or path.parent / f"model{SUFFIXES[args.format]}"
+    (_, test), state = to_datasets(fm), ckpt.state
+    members = ckpt.members is not None
+    if members:
+        test_result = evaluate_ensemble(state.model, test, policy=state.policy)[1]
+    else:
+        test_result = evaluate(state.model, test, policy=state.policy)
+    with console.status(f"exporting and checking on {len(test):,} test images ..."):
+        manifest = export_model(
+            state.model, state.policy, ckpt.config, out, format=args.format, members=members,
+            check_images=fm.test_images.reshape(len(fm.test_images), -1),
+            extra={"test_accuracy": test_result.accuracy, "step": ckpt.step},
+        )  # fmt: skip
+    parity = manifest["parity"]
+    console.print(
+        f"wrote {out} ({manifest['bytes']:,} bytes) and {manifest_path(out).name}: "
+        f"{parity['mismatches']} of {parity['images']:,} test images predicted differently "
+        f"from the library, largest logit difference {parity['max_logit_difference']:.1e}; "
+        f"{manifest['export_seconds']:.1f} s",
+        highlight=False,
+    )
+    return 0
+
+
+def is_artifact(path: str) -> bool:
+    """A StableHLO artifact (a file with a manifest beside it), not a checkpoint."""
+    return Path(path).is_file() and manifest_path(path).is_file()
+
+
+def predict_with_artifact(path: str, flat: np.ndarray) -> np.ndarray:
+    """Probabilities from a StableHLO artifact; only `jax` is needed to run it."""
+    manifest = json.loads(manifest_path(path).read_text())
+    if manifest.get("format") != "stablehlo":
+        raise ValueError(
+            f"{path} holds {manifest.get('format')} weights; predict runs a StableHLO "
+            "artifact or a run folder."
+        )
+    _, probs = load_artifact(path)(np.asarray(flat))
+    return probs

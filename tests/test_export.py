@@ -1,0 +1,236 @@
+"""Exports: checked on all 10,000 test images before they are written, runnable without
+the model code, and refused with one clear line when broken."""
+
+import json
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import run_cli
+
+
+@pytest.fixture(scope="module")
+def trained(real_data):
+    import eqx_fmnist as ef
+
+    result = ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64, 32)), ef.to_datasets(real_data))
+    return result
+
+
+@pytest.fixture(scope="module")
+def test_images(real_data):
+    return real_data.test_images.reshape(len(real_data.test_images), -1)
+
+
+def numpy_logits(model, images):
+    """A reference forward pass written here from the model's definition."""
+    x = images.astype(np.float64) / 255.0
+    for i, layer in enumerate(model.layers):
+        x = x @ np.asarray(layer.weight, np.float64).T + np.asarray(layer.bias, np.float64)
+        if i < len(model.layers) - 1:
+            x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    return x
+
+
+def test_a_stablehlo_export_matches_on_every_test_image(trained, test_images, tmp_path):
+    from eqx_fmnist.export import export_model, load_artifact
+
+    path = tmp_path / "model.stablehlo"
+    manifest = export_model(
+        trained.model, trained.state.policy, trained.config, path, check_images=test_images
+    )
+    assert manifest["parity"]["images"] == 10_000 and manifest["parity"]["mismatches"] == 0
+    assert manifest["platforms"] == ["cpu", "cuda"] and manifest["bytes"] == path.stat().st_size
+    on_disk = json.loads((tmp_path / "model.stablehlo.manifest.json").read_text())
+    assert on_disk["sha256"] == manifest["sha256"] and len(on_disk["class_names"]) == 10
+    artifact = load_artifact(path)
+    logits, probs = artifact(test_images)
+    reference = numpy_logits(trained.model, test_images)
+    assert np.array_equal(logits.argmax(-1), reference.argmax(-1))
+    np.testing.assert_allclose(logits, reference, atol=1e-4)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+    for n in (1, 7):  # the batch is symbolic: any size runs
+        assert artifact(test_images[:n])[0].shape == (n, 10)
+
+
+@pytest.mark.slow
+def test_an_ensemble_exports_its_mean_probability(real_data, test_images, tmp_path):
+    import eqx_fmnist as ef
+    from eqx_fmnist.export import export_model, load_artifact
+
+    ens = ef.fit_ensemble(
+        ef.TrainConfig(steps=20, hidden_sizes=(32,)), seeds=2, data=ef.to_datasets(real_data)
+    )
+    manifest = export_model(
+        ens.state.model, ens.state.policy, ens.config, tmp_path / "e.stablehlo",
+        check_images=test_images, members=True,
+    )  # fmt: skip
+    assert manifest["members"] == 2 and manifest["parity"]["mismatches"] == 0
+    _, probs = load_artifact(tmp_path / "e.stablehlo")(test_images[:500])
+    ref = [numpy_logits(ens.member_model(i), test_images[:500]) for i in range(2)]
+    ref = np.mean([np.exp(r) / np.exp(r).sum(-1, keepdims=True) for r in ref], axis=0)
+    np.testing.assert_allclose(probs, ref, atol=1e-5)
+
+
+def test_an_artifact_runs_without_equinox_or_this_library(trained, test_images, tmp_path):
+    """A fresh interpreter in which importing equinox or eqx_fmnist fails."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.export import export_model
+
+    path = tmp_path / "model.stablehlo"
+    export_model(trained.model, trained.state.policy, trained.config, path,
+                 check_images=test_images)  # fmt: skip
+    np.save(tmp_path / "images.npy", test_images)
+    expected = np.asarray(ef.predict(trained.model, jnp.asarray(test_images)))
+    script = f"""
+import sys
+sys.modules["equinox"] = None  # any import of them raises ImportError
+sys.modules["eqx_fmnist"] = None
+import json, jax, numpy as np
+manifest = json.load(open({str(path) + ".manifest.json"!r}))
+exported = jax.export.deserialize(bytearray(open({str(path)!r}, "rb").read()))
+logits, probs = exported.call(np.load({str(tmp_path / "images.npy")!r}))
+names = [manifest["class_names"][i] for i in np.asarray(logits).argmax(-1)]
+print(json.dumps({{"pred": np.asarray(logits).argmax(-1).tolist(), "first": names[0],
+                  "loaded": sorted(m for m in sys.modules if m in ("equinox", "eqx_fmnist")
+                                   and sys.modules[m] is not None)}}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["loaded"] == [] and np.array_equal(got["pred"], expected)
+    assert got["first"] == ef.CLASS_NAMES[expected[0]]
+
+
+def test_safetensors_weights_are_named_and_carry_the_config(trained, test_images, tmp_path):
+    from safetensors import safe_open
+
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.export import export_model
+
+    path = tmp_path / "model.safetensors"
+    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
+                            check_images=test_images, format="safetensors")  # fmt: skip
+    assert manifest["parity"]["mismatches"] == 0
+    with safe_open(path, framework="numpy") as f:
+        assert sorted(f.keys()) == [f"layers.{i}.{k}" for i in range(3) for k in ("bias", "weight")]
+        assert TrainConfig.from_json(f.metadata()["config"]) == trained.config
+        np.testing.assert_array_equal(
+            f.get_tensor("layers.1.weight"), trained.model.layers[1].weight
+        )
+
+
+def test_safetensors_load_into_the_equivalent_pytorch_sequential(trained, test_images, tmp_path):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    from safetensors.numpy import load_file
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.export import export_model, torch_state_dict
+
+    path = tmp_path / "model.safetensors"
+    export_model(trained.model, trained.state.policy, trained.config, path,
+                 check_images=test_images, format="safetensors")  # fmt: skip
+    net = torch.nn.Sequential(
+        torch.nn.Linear(784, 64), torch.nn.GELU(approximate="tanh"),
+        torch.nn.Linear(64, 32), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(32, 10),
+    )  # fmt: skip
+    weights = {k: torch.from_numpy(v) for k, v in torch_state_dict(load_file(path)).items()}
+    net.load_state_dict(weights)
+    with torch.no_grad():
+        logits = net(torch.tensor(test_images).float() / 255.0).numpy()
+    library = ef.predict(trained.model, jnp.asarray(test_images))
+    assert np.array_equal(logits.argmax(-1), np.asarray(library))
+
+
+def test_an_export_that_fails_its_check_writes_nothing(trained, test_images, tmp_path, monkeypatch):
+    from eqx_fmnist import export
+
+    real = export.run_stablehlo
+
+    def wrong(blob, images):
+        logits, probs = real(blob, images)
+        return logits[:, ::-1], probs  # another class for most images
+
+    monkeypatch.setattr(export, "run_stablehlo", wrong)
+    with pytest.raises(export.ExportError, match=r"another class .* of 10,000 images"):
+        export.export_model(trained.model, trained.state.policy, trained.config,
+                            tmp_path / "m.stablehlo", check_images=test_images)  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_broken_artifacts_are_refused_by_name(trained, test_images, tmp_path):
+    from eqx_fmnist.export import ExportError, export_model, load_artifact
+
+    path = tmp_path / "m.stablehlo"
+    with pytest.raises(ExportError, match="does not exist"):
+        load_artifact(path)
+    export_model(trained.model, trained.state.policy, trained.config, path,
+                 check_images=test_images[:100])  # fmt: skip
+    with pytest.raises(ValueError, match=r"28 x 28 images .* got shape \(2, 100\)"):
+        load_artifact(path)(np.zeros((2, 100), np.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        load_artifact(path)(np.zeros((2, 784), np.float32))
+    blob = bytearray(path.read_bytes())
+    blob[100] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    with pytest.raises(ExportError, match="SHA-256"):
+        load_artifact(path)
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory, real_data):
+    out = tmp_path_factory.mktemp("export") / "run"
+    result = run_cli("train", "--steps", "20", "--hidden", "32", "--out", out,
+                     "--data-dir", real_data.source)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_the_export_command_then_predict_with_the_artifact(cli_run, real_data, tmp_path):
+    from PIL import Image
+
+    out = run_cli("export", cli_run, "--out", tmp_path / "m.stablehlo",
+                  "--data-dir", real_data.source)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "0 of 10,000 test images predicted differently" in text
+    manifest = json.loads((tmp_path / "m.stablehlo.manifest.json").read_text())
+    summary = json.loads((cli_run / "summary.json").read_text())
+    assert manifest["test_accuracy"] == pytest.approx(summary["test_accuracy"])
+    Image.fromarray(real_data.test_images[0]).save(tmp_path / "item.png")
+    from_run = run_cli("predict", cli_run, tmp_path / "item.png")
+    from_artifact = run_cli("predict", tmp_path / "m.stablehlo", tmp_path / "item.png")
+    assert from_artifact.returncode == 0, from_artifact.stderr
+    assert from_artifact.stdout.split(":")[1] == from_run.stdout.split(":")[1]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("export", "RUN", "--format", "onnx"), "invalid choice: 'onnx'"),
+        (("export", "no/such/run"), "no checkpoint"),
+        pytest.param(("predict", "ART", "IMG"), "SHA-256", marks=pytest.mark.slow),
+    ],
+)
+def test_bad_export_input_is_one_line_status_2(args, message, tmp_path, real_data, request):
+    from PIL import Image
+
+    art, run = tmp_path / "m.stablehlo", tmp_path / "run"
+    run.mkdir()
+    if "ART" in args:
+        run = request.getfixturevalue("cli_run")
+        exported = run_cli("export", run, "--out", art, "--data-dir", real_data.source)
+        assert exported.returncode == 0, exported.stderr
+        art.write_bytes(art.read_bytes()[:-10])
+        Image.fromarray(real_data.test_images[0]).save(tmp_path / "i.png")
+    swap = {"RUN": run, "ART": art, "IMG": tmp_path / "i.png"}
+    before = sorted(p.name for p in run.iterdir())
+    data = ("--data-dir", real_data.source) if args[0] == "export" else ()
+    out = run_cli(*(swap.get(a, a) for a in args), *data)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in run.iterdir()) == before
