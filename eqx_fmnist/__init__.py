@@ -9,6 +9,7 @@ from . import (
     dataset as dataset,
     ensemble as ensemble,
     evaluate as evaluate,
+    export as export,
     losses as losses,
     model as model,
     precision as precision,
