@@ -83,14 +83,22 @@ class MLP(eqx.Module):
 
         The logits, shape `(10,)`, in `policy.output_dtype`.
         """
+        last = self.layers[-1]
+        x = self.features(x, policy=policy)
+        x = policy.matmul(last.weight, x) + last.bias.astype(policy.accumulate_dtype)
+        return x.astype(policy.output_dtype)
+
+    def features(
+        self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
+    ) -> Float[Array, " hidden"]:
+        """The last hidden layer's activations for one example (what the output layer
+        reads), in the policy's accumulation dtype; arguments as for `__call__`."""
         acc = policy.accumulate_dtype
-        for i, layer in enumerate(self.layers):
+        for layer in self.layers[:-1]:
             # Multiply in the compute dtype, accumulate in float32 (for bf16/f16), and
             # keep the bias, the activation and the next layer's input sum there.
-            x = policy.matmul(layer.weight, x) + layer.bias.astype(acc)
-            if i < len(self.layers) - 1:
-                x = self.activation(x)
-        return x.astype(policy.output_dtype)
+            x = self.activation(policy.matmul(layer.weight, x) + layer.bias.astype(acc))
+        return x
 
 
 def count_params(model: PyTree) -> int:
