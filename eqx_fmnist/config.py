@@ -34,6 +34,8 @@ arrays in the training state, so a grid of them needs no recompiling."""
 DEFAULT_EPOCHS = 30
 VALIDATION_SEED = 20_241_130
 """Fixed seed of the validation split, so every training seed sees the same split."""
+CALIBRATION_SEED = 20_261_201
+"""Fixed seed of the calibration split (taken after the validation split)."""
 
 
 def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool = False):
@@ -82,6 +84,9 @@ class TrainConfig:
     - `log_every`: steps per logging interval, i.e. per compiled call and per host read
         of the metrics; `None` means once per epoch.
     - `validation_size`: training examples held out (a fixed random split) to tune on.
+    - `calibration_size`: training examples held out (another fixed split) to fit the
+        temperature of the probabilities and the trust flag's threshold after training;
+        `0` (the default) trains on them instead and leaves the probabilities raw.
     - `devices`: data-parallel over this many devices.
     - `on_nonfinite`: `"raise"` stops `fit` with a
         [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] naming the step and the
@@ -117,6 +122,11 @@ class TrainConfig:
     label_smoothing: float = _field(0.1, "label smoothing of the cross-entropy", state=True)
     validation_size: int = _field(
         0, "training images held out as a fixed validation split (0: train on all)"
+    )
+    calibration_size: int = _field(
+        0,
+        "training images held out to fit the temperature and the trust flag (0: none)",
+        flags=("--calibrate",),
     )
     devices: int = _field(1, "data-parallel over this many devices (batch_size must divide)")
     on_nonfinite: OnNonfinite = _field(
@@ -167,10 +177,10 @@ class TrainConfig:
                 f"`devices`; use a multiple of {self.devices} such as {max(lower, self.devices)} "
                 f"or {lower + self.devices}."
             )
-        if not isinstance(self.validation_size, int) or self.validation_size < 0:
-            raise ValueError(
-                f"`validation_size` must be a non-negative int, but got {self.validation_size!r}."
-            )
+        for name in ("validation_size", "calibration_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"`{name}` must be a non-negative int, but got {value!r}.")
         self.policy  # noqa: B018  (parses the precision string, raising ValueError)
 
     @property
@@ -201,6 +211,11 @@ class TrainConfig:
         if "epochs" in changes:
             changes.setdefault("steps", None)
         return dataclasses.replace(self, **changes)
+
+    def num_train(self, available: int) -> int:
+        """Training examples left of `available` once the validation and calibration
+        splits are held out."""
+        return available - self.validation_size - self.calibration_size
 
     def total_steps(self, num_train: int) -> int:
         """Optimiser steps of the whole run for a training set of `num_train` examples."""

@@ -58,12 +58,12 @@ def manifest_path(path: str | os.PathLike) -> Path:
 # --------------------------------------------------------------------------- the function
 
 
-def serving_function(models: MLP, policy: Policy, *, members: bool):
+def serving_function(models: MLP, policy: Policy, *, members: bool, temperature: float = 1.0):
     """`images uint8[b, 784] -> (logits f32[b, 10], probabilities f32[b, 10])`.
 
-    For an ensemble (`members=True`, a stacked model) the probabilities are the mean of
-    the members' and the "logits" their logarithm (log-probabilities, which softmax
-    maps back to the same probabilities).
+    The probabilities are `softmax(logits / temperature)` (a run's calibrated
+    temperature; `1` leaves them raw). For an ensemble (`members=True`, a stacked model)
+    they are the mean of the members' and the "logits" their logarithm.
     """
 
     def one(model, images):
@@ -73,10 +73,10 @@ def serving_function(models: MLP, policy: Policy, *, members: bool):
     def serve(images):
         if not members:
             logits = one(models, images)
-            return logits, jax.nn.softmax(logits, axis=-1)
+            return logits, jax.nn.softmax(logits / jnp.float32(temperature), axis=-1)
         log_p = jax.nn.log_softmax(eqx.filter_vmap(one, in_axes=(0, None))(models, images))
         log_mean = jax.nn.logsumexp(log_p, axis=0) - jnp.log(jnp.float32(log_p.shape[0]))
-        return log_mean, jnp.exp(log_mean)
+        return log_mean, jax.nn.softmax(log_mean / jnp.float32(temperature), axis=-1)
 
     return serve
 
@@ -91,12 +91,13 @@ def library_logits(models: MLP, images, policy: Policy, *, members: bool) -> np.
 # --------------------------------------------------------------------------- StableHLO
 
 
-def to_stablehlo(models: MLP, policy: Policy, *, members: bool) -> bytes:
+def to_stablehlo(models: MLP, policy: Policy, *, members: bool, temperature: float = 1.0) -> bytes:
     """The serialised `jax.export` of the serving function, with a symbolic batch,
     lowered for CPU and CUDA."""
     (batch,) = jax.export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((batch, IMAGE_SIZE), jnp.uint8)
-    fn = jax.jit(serving_function(to_local(models), policy, members=members))
+    serve = serving_function(to_local(models), policy, members=members, temperature=temperature)
+    fn = jax.jit(serve)
     return bytes(jax.export.export(fn, platforms=PLATFORMS)(spec).serialize())
 
 
@@ -192,6 +193,7 @@ def export_model(
     check_images: np.ndarray,
     format: Format = "stablehlo",
     members: bool = False,
+    temperature: float = 1.0,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Export, check on `check_images`, and only then write the artifact and its manifest.
@@ -207,6 +209,8 @@ def export_model(
         test images.
     - `format`: `"stablehlo"` or `"safetensors"`. Defaults to `"stablehlo"`.
     - `members`: `models` is an ensemble's stack. Defaults to `False`.
+    - `temperature`: the run's calibrated temperature, applied to the StableHLO
+        artifact's probabilities and recorded in the manifest. Defaults to `1`: raw.
     - `extra`: more manifest entries, e.g. the run's test accuracy.
 
     **Returns:**
@@ -224,7 +228,7 @@ def export_model(
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
     ours = library_logits(models, jnp.asarray(images), policy, members=members)
     if format == "stablehlo":
-        blob = to_stablehlo(models, policy, members=members)
+        blob = to_stablehlo(models, policy, members=members, temperature=temperature)
         theirs, _ = run_stablehlo(blob, images)
     else:
         from safetensors.numpy import load
@@ -251,6 +255,7 @@ def export_model(
         "platforms": list(PLATFORMS) if format == "stablehlo" else None,
         "members": _count(models) if members else None,
         "precision": config.precision,
+        "temperature": temperature,
         "config": config.to_dict(),
         "parity": dataclasses.asdict(parity),
         "export_seconds": time.perf_counter() - start,

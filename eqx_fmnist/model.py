@@ -92,13 +92,21 @@ class MLP(eqx.Module):
         self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
     ) -> Float[Array, " hidden"]:
         """The last hidden layer's activations for one example (what the output layer
-        reads), in the policy's accumulation dtype; arguments as for `__call__`."""
-        acc = policy.accumulate_dtype
+        reads); arguments as for `__call__`."""
+        return self.hidden(x, policy=policy)[-1]
+
+    def hidden(
+        self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
+    ) -> list[Float[Array, " _"]]:
+        """Every hidden layer's activations for one example, first to last, in the
+        policy's accumulation dtype; arguments as for `__call__`."""
+        acc, out = policy.accumulate_dtype, []
         for layer in self.layers[:-1]:
             # Multiply in the compute dtype, accumulate in float32 (for bf16/f16), and
             # keep the bias, the activation and the next layer's input sum there.
             x = self.activation(policy.matmul(layer.weight, x) + layer.bias.astype(acc))
-        return x
+            out.append(x)
+        return out
 
 
 def count_params(model: PyTree) -> int:

@@ -230,6 +230,40 @@ def plot_heatmap(
     return fig
 
 
+def plot_reliability(
+    curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    *,
+    title: str = "Reliability: accuracy against confidence",
+) -> Figure:
+    """A reliability diagram: for each confidence bin, the accuracy of its examples
+    against their mean confidence (the diagonal is perfect calibration), and below, how
+    many examples each bin holds.
+
+    **Arguments:**
+
+    - `curves`: label -> `(bin_confidence, bin_accuracy, bin_count)`, e.g.
+        `{"raw, ECE 0.066": (...), "T = 0.73, ECE 0.018": (...)}`; empty bins are NaN.
+    - `title`: the figure's title.
+    """
+    fig = _figure(6.0, 6.5)
+    top, bottom = fig.subplots(2, 1, height_ratios=(3, 1), sharex=True)
+    top.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfect")
+    for label, (confidence, accuracy, count) in curves.items():
+        keep = np.asarray(count) > 0
+        conf, acc = np.asarray(confidence)[keep], np.asarray(accuracy)[keep]
+        top.plot(conf, acc, marker="o", label=label)
+        bottom.plot(conf, np.asarray(count)[keep], marker=".", label=label)
+    top.set_ylabel("accuracy in the bin")
+    top.set_xlim(0, 1)
+    top.set_ylim(0, 1)
+    top.legend(loc="upper left")
+    top.set_title(title)
+    bottom.set_yscale("log")
+    bottom.set_xlabel("confidence (top-class probability), mean of the bin")
+    bottom.set_ylabel("examples")
+    return fig
+
+
 def plot_throughput(
     names: Sequence[str],
     values: Sequence[float],

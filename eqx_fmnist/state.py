@@ -153,6 +153,11 @@ def check_members(configs: Sequence[TrainConfig]) -> None:
                 f"differ only in {', '.join(PER_MEMBER)}, because the others change the "
                 "program's shapes or structure. Train one program per value instead."
             )
+    if configs[0].calibration_size:
+        raise ValueError(
+            "members are not calibrated yet: train them with `calibration_size` = 0, or "
+            "calibrate one run at a time."
+        )
     if configs[0].devices > 1:
         raise ValueError(
             f"members cannot be combined with `devices` = {configs[0].devices} (data "

@@ -19,12 +19,13 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .config import VALIDATION_SEED, TrainConfig, make_schedule, optax_promotion
+from .calibration import Calibration, dataset_logits, fit_temperature, fit_trust
+from .config import CALIBRATION_SEED, VALIDATION_SEED, TrainConfig, make_schedule, optax_promotion
 from .data import FashionMNIST, load_fashion_mnist
 from .dataset import ArrayDataset, steps_per_epoch, to_datasets
 from .evaluate import EvalResult, evaluate
 from .model import MLP
-from .parallel import check_divisible, make_mesh, replicate
+from .parallel import check_divisible, make_mesh, replicate, to_local
 from .state import TrainState, init_state
 from .step import compile_steps
 
@@ -152,6 +153,9 @@ class TrainResult:
     - `compile_seconds`: time spent compiling the training calls.
     - `train_seconds`: time spent running them.
     - `load_seconds`: time spent moving data to the device and building the state.
+    - `calibration`: with a `calibration_size`, the
+        [`Calibration`][eqx_fmnist.calibration.Calibration] (temperature and trust flag)
+        fitted on the held-out images after training; otherwise `None`.
     """
 
     state: TrainState
@@ -162,6 +166,7 @@ class TrainResult:
     compile_seconds: float
     train_seconds: float
     load_seconds: float
+    calibration: Calibration | None = None
 
     @property
     def model(self) -> MLP:
@@ -220,6 +225,28 @@ def prepare_data(
     if config.validation_size:
         train, valid = train.split(config.validation_size, key=jr.PRNGKey(VALIDATION_SEED))
     return train, valid, test
+
+
+def calibration_split(
+    config: TrainConfig, train: ArrayDataset
+) -> tuple[ArrayDataset, ArrayDataset]:
+    """`(train, held_out)`: the config's calibration split of a training set (from which
+    any validation split is already out)."""
+    return train.split(config.calibration_size, key=jr.PRNGKey(CALIBRATION_SEED))
+
+
+def calibrate(
+    state: TrainState, train: ArrayDataset, held_out: ArrayDataset, *, batch_size: int = 1000
+) -> Calibration:
+    """Fit the temperature (on `held_out`) and the trust flag (means and covariance on
+    `train`, threshold on `held_out`) of a trained `state`."""
+    model = to_local(state.model)
+    logits, labels, mask = dataset_logits(
+        model, held_out, policy=state.policy, batch_size=batch_size
+    )
+    temperature = fit_temperature(logits, labels, mask)
+    trust = fit_trust(model, train, held_out, policy=state.policy)
+    return Calibration(temperature, trust, len(held_out))
 
 
 def _place(config: TrainConfig, trees):
@@ -324,8 +351,13 @@ def fit(
     """
     start = time.perf_counter()
     train, valid, test = prepare_data(config, data)
+    held_out = None
+    if config.calibration_size:
+        train, held_out = calibration_split(config, train)
     state = init_state(config, len(train)) if state is None else state
-    mesh, (train, valid, test, state) = _place(config, (train, valid, test, state))
+    mesh, (train, valid, test, held_out, state) = _place(
+        config, (train, valid, test, held_out, state)
+    )
     load_seconds = time.perf_counter() - start
     plan = plan_run(config, len(train))
     callbacks = [callback] if callable(callback) else list(callback or ())
@@ -346,6 +378,10 @@ def fit(
         else evaluate(state.model, ds, policy=state.policy, batch_size=eval_batch_size, mesh=mesh)
         for ds in (test, valid)
     ]
+    calibration = None
+    if held_out is not None:
+        calibration = calibrate(state, train, held_out, batch_size=eval_batch_size)
     return TrainResult(
-        state, config, history, *evals, seconds["compile"], seconds["train"], load_seconds
-    )
+        state, config, history, *evals, seconds["compile"], seconds["train"], load_seconds,
+        calibration,
+    )  # fmt: skip

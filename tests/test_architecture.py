@@ -27,6 +27,7 @@ LAYERS = [
     "model",
     "losses",
     "evaluate",
+    "calibration",
     "config",
     "flags",
     "state",

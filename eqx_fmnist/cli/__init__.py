@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .. import data as data_mod
 from ..cache import COMPILE_CACHE_ENV, compile_cache_dir, enable_compile_cache
+from ..calibration import CALIBRATION_FILE, Calibration, calibration_report
 from ..checkpoint import CheckpointError, load_checkpoint
 from ..dataset import to_datasets
 from ..ensemble import fit_members
@@ -28,8 +28,7 @@ from ..evaluate import (
     evaluate,
     most_confused,
     per_class_accuracy,
-    predict,
-    predict_proba,
+    predict_logits,
 )
 from ..flags import add_config_flags, config_from_args, given_flags
 from ..plots import plot_confusion_matrix, save_figure
@@ -51,15 +50,15 @@ from .common import (
     table,
     train_with_progress,
 )
-from .export import add_export_parser, is_artifact, predict_with_artifact
+from .export import add_export_parser
 from .members import (
     add_sweep_parser,
     describe_seeds,
     evaluate_members,
-    predict_members,
     print_ensemble,
     seed_members,
 )
+from .predict import add_predict_parser
 
 # --------------------------------------------------------------------------- data
 
@@ -105,7 +104,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     scratch = None if jax.process_index() == 0 else tempfile.TemporaryDirectory()
     if scratch is not None:
         out, args.overwrite, console.quiet = Path(scratch.name), True, True
-    num_train, start = len(fm.train_images) - config.validation_size, resume.step if resume else 0
+    num_train, start = config.num_train(len(fm.train_images)), resume.step if resume else 0
     total = config.total_steps(num_train)
     folder = RunFolder(out, config, num_train=num_train, start_step=start, overwrite=args.overwrite,
                        checkpoint_every=every, tensorboard=args.tensorboard, members=members)  # fmt: skip
@@ -171,46 +170,40 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run)
     ckpt, fm = load_checkpoint(path), load_data(args)
     (_, test), model, policy = to_datasets(fm), ckpt.state.model, ckpt.state.policy
+    calibration = None
     if ckpt.members is not None:
         console.print(f"checkpoint {path} (step {ckpt.step:,})")
-        pred = evaluate_members(ckpt, test, show_members=args.members)
+        logits = evaluate_members(ckpt, test, show_members=args.members)
     else:
         result = evaluate(model, test, policy=policy)
-        pred = predict(model, test.images, policy=policy)
+        logits = np.asarray(predict_logits(model, test.images, policy=policy), np.float32)
         console.print(
             f"checkpoint {path} (step {ckpt.step:,}): test accuracy "
             f"[bold]{result.accuracy:.4f}[/], loss {result.loss:.4f} on {result.count:,} images"
         )
-    cm = np.asarray(confusion_matrix(fm.test_labels, pred))
+        if (path.parent / CALIBRATION_FILE).is_file():
+            calibration = Calibration.load(path.parent / CALIBRATION_FILE)
+    cm = np.asarray(confusion_matrix(fm.test_labels, logits.argmax(-1)))
     names, (other, share) = data_mod.CLASS_NAMES, most_confused(cm)
     rows = [
         (f"{c} {names[c]}", f"{recall:.3f}", f"{names[other[c]]} ({share[c]:.1%})")
         for c, recall in enumerate(np.asarray(per_class_accuracy(cm)))
     ]
     console.print(table("Per-class accuracy", ("class", "accuracy", "most confused with"), rows))
+    report, reliability = calibration_report(logits, fm.test_labels, calibration)
+    rows = [
+        (name + (f" (T = {r['temperature']:.3f})" if name != "raw" else ""),
+         f"{r['nll']:.4f}", f"{r['brier']:.4f}", f"{r['ece']:.4f}")
+        for name, r in report.items()
+    ]  # fmt: skip
+    console.print(table("Calibration", ("probabilities", "NLL", "Brier", "ECE (15 bins)"), rows))
+    if calibration is None and ckpt.members is None:
+        console.print("(not calibrated: train with --calibrate 5000 to fit a temperature)")
     out = args.out or path.parent
     out.mkdir(parents=True, exist_ok=True)
-    console.print(f"wrote {save_figure(plot_confusion_matrix(cm), out / 'confusion_matrix.png')}")
-    return 0
-
-
-def cmd_predict(args: argparse.Namespace) -> int:
-    artifact = is_artifact(args.checkpoint)
-    ckpt = None if artifact else load_checkpoint(checkpoint_path(args.checkpoint))
-    images = np.stack([data_mod.load_image(p, invert=args.invert) for p in args.images])
-    flat = jnp.asarray(images.reshape(len(images), -1))
-    each = None
-    if artifact:  # an exported model: no checkpoint, no model code
-        probs = predict_with_artifact(args.checkpoint, np.asarray(flat))
-    elif ckpt.members is not None:  # the ensemble: the mean of the members' probabilities
-        probs, each = predict_members(ckpt, flat, show_members=args.members)
-    else:
-        probs = np.asarray(predict_proba(ckpt.state.model, flat, policy=ckpt.state.policy))
-    for i, (path, p) in enumerate(zip(args.images, probs, strict=True)):
-        top = np.argsort(p)[::-1][: args.top]
-        guesses = ", ".join(f"{data_mod.CLASS_NAMES[c]} {p[c]:.1%}" for c in top)
-        guesses += f" (members: {each[i]})" if each else ""
-        console.print(f"{path}: {guesses}", markup=False, highlight=False)
+    for name, figure in (("confusion_matrix.png", plot_confusion_matrix(cm)),
+                         ("reliability.png", reliability)):  # fmt: skip
+        console.print(f"wrote {save_figure(figure, out / name)}")
     return 0
 
 
@@ -283,13 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--members", action="store_true", help="an ensemble's: report each member")
     add_data_args(p)
 
-    p = sub.add_parser("predict", help="classify your own images (PNG or JPEG)")
-    p.set_defaults(func=cmd_predict)
-    p.add_argument("checkpoint", metavar="RUN_DIR_CHECKPOINT_OR_ARTIFACT")
-    p.add_argument("images", metavar="IMAGE", nargs="+")
-    p.add_argument("--invert", action="store_true", help="for dark items on a light background")
-    p.add_argument("--top", type=int, default=3, help="classes to show per image (3)")
-    p.add_argument("--members", action="store_true", help="an ensemble's: each member's guess")
+    add_predict_parser(sub)
 
     p = sub.add_parser("bench", help="measure training throughput (a short run by default)")
     p.set_defaults(func=cmd_bench)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import load_checkpoint
 from ..dataset import to_datasets
 from ..evaluate import evaluate, evaluate_ensemble
@@ -41,9 +42,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         test_result = evaluate_ensemble(state.model, test, policy=state.policy)[1]
     else:
         test_result = evaluate(state.model, test, policy=state.policy)
+    calibration = path.parent / CALIBRATION_FILE
+    temperature = Calibration.load(calibration).temperature if calibration.is_file() else 1.0
     with console.status(f"exporting and checking on {len(test):,} test images ..."):
         manifest = export_model(
             state.model, state.policy, ckpt.config, out, format=args.format, members=members,
+            temperature=temperature,
             check_images=fm.test_images.reshape(len(fm.test_images), -1),
             extra={"test_accuracy": test_result.accuracy, "step": ckpt.step},
         )  # fmt: skip

@@ -61,7 +61,8 @@ def print_ensemble(result: EnsembleResult, out: Path) -> None:
 
 
 def evaluate_members(ckpt: Checkpoint, test: ArrayDataset, *, show_members: bool):
-    """Print an ensemble checkpoint's test results; return its predictions."""
+    """Print an ensemble checkpoint's test results; return the ensemble's log mean
+    probabilities (its logits)."""
     policy = ckpt.state.policy
     members, ens = evaluate_ensemble(ckpt.state.model, test, policy=policy)
     accs = [m.accuracy for m in members]
@@ -80,7 +81,7 @@ def evaluate_members(ckpt: Checkpoint, test: ArrayDataset, *, show_members: bool
             table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
         )
     probs = member_probabilities(ckpt.state.model, test.images, policy=policy)
-    return np.asarray(probs.mean(axis=0).argmax(axis=-1))
+    return np.log(np.asarray(probs.mean(axis=0)))
 
 
 def predict_members(ckpt: Checkpoint, flat: jnp.ndarray, *, show_members: bool):
@@ -148,7 +149,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _, seeds, configs = grid_configs(config, grid, args.seeds or 2)
         out = args.out or default_folder()
     fm = load_data(args)
-    num_train, start = len(fm.train_images) - config.validation_size, resume.step if resume else 0
+    num_train, start = config.num_train(len(fm.train_images)), resume.step if resume else 0
     total = config.total_steps(num_train)
     folder = RunFolder(out, config, num_train=num_train, start_step=start, overwrite=args.overwrite,
                        checkpoint_every=every, members=configs)  # fmt: skip

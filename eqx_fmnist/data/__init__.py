@@ -47,7 +47,11 @@ from .idx import (
     parse_idx as parse_idx,
     read_idx as read_idx,
 )
-from .images import load_image as load_image
+from .images import (
+    PreparedImage as PreparedImage,
+    load_image as load_image,
+    prepare_image as prepare_image,
+)
 from .store import (
     _read_content,
     _read_stamps,

@@ -39,35 +39,44 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import save_checkpoint
-from .config import TrainConfig
-from .data import CLASS_NAMES, FashionMNIST
-from .dataset import ArrayDataset
-from .ensemble import EnsembleResult, SweepResult
-from .evaluate import confusion_matrix, member_probabilities, per_class_accuracy, predict
-from .fileio import FolderInUse, FolderLock, atomic_write
-from .parallel import to_local
-from .plots import (
+from ..calibration import CALIBRATION_FILE, calibration_report
+from ..checkpoint import save_checkpoint
+from ..config import TrainConfig
+from ..data import CLASS_NAMES, FashionMNIST
+from ..dataset import ArrayDataset
+from ..ensemble import EnsembleResult, SweepResult
+from ..evaluate import (
+    confusion_matrix,
+    member_probabilities,
+    per_class_accuracy,
+    predict_logits,
+)
+from ..fileio import FolderInUse, FolderLock, atomic_write
+from ..parallel import to_local
+from ..plots import (
     plot_confusion_matrix,
     plot_examples,
     plot_predictions,
     plot_training_curve,
     save_figure,
 )
-from .state import PER_MEMBER, TrainState
-from .train import History, TrainResult
+from ..state import PER_MEMBER, TrainState
+from ..train import History, TrainResult
+from .report import (
+    CHECKPOINT_NAME as CHECKPOINT_NAME,
+    TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,
+    RunError as RunError,
+    summarise,
+    tensorboard_writer,
+)
 
-CHECKPOINT_NAME = "checkpoint.eqx"
 LOCK_NAME = ".eqx-fmnist.lock"
-FIGURES = ("examples.png", "training_curve.png", "predictions.png", "confusion_matrix.png")
+FIGURES = (
+    "examples.png", "training_curve.png", "predictions.png", "confusion_matrix.png",
+    "reliability.png",
+)  # fmt: skip
 RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME, *FIGURES)
 SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
-TOKENS_PER_EXAMPLE = 16
-"""Tokens per image of the summary's projected tokens/sec: 16 patches of 7 x 7 pixels."""
-
-
-class RunError(Exception):
-    """A run folder cannot be used as asked (in use, holding results, a bad option)."""
 
 
 class Interrupted(Exception):
@@ -202,7 +211,7 @@ class RunFolder:
             kept = [h for h in read_history(self.folder) if h["step"] <= self._start_step]
             _write_text(self.folder / "history.jsonl", "".join(json.dumps(h) + "\n" for h in kept))
             if self._tensorboard:
-                self._writer = _tensorboard_writer(self.folder / "tensorboard")
+                self._writer = tensorboard_writer(self.folder / "tensorboard")
         except BaseException:
             self._lock.__exit__()
             raise
@@ -287,19 +296,26 @@ class RunFolder:
         The summary, as written to `summary.json`.
         """
         self._save_final(result.state)
-        test = ArrayDataset(data.test_images, data.test_labels)
+        test, calibration = ArrayDataset(data.test_images, data.test_labels), None
         if isinstance(result, EnsembleResult):
             models, policy = to_local(result.state.model), result.config.policy
             probs = member_probabilities(models, test.images, policy=policy).mean(axis=0)
-            pred = np.asarray(probs.argmax(axis=-1))
+            logits = np.log(np.asarray(probs))
         else:
-            pred = np.asarray(
-                predict(to_local(result.model), test.images, policy=result.state.policy)
-            )
+            calibration = result.calibration
+            model, policy = to_local(result.model), result.state.policy
+            logits = np.asarray(predict_logits(model, test.images, policy=policy), np.float32)
+        pred = logits.argmax(axis=-1)
         cm = np.asarray(confusion_matrix(data.test_labels, pred))
-        summary = _summary(result, cm)
+        report, reliability = calibration_report(logits, data.test_labels, calibration)
+        if calibration is not None:
+            calibration.save(self.folder / CALIBRATION_FILE)
+        summary = {**summarise(result, cm), "calibration": report}
+        if calibration is not None:
+            summary["trust"] = calibration.to_dict()
         _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
         figures = {
+            "reliability.png": reliability,
             "examples.png": plot_examples(data.train_images, data.train_labels),
             "training_curve.png": self._curve(),
             "predictions.png": plot_predictions(data.test_images, data.test_labels, pred),
@@ -352,51 +368,3 @@ class RunFolder:
             [h["accuracy"] for h in history],
             title=f"Training: {self.config.precision}, batch {self.config.batch_size}{kind}",
         )
-
-
-def _summary(result: TrainResult | EnsembleResult, cm: np.ndarray) -> dict[str, Any]:
-    recall = np.asarray(per_class_accuracy(cm))
-    ensemble = {}
-    if isinstance(result, EnsembleResult):
-        test, valid = result.ensemble, result.validation_ensemble
-        ensemble = {
-            "members": [
-                {
-                    **{k: getattr(c, k) for k in PER_MEMBER},
-                    "test_accuracy": m.accuracy,
-                    "test_loss": m.loss,
-                }
-                for c, m in zip(result.configs, result.members, strict=True)
-            ],  # fmt: skip
-            "member_accuracy_mean": result.accuracy_mean,
-            "member_accuracy_std": result.accuracy_std,
-        }
-    else:
-        test, valid = result.test, result.validation
-    return {
-        "test_loss": test.loss,
-        "test_accuracy": test.accuracy,
-        "test_count": test.count,
-        "validation_accuracy": valid.accuracy if valid else None,
-        **ensemble,
-        "steps": int(result.state.step.reshape(-1)[0]),
-        "examples_per_sec": result.examples_per_sec,
-        "projected_tokens_per_sec": result.examples_per_sec * TOKENS_PER_EXAMPLE,
-        "tokens_per_example": TOKENS_PER_EXAMPLE,
-        "compile_seconds": result.compile_seconds,
-        "train_seconds": result.train_seconds,
-        "load_seconds": result.load_seconds,
-        "per_class_accuracy": dict(zip(CLASS_NAMES, map(float, recall), strict=True)),
-        "config": result.config.to_dict(),
-        "checkpoint": CHECKPOINT_NAME,
-    }
-
-
-def _tensorboard_writer(folder: Path):
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError:
-        raise RunError(
-            "TensorBoard logging needs tensorboardX: pip install 'eqx_fmnist[tensorboard]'."
-        ) from None
-    return SummaryWriter(logdir=str(folder))

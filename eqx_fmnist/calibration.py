@@ -1,0 +1,315 @@
+"""How far to trust a prediction: calibration metrics, temperature scaling, and a flag for
+inputs unlike the training data.
+
+- [`calibration_metrics`][eqx_fmnist.calibration.calibration_metrics] over every example:
+  negative log-likelihood, Brier score, expected calibration error (ECE) over
+  `ECE_BINS = 15` equal-width confidence bins, and the bins themselves for a reliability
+  diagram.
+- [`fit_temperature`][eqx_fmnist.calibration.fit_temperature]: the one scalar `T` that
+  minimises the NLL of `softmax(logits / T)` on held-out examples (never the test set).
+- [`fit_trust`][eqx_fmnist.calibration.fit_trust]: a Mahalanobis distance on the hidden
+  layers' activations (class means and one shared covariance fitted on training images),
+  with a threshold that flags `FLAG_RATE = 5%` of held-out real images, plus the amount
+  of ink: an image darker or brighter on average than every training image is flagged.
+
+A [`Calibration`][eqx_fmnist.calibration.Calibration] holds the temperature and the
+detector, and is saved beside a run's checkpoint (`calibration.safetensors`).
+"""
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, Shaped
+
+from .dataset import ArrayDataset, normalize, pad_to_batches
+from .evaluate import _logits
+from .fileio import atomic_write
+from .model import MLP
+from .plots import plot_reliability
+from .precision import FLOAT32, Policy
+
+ECE_BINS = 15
+"""Equal-width bins of the top-class probability, `[0, 1/15), ..., [14/15, 1]`."""
+FLAG_RATE = 0.05
+"""The share of held-out real images the trust threshold flags."""
+CALIBRATION_FILE = "calibration.safetensors"
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationResult:
+    """Calibration of the probabilities over `count` examples.
+
+    **Fields:** `nll` (mean negative log-likelihood), `brier` (mean over examples of
+    the squared error summed over classes, 0 to 2), `ece` (expected calibration error:
+    the bins' `|accuracy - mean confidence|` weighted by their share of examples),
+    `accuracy`, `count`, `temperature` (the one applied), and per bin `bin_count`,
+    `bin_accuracy`, `bin_confidence` (NaN for an empty bin).
+    """
+
+    nll: float
+    brier: float
+    ece: float
+    accuracy: float
+    count: int
+    temperature: float
+    bin_count: np.ndarray
+    bin_accuracy: np.ndarray
+    bin_confidence: np.ndarray
+
+
+def calibration_metrics(
+    logits: Float[Array, "n classes"],
+    labels: Int[Array, " n"],
+    mask: Bool[Array, " n"] | None = None,
+    *,
+    temperature: float = 1.0,
+) -> CalibrationResult:
+    """Calibration of `softmax(logits / temperature)` against `labels`, over the examples
+    `mask` keeps (all by default)."""
+    mask = jnp.ones(labels.shape, bool) if mask is None else mask
+    stats = jax.device_get(_stats(logits, labels, mask, jnp.float32(temperature)))
+    nll, brier, acc, count, b_count, b_correct, b_conf = stats
+    with np.errstate(invalid="ignore", divide="ignore"):
+        b_acc, b_mean = b_correct / b_count, b_conf / b_count
+    ece = float(np.nansum(b_count * np.abs(b_acc - b_mean)) / max(count, 1))
+    return CalibrationResult(
+        float(nll), float(brier), ece, float(acc), int(count), float(temperature),
+        b_count.astype(int), b_acc, b_mean,
+    )  # fmt: skip
+
+
+@jax.jit
+def _stats(logits, labels, mask, temperature):
+    w = mask.astype(jnp.float32)
+    n = jnp.maximum(w.sum(), 1.0)
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+    p = jnp.exp(log_p)
+    onehot = jax.nn.one_hot(labels, logits.shape[-1], dtype=jnp.float32)
+    nll = -(jnp.take_along_axis(log_p, labels[:, None], axis=-1)[:, 0] * w).sum() / n
+    brier = (((p - onehot) ** 2).sum(-1) * w).sum() / n
+    confidence, predicted = p.max(-1), p.argmax(-1)
+    correct = (predicted == labels).astype(jnp.float32)
+    bins = jnp.minimum((confidence * ECE_BINS).astype(jnp.int32), ECE_BINS - 1)
+    per_bin = jax.ops.segment_sum(
+        jnp.stack([w, correct * w, confidence * w], axis=-1), bins, num_segments=ECE_BINS
+    )
+    return nll, brier, (correct * w).sum() / n, w.sum(), *per_bin.T
+
+
+def dataset_logits(
+    model: MLP, dataset: ArrayDataset, *, policy: Policy = FLOAT32, batch_size: int = 1000
+) -> tuple[Float[Array, "padded classes"], Int[Array, " padded"], Bool[Array, " padded"]]:
+    """`(logits, labels, mask)` of every example, padded to whole batches."""
+    logits, mask = _logits(model, dataset.images, policy, batch_size)
+    padding = jnp.zeros(logits.shape[0] - len(dataset), dataset.labels.dtype)
+    return logits, jnp.concatenate([dataset.labels, padding]), mask
+
+
+def evaluate_calibration(
+    model: MLP,
+    dataset: ArrayDataset,
+    *,
+    policy: Policy = FLOAT32,
+    temperature: float = 1.0,
+    batch_size: int = 1000,
+) -> CalibrationResult:
+    """[`calibration_metrics`][eqx_fmnist.calibration.calibration_metrics] of `model`
+    over every example of `dataset`."""
+    logits, labels, mask = dataset_logits(model, dataset, policy=policy, batch_size=batch_size)
+    return calibration_metrics(logits, labels, mask, temperature=temperature)
+
+
+def fit_temperature(
+    logits: Float[Array | np.ndarray, "n classes"],
+    labels: Int[Array | np.ndarray, " n"],
+    mask: Bool[Array | np.ndarray, " n"] | None = None,
+) -> float:
+    """The temperature `T` minimising the mean NLL of `softmax(logits / T)`.
+
+    The NLL is convex in `1 / T`, so Newton's method on `1 / T` (in float64) finds the
+    minimum in a few steps.
+
+    **Raises:**
+
+    `ValueError` for fewer than two examples.
+    """
+    z = np.asarray(logits, np.float64)
+    y = np.asarray(labels)
+    if mask is not None:
+        z, y = z[np.asarray(mask)], y[np.asarray(mask)]
+    if len(z) < 2:
+        raise ValueError(f"fitting a temperature needs held-out examples, but got {len(z)}.")
+    zy, beta = z[np.arange(len(z)), y], 1.0
+    for _ in range(100):
+        s = beta * z
+        p = np.exp(s - s.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        mean_z = (p * z).sum(1)
+        grad = np.mean(mean_z - zy)
+        hess = np.mean((p * z * z).sum(1) - mean_z**2)
+        step = grad / max(hess, 1e-12)
+        beta = float(np.clip(beta - step, 1e-3, 1e3))
+        if abs(step) < 1e-10 * max(beta, 1.0):
+            break
+    return 1.0 / beta
+
+
+# --------------------------------------------------------------------------- trust
+
+
+@eqx.filter_jit
+def _features(model: MLP, images: Shaped[Array, "n 784"], policy: Policy, batch_size: int):
+    batches, _ = pad_to_batches(images, batch_size)
+    forward = jax.vmap(lambda x: jnp.concatenate(model.hidden(normalize(x), policy=policy)))
+    features = jax.lax.map(forward, batches)
+    return features.reshape(-1, features.shape[-1])[: images.shape[0]].astype(jnp.float32)
+
+
+def features(
+    model: MLP, images: Shaped[Array, "n 784"], *, policy: Policy = FLOAT32, batch_size: int = 1000
+) -> Float[np.ndarray, "n hidden"]:
+    """Every hidden layer's activations for every image, side by side (float32 numpy):
+    what the trust detector measures distances on."""
+    return np.asarray(_features(model, jnp.asarray(images), policy, batch_size))
+
+
+def ink(images: Shaped[Array | np.ndarray, "n 784"]) -> Float[np.ndarray, " n"]:
+    """Each image's mean pixel value, 0 (black) to 1 (white)."""
+    return np.asarray(images, np.float64).reshape(len(images), -1).mean(1) / 255.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Trust:
+    """A detector of inputs unlike the training data.
+
+    An image is flagged when its **ink** (mean pixel value) is outside the range of the
+    training images' (an empty or a filled frame), or when its **score** exceeds
+    `threshold`. The score is the smallest squared Mahalanobis distance from the image's
+    hidden-layer activations to a class mean, with one covariance shared by the classes
+    (both fitted on training images); the threshold flags `FLAG_RATE` of real held-out
+    images. Scores on the logits alone cannot do this: noise gets confident softmax
+    outputs, and its logits look like a real image's.
+    """
+
+    means: np.ndarray
+    precision: np.ndarray
+    threshold: float
+    ink_range: tuple[float, float]
+
+    def scores(self, feats: Float[np.ndarray, "n hidden"]) -> Float[np.ndarray, " n"]:
+        """The smallest squared Mahalanobis distance of each row to a class mean."""
+        f = np.asarray(feats, np.float64)
+        d = f[:, None, :] - self.means[None]  # (n, classes, hidden)
+        return np.einsum("nch,hk,nck->nc", d, self.precision, d).min(axis=1)
+
+    def flags(
+        self, feats: Float[np.ndarray, "n hidden"], images: Shaped[np.ndarray, "n 784"]
+    ) -> Bool[np.ndarray, " n"]:
+        """`True` for each image that looks unlike the training data."""
+        low, high = self.ink_range
+        amount = ink(images)
+        return (amount < low) | (amount > high) | (self.scores(feats) > self.threshold)
+
+
+def fit_trust(
+    model: MLP,
+    train: ArrayDataset,
+    held_out: ArrayDataset,
+    *,
+    policy: Policy = FLOAT32,
+    rate: float = FLAG_RATE,
+) -> Trust:
+    """Fit the class means and shared covariance of the hidden activations and the ink
+    range on `train`, and the threshold that flags `rate` of `held_out` (real images the
+    model did not train on)."""
+    f = features(model, train.images, policy=policy).astype(np.float64)
+    y = np.asarray(train.labels)
+    means = np.stack([f[y == c].mean(0) for c in range(int(y.max()) + 1)])
+    centred = f - means[y]
+    cov = centred.T @ centred / len(f)
+    precision = np.linalg.inv(cov + 1e-6 * np.trace(cov) / len(cov) * np.eye(len(cov)))
+    amount = ink(train.images)
+    trust = Trust(means, precision, np.inf, (float(amount.min()), float(amount.max())))
+    scores = trust.scores(features(model, held_out.images, policy=policy))
+    return dataclasses.replace(trust, threshold=float(np.quantile(scores, 1.0 - rate)))
+
+
+def calibration_report(
+    logits: Float[Array | np.ndarray, "n classes"],
+    labels: Int[Array | np.ndarray, " n"],
+    calibration: "Calibration | None" = None,
+):
+    """`(summary, figure)` for a run folder: the raw (and, with a `calibration`, the
+    temperature-scaled) NLL, Brier score and ECE of `logits` against `labels`, and their
+    reliability diagram."""
+    logits, labels = jnp.asarray(logits), jnp.asarray(labels)
+    results = {"raw": calibration_metrics(logits, labels)}
+    if calibration is not None:
+        results["calibrated"] = calibration_metrics(
+            logits, labels, temperature=calibration.temperature
+        )
+    summary = {
+        name: {"nll": r.nll, "brier": r.brier, "ece": r.ece, "temperature": r.temperature}
+        for name, r in results.items()
+    }
+    curves = {
+        (f"raw, ECE {r.ece:.3f}" if name == "raw" else f"T = {r.temperature:.2f}, ECE {r.ece:.3f}"):
+        (r.bin_confidence, r.bin_accuracy, r.bin_count)
+        for name, r in results.items()
+    }  # fmt: skip
+    return summary, plot_reliability(
+        curves, title=f"Reliability on {results['raw'].count:,} images"
+    )
+
+
+# --------------------------------------------------------------------------- stored
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What a run learns about its own probabilities on held-out images: the temperature
+    and the trust detector, and how many images it was fitted on."""
+
+    temperature: float
+    trust: Trust
+    held_out: int
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write a safetensors file (atomically); the numbers are in its metadata."""
+        from safetensors.numpy import save
+
+        meta = {k: json.dumps(v) for k, v in self.to_dict().items()}
+        arrays = {"means": self.trust.means, "precision": self.trust.precision}
+        with atomic_write(path) as f:
+            f.write(save(arrays, metadata=meta))
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Calibration":
+        """Read what [`save`][eqx_fmnist.calibration.Calibration.save] wrote.
+
+        **Raises:**
+
+        `ValueError` naming the file when it cannot be read.
+        """
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="numpy") as f:
+                meta = {k: json.loads(v) for k, v in f.metadata().items()}
+                trust = Trust(f.get_tensor("means"), f.get_tensor("precision"),
+                              float(meta["threshold"]), tuple(meta["ink_range"]))  # fmt: skip
+                return cls(float(meta["temperature"]), trust, int(meta["held_out"]))
+        except Exception as e:  # safetensors raises several kinds
+            raise ValueError(f"cannot read the calibration {path}: {e}") from None
+
+    def to_dict(self) -> dict:
+        return {"temperature": self.temperature, "threshold": self.trust.threshold,
+                "ink_range": list(self.trust.ink_range), "held_out": self.held_out,
+                "flag_rate": FLAG_RATE}  # fmt: skip

@@ -1,0 +1,126 @@
+"""`eqx-fmnist predict`: users' photos prepared as Fashion-MNIST was made, calibrated
+probabilities, and a flag for inputs unlike the training data."""
+
+import argparse
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+from PIL import Image
+
+from .. import data as data_mod
+from ..calibration import CALIBRATION_FILE, Calibration, features
+from ..checkpoint import load_checkpoint
+from ..evaluate import predict_proba
+from .common import checkpoint_path, console
+from .export import is_artifact, predict_with_artifact
+from .members import predict_members
+
+NOT_CALIBRATED = (
+    "probabilities are not calibrated and unusual inputs are not flagged: train with "
+    "--calibrate 5000 for both"
+)
+
+
+def add_predict_parser(sub) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="classify your own photos (PNG, JPEG, ...), saying how far to trust each answer",
+        description="Each photo is prepared as Fashion-MNIST's images were made (trimmed, "
+        "longest edge to 28, sharpened, centred, negated when the background is light), "
+        "then classified. A run trained with --calibrate shows calibrated probabilities and "
+        "flags inputs unlike the training data.",
+    )
+    p.set_defaults(func=cmd_predict)
+    p.add_argument("checkpoint", metavar="RUN_DIR_CHECKPOINT_OR_ARTIFACT")
+    p.add_argument("images", metavar="IMAGE", nargs="+")
+    p.add_argument("--invert", action=argparse.BooleanOptionalAction, default=None,
+                   help="negate the photo (default: when its background is light)")  # fmt: skip
+    p.add_argument("--top", type=int, default=3, help="classes to show per image (3)")
+    p.add_argument("--members", action="store_true", help="an ensemble's: each member's guess")
+    p.add_argument("--json", action="store_true", help="one JSON object per image, for scripts")
+    p.add_argument("--show", metavar="DIR", nargs="?", const=Path("."), type=Path,
+                   help="save what the model saw, IMAGE.prepared.png, in DIR (default: .)")  # fmt: skip
+
+
+def _calibration(path: Path) -> Calibration | None:
+    file = path.parent / CALIBRATION_FILE
+    return Calibration.load(file) if file.is_file() else None
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, but got {args.top}.")
+    prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
+    flat = np.stack([p.pixels.reshape(-1) for p in prepared])
+    each, flags, scores, calibration = None, None, None, None
+    if is_artifact(args.checkpoint):  # an exported model: no checkpoint, no model code
+        probs = predict_with_artifact(args.checkpoint, flat)
+    else:
+        path = checkpoint_path(args.checkpoint)
+        ckpt = load_checkpoint(path)
+        if ckpt.members is not None:  # the ensemble: the mean of the members' probabilities
+            probs, each = predict_members(ckpt, jnp.asarray(flat), show_members=args.members)
+        else:
+            calibration = _calibration(path)
+            model, policy = ckpt.state.model, ckpt.state.policy
+            temperature = calibration.temperature if calibration else 1.0
+            raw = np.asarray(predict_proba(model, jnp.asarray(flat), policy=policy))
+            probs = _rescale(raw, temperature)
+            if calibration is not None:
+                feats = features(model, jnp.asarray(flat), policy=policy)
+                scores = calibration.trust.scores(feats)
+                flags = calibration.trust.flags(feats, flat)
+    if args.show is not None:
+        args.show.mkdir(parents=True, exist_ok=True)
+    for i, (path, p) in enumerate(zip(args.images, probs, strict=True)):
+        top = np.argsort(p)[::-1][: args.top]
+        record = {
+            "path": str(path),
+            "top": [{"class": data_mod.CLASS_NAMES[c], "probability": float(p[c])} for c in top],
+            "calibrated": calibration is not None,
+            "unusual": None if flags is None else bool(flags[i]),
+            "score": None if scores is None else float(scores[i]),
+            "threshold": None if calibration is None else calibration.trust.threshold,
+            "inverted": prepared[i].inverted,
+        }
+        if args.show is not None:
+            shown = args.show / f"{Path(path).stem}.prepared.png"
+            save_figure_png(prepared[i].pixels, shown)
+            record["prepared"] = str(shown)
+        if each:
+            record["members"] = each[i]
+        if args.json:
+            print(json.dumps(record))
+            continue
+        guesses = ", ".join(f"{t['class']} {t['probability']:.1%}" for t in record["top"])
+        notes = [f"members: {each[i]}"] if each else []
+        if flags is not None and flags[i]:
+            notes.append("UNUSUAL INPUT: unlike the training images, do not trust this answer")
+        notes += ["inverted"] * prepared[i].inverted + (
+            [f"saw {record['prepared']}"] if args.show else []
+        )
+        console.print(f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
+                      markup=False, highlight=False)  # fmt: skip
+    if not args.json and calibration is None and not is_artifact(args.checkpoint):
+        console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
+    return 0
+
+
+def _rescale(probs: np.ndarray, temperature: float) -> np.ndarray:
+    """Probabilities at another temperature: `softmax(log p / T)`."""
+    if temperature == 1.0:
+        return probs
+    z = np.log(np.maximum(probs.astype(np.float64), 1e-300)) / temperature
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def save_figure_png(pixels: np.ndarray, path: Path) -> None:
+    """The 28 x 28 input, enlarged 8x without smoothing, as a PNG (atomically)."""
+    from ..fileio import atomic_write
+
+    big = Image.fromarray(pixels).resize((224, 224), Image.Resampling.NEAREST)
+    with atomic_write(path) as f:
+        big.save(f, format="PNG")

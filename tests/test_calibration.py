@@ -1,0 +1,156 @@
+"""Calibration metrics against numpy, the temperature against a grid search, the trust
+flag on real and clearly-not-clothing images, and a run that holds images out for both."""
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import run_cli
+
+
+def np_softmax(z):
+    e = np.exp(z - z.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def test_metrics_match_a_numpy_reference():
+    from eqx_fmnist.calibration import ECE_BINS, calibration_metrics
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(500, 10)).astype(np.float32) * 3
+    labels = rng.integers(0, 10, 500)
+    mask = rng.random(500) < 0.8
+    got = calibration_metrics(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask),
+                              temperature=0.7)  # fmt: skip
+    z, y = logits[mask].astype(np.float64) / 0.7, labels[mask]
+    p = np_softmax(z)
+    assert got.count == mask.sum()
+    assert got.nll == pytest.approx(-np.log(p[np.arange(len(y)), y]).mean(), rel=1e-5)
+    onehot = np.eye(10)[y]
+    assert got.brier == pytest.approx(((p - onehot) ** 2).sum(1).mean(), rel=1e-5)
+    conf, correct = p.max(1), p.argmax(1) == y
+    ece = 0.0
+    for b in range(ECE_BINS):
+        lo, hi = b / ECE_BINS, (b + 1) / ECE_BINS
+        inside = (conf >= lo) & ((conf < hi) | (b == ECE_BINS - 1))
+        if inside.any():
+            ece += inside.mean() * abs(correct[inside].mean() - conf[inside].mean())
+            assert got.bin_count[b] == inside.sum()
+    assert got.ece == pytest.approx(ece, abs=1e-6)
+    assert got.accuracy == pytest.approx(correct.mean())
+
+
+def test_the_temperature_minimises_the_nll_on_a_grid():
+    """Labels drawn from softmax(z / 0.6): the fitted temperature is near 0.6 and no
+    temperature on a fine grid has a lower NLL."""
+    from eqx_fmnist.calibration import fit_temperature
+
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(20_000, 10)) * 2
+    p = np_softmax(z / 0.6)
+    y = (p.cumsum(1) > rng.random((len(z), 1))).argmax(1)
+    t = fit_temperature(z, y)
+    assert t == pytest.approx(0.6, rel=0.05)
+
+    def nll(temperature):
+        q = np_softmax(z / temperature)
+        return -np.log(q[np.arange(len(y)), y]).mean()
+
+    grid = np.linspace(0.3, 1.5, 241)
+    assert nll(t) <= min(nll(g) for g in grid) + 1e-9
+    with pytest.raises(ValueError, match="held-out"):
+        fit_temperature(z[:1], y[:1])
+
+
+@pytest.fixture(scope="module")
+def calibrated(real_data):
+    import eqx_fmnist as ef
+
+    config = ef.TrainConfig(steps=150, hidden_sizes=(64, 32), calibration_size=5000)
+    return ef.fit(config, real_data)
+
+
+def test_a_run_holds_out_images_for_its_calibration(calibrated, real_data, tmp_path):
+    import eqx_fmnist as ef
+    from eqx_fmnist.calibration import Calibration, evaluate_calibration
+
+    cal = calibrated.calibration
+    assert cal.held_out == 5000 and 0.2 < cal.temperature < 5
+    assert calibrated.config.num_train(60_000) == 55_000
+    _, test = ef.to_datasets(real_data)
+    raw = evaluate_calibration(calibrated.model, test)
+    scaled = evaluate_calibration(calibrated.model, test, temperature=cal.temperature)
+    assert scaled.nll < raw.nll and scaled.accuracy == raw.accuracy
+    back = Calibration.load(cal.save(tmp_path / "c.safetensors"))
+    assert back.temperature == cal.temperature and back.trust.threshold == cal.trust.threshold
+    np.testing.assert_array_equal(back.trust.precision, cal.trust.precision)
+    with pytest.raises(ValueError, match="cannot read the calibration"):
+        Calibration.load(tmp_path / "missing.safetensors")
+
+
+def test_the_trust_flag_on_real_and_not_clothing_images(calibrated, real_data):
+    from PIL import Image, ImageDraw
+
+    from eqx_fmnist.calibration import features
+
+    trust, model = calibrated.calibration.trust, calibrated.model
+
+    def rate(images):
+        images = np.asarray(images, np.uint8).reshape(len(images), -1)
+        return trust.flags(features(model, jnp.asarray(images)), images).mean()
+
+    test = real_data.test_images.reshape(10_000, -1)
+    assert rate(test) < 0.08  # 5% of held-out training images, by construction
+    rng = np.random.default_rng(0)
+    assert rate(rng.integers(0, 256, (100, 784))) == 1.0  # uniform noise
+    assert rate(np.zeros((3, 784))) == 1.0 and rate(np.full((3, 784), 255)) == 1.0
+    digits = []
+    for d in range(10):
+        im = Image.new("L", (28, 28), 0)
+        ImageDraw.Draw(im).text((6, 0), str(d), fill=255, font_size=26)
+        digits.append(np.asarray(im))
+    assert rate(digits) >= 0.8
+
+
+def test_members_are_not_calibrated_yet():
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.state import check_members
+
+    with pytest.raises(ValueError, match="not calibrated yet"):
+        check_members([TrainConfig(calibration_size=100)] * 2)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True])
+def test_calibration_size_must_be_a_count(value):
+    from eqx_fmnist.config import TrainConfig
+
+    with pytest.raises((ValueError, TypeError), match="calibration_size"):
+        TrainConfig(calibration_size=value)
+
+
+@pytest.mark.slow
+def test_train_calibrate_then_predict_json_and_evaluate(tmp_path, real_data):
+    from PIL import Image
+
+    out = tmp_path / "run"
+    result = run_cli("train", "--steps", "100", "--hidden", "32", "--calibrate", "2000",
+                     "--out", out, "--data-dir", real_data.source)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["calibration"]["calibrated"]["temperature"] == summary["trust"]["temperature"]
+    assert (out / "calibration.safetensors").is_file() and (out / "reliability.png").is_file()
+    Image.fromarray(255 - real_data.test_images[0]).resize((90, 60)).save(tmp_path / "item.png")
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)
+    Image.fromarray(noise).save(tmp_path / "noise.png")
+    shown = tmp_path / "shown"
+    result = run_cli("predict", out, tmp_path / "item.png", tmp_path / "noise.png", "--json",
+                     "--show", shown)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    item, noisy = map(json.loads, result.stdout.strip().splitlines())
+    assert item["calibrated"] and item["inverted"] and len(item["top"]) == 3
+    assert noisy["unusual"] is True
+    assert (shown / "item.prepared.png").is_file()
+    result = run_cli("evaluate", out, "--data-dir", real_data.source)
+    assert "calibrated (T = " in result.stdout and "ECE" in result.stdout

@@ -1,0 +1,100 @@
+"""Users' photos prepared the way Fashion-MNIST was made, and refused clearly when they
+cannot be read."""
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+
+def page(tmp_path, name="photo.png", size=(600, 900), box=(60, 400, 260, 860), mode="RGB"):
+    """A dark rectangle item, off-centre, on a light non-square page."""
+    im = Image.new("RGB", size, (245, 244, 240))
+    ImageDraw.Draw(im).rectangle(box, fill=(25, 25, 35))
+    path = tmp_path / name
+    im.convert(mode).save(path)
+    return path
+
+
+def test_a_dark_item_on_a_light_page_becomes_a_centred_light_item(tmp_path):
+    from eqx_fmnist.data import prepare_image
+
+    p = prepare_image(page(tmp_path))
+    assert p.pixels.shape == (28, 28) and p.pixels.dtype == np.uint8
+    assert p.inverted and p.background > 200 and p.size == (600, 900)
+    # Trimmed to the item (judged on a copy reduced 4x: to within 4 pixels).
+    assert np.abs(np.subtract(p.box, (60, 400, 261, 861))).max() <= 4
+    rows, cols = np.nonzero(p.pixels > 128)
+    assert rows.max() - rows.min() + 1 >= 27  # the longest edge fills 28
+    assert (
+        abs((rows.min() + rows.max()) / 2 - 13.5) <= 1
+        and abs((cols.min() + cols.max()) / 2 - 13.5) <= 1
+    )
+    assert p.pixels[0, 0] < 20 and p.pixels[14, 14] > 200  # light on dark
+
+
+def test_invert_can_be_forced_either_way(tmp_path):
+    from eqx_fmnist.data import prepare_image
+
+    path = page(tmp_path)
+    assert not prepare_image(path, invert=False).inverted
+    assert prepare_image(path, invert=False).pixels[14, 14] < 60
+    dark = tmp_path / "dark.png"
+    Image.fromarray(255 - np.asarray(Image.open(path).convert("L"))).save(dark)
+    assert not prepare_image(dark).inverted and prepare_image(dark, invert=True).inverted
+
+
+def test_a_fashion_mnist_image_survives_the_pipeline(real_data, tmp_path):
+    from eqx_fmnist.data import load_image
+
+    original = real_data.test_images[0]
+    Image.fromarray(255 - original).resize((112, 112), Image.Resampling.LANCZOS).save(
+        tmp_path / "x.png"
+    )
+    got = load_image(tmp_path / "x.png").astype(float)
+    # Trimming and centring may move the item by a pixel.
+    best = max(
+        np.corrcoef(np.roll(got, (dy, dx), (0, 1)).ravel(), original.astype(float).ravel())[0, 1]
+        for dy in (-1, 0, 1)
+        for dx in (-1, 0, 1)
+    )
+    assert best > 0.9
+
+
+@pytest.mark.parametrize("mode", ["CMYK", "L", "P", "RGBA"])
+def test_other_colour_modes_give_the_same_answer(mode, tmp_path):
+    from eqx_fmnist.data import prepare_image
+
+    ext = "jpg" if mode == "CMYK" else "png"
+    reference = prepare_image(page(tmp_path)).pixels.astype(int)
+    got = prepare_image(page(tmp_path, f"p.{ext}", mode=mode)).pixels.astype(int)
+    assert np.abs(got - reference).mean() < 8
+
+
+def test_a_16_bit_image_is_scaled_not_clipped(tmp_path):
+    from eqx_fmnist.data import prepare_image
+
+    a = np.zeros((90, 60), np.uint16)
+    a[20:70, 10:50] = 60_000  # a bright item on black, 16 bits deep
+    Image.fromarray(a).save(tmp_path / "deep.png")
+    with Image.open(tmp_path / "deep.png") as im:
+        assert im.mode.startswith("I")
+    p = prepare_image(tmp_path / "deep.png")
+    assert not p.inverted and 200 < p.pixels[14, 14] <= 255 and p.pixels[0, 0] == 0
+
+
+@pytest.mark.parametrize("case", ["missing", "text", "truncated", "folder", "huge"])
+def test_unreadable_images_name_the_file(case, tmp_path, monkeypatch):
+    from eqx_fmnist.data import DataError, images, prepare_image
+
+    path = tmp_path / "bad.png"
+    if case == "text":
+        path.write_text("not an image")
+    elif case == "truncated":
+        path.write_bytes(page(tmp_path).read_bytes()[:200])
+    elif case == "folder":
+        path.mkdir()
+    elif case == "huge":
+        page(tmp_path, "bad.png")
+        monkeypatch.setattr(images, "MAX_PIXELS", 1000)
+    with pytest.raises(DataError, match="bad.png"):
+        prepare_image(path)
