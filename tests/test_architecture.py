@@ -4,7 +4,7 @@ The order is `DESIGN.md`'s table (and `docs/architecture.md`'s), with two small 
 of this code's own: `cache` (JAX's compilation cache in the user cache folder) and
 `flags` (command-line flags generated from `TrainConfig`); `plots`, which imports only
 `data` and `fileio`, stands right below `data` so that `ensemble` may draw with it. A
-subpackage (`data/`, `ensemble/`, `bench/`, `cli/`) is one layer.
+subpackage (`data/`, `ensemble/`, `runs/`, `bench/`, `cli/`) is one layer.
 """
 
 import ast

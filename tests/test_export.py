@@ -57,6 +57,19 @@ def test_a_stablehlo_export_matches_on_every_test_image(trained, test_images, tm
 
 
 @pytest.mark.slow
+def test_the_artifact_applies_a_calibrated_temperature(trained, test_images, tmp_path):
+    from eqx_fmnist.export import export_model, load_artifact
+
+    path = tmp_path / "t.stablehlo"
+    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
+                            check_images=test_images[:200], temperature=0.5)  # fmt: skip
+    assert manifest["temperature"] == 0.5
+    logits, probs = load_artifact(path)(test_images[:200])
+    z = logits.astype(np.float64) / 0.5
+    expected = np.exp(z - z.max(1, keepdims=True))
+    np.testing.assert_allclose(probs, expected / expected.sum(1, keepdims=True), atol=1e-6)
+
+
 def test_an_ensemble_exports_its_mean_probability(real_data, test_images, tmp_path):
     import eqx_fmnist as ef
     from eqx_fmnist.export import export_model, load_artifact
