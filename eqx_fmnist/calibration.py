@@ -10,7 +10,8 @@ inputs unlike the training data.
 - [`fit_trust`][eqx_fmnist.calibration.fit_trust]: a Mahalanobis distance on the hidden
   layers' activations (class means and one shared covariance fitted on training images),
   with a threshold that flags `FLAG_RATE = 5%` of held-out real images, plus the amount
-  of ink: an image darker or brighter on average than every training image is flagged.
+  of ink and contrast: an image darker or brighter on average than every training image,
+  or flatter than all of them, is flagged.
 
 A [`Calibration`][eqx_fmnist.calibration.Calibration] holds the temperature and the
 detector, and is saved beside a run's checkpoint (`calibration.safetensors`).
@@ -25,7 +26,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, Shaped
+from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .evaluate import _logits
@@ -127,7 +128,7 @@ def evaluate_calibration(
 
 def fit_temperature(
     logits: Float[Array | np.ndarray, "n classes"],
-    labels: Int[Array | np.ndarray, " n"],
+    labels: Integer[Array | np.ndarray, " n"],
     mask: Bool[Array | np.ndarray, " n"] | None = None,
 ) -> float:
     """The temperature `T` minimising the mean NLL of `softmax(logits / T)`.
@@ -184,12 +185,18 @@ def ink(images: Shaped[Array | np.ndarray, "n 784"]) -> Float[np.ndarray, " n"]:
     return np.asarray(images, np.float64).reshape(len(images), -1).mean(1) / 255.0
 
 
+def contrast(images: Shaped[Array | np.ndarray, "n 784"]) -> Float[np.ndarray, " n"]:
+    """Each image's standard deviation of pixel values, 0 (one flat grey) to 0.5."""
+    return np.asarray(images, np.float64).reshape(len(images), -1).std(1) / 255.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Trust:
     """A detector of inputs unlike the training data.
 
     An image is flagged when its **ink** (mean pixel value) is outside the range of the
-    training images' (an empty or a filled frame), or when its **score** exceeds
+    training images', or its **contrast** (the pixels' standard deviation) is below
+    theirs (an empty, a filled or a flat grey frame), or when its **score** exceeds
     `threshold`. The score is the smallest squared Mahalanobis distance from the image's
     hidden-layer activations to a class mean, with one covariance shared by the classes
     (both fitted on training images); the threshold flags `FLAG_RATE` of real held-out
@@ -201,6 +208,7 @@ class Trust:
     precision: np.ndarray
     threshold: float
     ink_range: tuple[float, float]
+    min_contrast: float
 
     def scores(self, feats: Float[np.ndarray, "n hidden"]) -> Float[np.ndarray, " n"]:
         """The smallest squared Mahalanobis distance of each row to a class mean."""
@@ -213,8 +221,8 @@ class Trust:
     ) -> Bool[np.ndarray, " n"]:
         """`True` for each image that looks unlike the training data."""
         low, high = self.ink_range
-        amount = ink(images)
-        return (amount < low) | (amount > high) | (self.scores(feats) > self.threshold)
+        amount, flat = ink(images), contrast(images) < self.min_contrast
+        return (amount < low) | (amount > high) | flat | (self.scores(feats) > self.threshold)
 
 
 def fit_trust(
@@ -234,21 +242,22 @@ def fit_trust(
     centred = f - means[y]
     cov = centred.T @ centred / len(f)
     precision = np.linalg.inv(cov + 1e-6 * np.trace(cov) / len(cov) * np.eye(len(cov)))
-    amount = ink(train.images)
-    trust = Trust(means, precision, np.inf, (float(amount.min()), float(amount.max())))
+    amount, spread = ink(train.images), contrast(train.images)
+    ink_range = (float(amount.min()), float(amount.max()))
+    trust = Trust(means, precision, np.inf, ink_range, float(spread.min()))
     scores = trust.scores(features(model, held_out.images, policy=policy))
     return dataclasses.replace(trust, threshold=float(np.quantile(scores, 1.0 - rate)))
 
 
 def calibration_report(
     logits: Float[Array | np.ndarray, "n classes"],
-    labels: Int[Array | np.ndarray, " n"],
+    labels: Integer[Array | np.ndarray, " n"],
     calibration: "Calibration | None" = None,
 ):
     """`(summary, figure)` for a run folder: the raw (and, with a `calibration`, the
     temperature-scaled) NLL, Brier score and ECE of `logits` against `labels`, and their
     reliability diagram."""
-    logits, labels = jnp.asarray(logits), jnp.asarray(labels)
+    logits, labels = jnp.asarray(logits), jnp.asarray(labels, jnp.int32)
     results = {"raw": calibration_metrics(logits, labels)}
     if calibration is not None:
         results["calibrated"] = calibration_metrics(
@@ -304,12 +313,14 @@ class Calibration:
             with safe_open(str(path), framework="numpy") as f:
                 meta = {k: json.loads(v) for k, v in f.metadata().items()}
                 trust = Trust(f.get_tensor("means"), f.get_tensor("precision"),
-                              float(meta["threshold"]), tuple(meta["ink_range"]))  # fmt: skip
+                              float(meta["threshold"]), tuple(meta["ink_range"]),
+                              float(meta["min_contrast"]))  # fmt: skip
                 return cls(float(meta["temperature"]), trust, int(meta["held_out"]))
         except Exception as e:  # safetensors raises several kinds
             raise ValueError(f"cannot read the calibration {path}: {e}") from None
 
     def to_dict(self) -> dict:
         return {"temperature": self.temperature, "threshold": self.trust.threshold,
-                "ink_range": list(self.trust.ink_range), "held_out": self.held_out,
+                "ink_range": list(self.trust.ink_range),
+                "min_contrast": self.trust.min_contrast, "held_out": self.held_out,
                 "flag_rate": FLAG_RATE}  # fmt: skip

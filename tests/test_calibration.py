@@ -106,6 +106,7 @@ def test_the_trust_flag_on_real_and_not_clothing_images(calibrated, real_data):
     rng = np.random.default_rng(0)
     assert rate(rng.integers(0, 256, (100, 784))) == 1.0  # uniform noise
     assert rate(np.zeros((3, 784))) == 1.0 and rate(np.full((3, 784), 255)) == 1.0
+    assert rate(np.repeat(np.arange(0, 256, 16)[:, None], 784, axis=1)) == 1.0  # flat greys
     digits = []
     for d in range(10):
         im = Image.new("L", (28, 28), 0)

@@ -42,13 +42,12 @@ import numpy as np
 from ..calibration import CALIBRATION_FILE, calibration_report
 from ..checkpoint import save_checkpoint
 from ..config import TrainConfig
-from ..data import CLASS_NAMES, FashionMNIST
+from ..data import FashionMNIST
 from ..dataset import ArrayDataset
 from ..ensemble import EnsembleResult, SweepResult
 from ..evaluate import (
     confusion_matrix,
     member_probabilities,
-    per_class_accuracy,
     predict_logits,
 )
 from ..fileio import FolderInUse, FolderLock, atomic_write
@@ -60,7 +59,7 @@ from ..plots import (
     plot_training_curve,
     save_figure,
 )
-from ..state import PER_MEMBER, TrainState
+from ..state import TrainState
 from ..train import History, TrainResult
 from .report import (
     CHECKPOINT_NAME as CHECKPOINT_NAME,
