@@ -72,6 +72,7 @@ def calibrated(real_data):
     return ef.fit(config, real_data)
 
 
+@pytest.mark.slow
 def test_a_run_holds_out_images_for_its_calibration(calibrated, real_data, tmp_path):
     import eqx_fmnist as ef
     from eqx_fmnist.calibration import Calibration, evaluate_calibration
@@ -90,6 +91,7 @@ def test_a_run_holds_out_images_for_its_calibration(calibrated, real_data, tmp_p
         Calibration.load(tmp_path / "missing.safetensors")
 
 
+@pytest.mark.slow
 def test_the_trust_flag_on_real_and_not_clothing_images(calibrated, real_data):
     from PIL import Image, ImageDraw
 

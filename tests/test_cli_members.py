@@ -22,6 +22,7 @@ def ensemble_run(tmp_path_factory, real_data):
     return out, result
 
 
+@pytest.mark.slow
 def test_train_with_seeds_writes_one_folder_for_the_ensemble(ensemble_run):
     from eqx_fmnist.checkpoint import load_checkpoint
 

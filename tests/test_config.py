@@ -24,7 +24,7 @@ def test_every_field_has_help_a_flag_and_round_trips_through_json():
         steps=7, batch_size=64, learning_rate=1e-3, weight_decay=0.0, schedule="cosine",
         warmup_steps=3, hidden_sizes=(8, 4), precision="p=f32,c=bf16,o=f32", seed=3,
         log_every=2, grad_clip=1.0, label_smoothing=0.2, validation_size=100, devices=1,
-        on_nonfinite="skip",
+        on_nonfinite="skip", calibration_size=50,
     )  # fmt: skip
     for f in _fields():
         assert f.metadata["help"], f.name

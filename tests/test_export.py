@@ -56,7 +56,6 @@ def test_a_stablehlo_export_matches_on_every_test_image(trained, test_images, tm
         assert artifact(test_images[:n])[0].shape == (n, 10)
 
 
-@pytest.mark.slow
 def test_the_artifact_applies_a_calibrated_temperature(trained, test_images, tmp_path):
     from eqx_fmnist.export import export_model, load_artifact
 
@@ -70,6 +69,7 @@ def test_the_artifact_applies_a_calibrated_temperature(trained, test_images, tmp
     np.testing.assert_allclose(probs, expected / expected.sum(1, keepdims=True), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_an_ensemble_exports_its_mean_probability(real_data, test_images, tmp_path):
     import eqx_fmnist as ef
     from eqx_fmnist.export import export_model, load_artifact
