@@ -3,7 +3,7 @@ the machine a figure came from, and the matmul bound it is compared with.
 
 Throughput is in **examples/sec**: training images per second through forward,
 backward and the AdamW update. It is also shown as **projected tokens/sec**,
-examples/sec x [`TOKENS_PER_EXAMPLE`][eqx_fmnist.runs.TOKENS_PER_EXAMPLE],
+examples/sec x [`TOKENS_PER_EXAMPLE`][eqx_fmnist.runs.report.TOKENS_PER_EXAMPLE],
 reading a 28 x 28 image as 16 patches of 7 x 7 pixels the way a vision transformer
 would: a projection, not a measurement.
 """

@@ -22,7 +22,7 @@ writes a history line every 25 steps, and a checkpoint only when
 [`CheckpointEvery`][eqx_fmnist.runs.CheckpointEvery] says so. A stop asked for from a
 signal handler ([`request_stop`][eqx_fmnist.runs.RunFolder.request_stop]) takes effect at
 the end of the interval, after a checkpoint, so an interrupted run resumes exactly.
-This module never prints; its errors are [`RunError`][eqx_fmnist.runs.RunError]s.
+This module never prints; its errors are [`RunError`][eqx_fmnist.runs.report.RunError]s.
 """
 
 import contextlib
