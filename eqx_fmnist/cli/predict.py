@@ -54,7 +54,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(f"--top must be at least 1, but got {args.top}.")
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
-    each, flags, scores, calibration = None, None, None, None
+    each, flags, scores, calibration, single = None, None, None, None, False
     if is_artifact(args.checkpoint):  # an exported model: no checkpoint, no model code
         probs = predict_with_artifact(args.checkpoint, flat)
     else:
@@ -63,7 +63,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if ckpt.members is not None:  # the ensemble: the mean of the members' probabilities
             probs, each = predict_members(ckpt, jnp.asarray(flat), show_members=args.members)
         else:
-            calibration = _calibration(path)
+            single, calibration = True, _calibration(path)
             model, policy = ckpt.state.model, ckpt.state.policy
             temperature = calibration.temperature if calibration else 1.0
             raw = np.asarray(predict_proba(model, jnp.asarray(flat), policy=policy))
@@ -103,7 +103,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
         console.print(f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
                       markup=False, highlight=False)  # fmt: skip
-    if not args.json and calibration is None and not is_artifact(args.checkpoint):
+    if not args.json and single and calibration is None:
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
 
