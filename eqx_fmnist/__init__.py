@@ -4,15 +4,18 @@ import importlib.metadata
 
 from . import (
     cache as cache,
+    calibration as calibration,
+    checkpoint as checkpoint,
     config as config,
     data as data,
     dataset as dataset,
     ensemble as ensemble,
-    evaluate as evaluate,
+    evaluation as evaluation,
     export as export,
     losses as losses,
     model as model,
     precision as precision,
+    runs as runs,
     state as state,
     step as step,
     train as train,
@@ -21,7 +24,17 @@ from .cache import (
     compile_cache_dir as compile_cache_dir,
     enable_compile_cache as enable_compile_cache,
 )
-from .config import TrainConfig as TrainConfig, make_optimizer as make_optimizer
+from .calibration import (
+    Calibration as Calibration,
+    calibrate as calibrate,
+    calibration_metrics as calibration_metrics,
+)
+from .checkpoint import load_checkpoint as load_checkpoint, save_checkpoint as save_checkpoint
+from .config import (
+    TrainConfig as TrainConfig,
+    make_optimizer as make_optimizer,
+    make_schedule as make_schedule,
+)
 from .data import (
     CLASS_NAMES as CLASS_NAMES,
     ChecksumError as ChecksumError,
@@ -35,24 +48,25 @@ from .data import (
 )
 from .dataset import (
     ArrayDataset as ArrayDataset,
+    Splits as Splits,
     batch_indices as batch_indices,
     epoch_indices as epoch_indices,
     normalize as normalize,
     padded_batches as padded_batches,
     permute as permute,
+    split_data as split_data,
     to_datasets as to_datasets,
 )
 from .ensemble import (
-    EnsembleResult as EnsembleResult,
     SweepResult as SweepResult,
     fit_ensemble as fit_ensemble,
     sweep as sweep,
 )
-from .evaluate import (
+from .evaluation import (
     EvalResult as EvalResult,
     confusion_matrix as confusion_matrix,
-    evaluate as evaluate_model,  # noqa: F401  (eqx_fmnist.evaluate stays the module)
-    evaluate_ensemble as evaluate_ensemble,
+    ensemble_log_probs as ensemble_log_probs,
+    evaluate as evaluate,
     member_probabilities as member_probabilities,
     per_class_accuracy as per_class_accuracy,
     predict as predict,
@@ -60,7 +74,7 @@ from .evaluate import (
     predict_proba as predict_proba,
 )
 from .losses import accuracy as accuracy, cross_entropy as cross_entropy
-from .model import MLP as MLP, count_params as count_params
+from .model import MLP as MLP, count_params as count_params, num_members as num_members
 from .precision import (
     FLOAT32 as FLOAT32,
     MIXED_BF16 as MIXED_BF16,
@@ -70,10 +84,12 @@ from .precision import (
     Policy as Policy,
     StaticLossScale as StaticLossScale,
 )
+from .runs import RunFolder as RunFolder
 from .state import (
     TrainState as TrainState,
     init_members as init_members,
     init_state as init_state,
+    select_members as select_members,
 )
 from .step import (
     compile_steps as compile_steps,

@@ -29,9 +29,9 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
 from .dataset import ArrayDataset, normalize, pad_to_batches
-from .evaluate import _logits
+from .evaluation import _logits
 from .fileio import atomic_write
-from .model import MLP
+from .model import MLP, num_members
 from .plots import plot_reliability
 from .precision import FLOAT32, Policy
 
@@ -166,17 +166,21 @@ def fit_temperature(
 
 @eqx.filter_jit
 def _features(model: MLP, images: Shaped[Array, "n 784"], policy: Policy, batch_size: int):
-    batches, _ = pad_to_batches(images, batch_size)
-    forward = jax.vmap(lambda x: jnp.concatenate(model.hidden(normalize(x), policy=policy)))
-    features = jax.lax.map(forward, batches)
-    return features.reshape(-1, features.shape[-1])[: images.shape[0]].astype(jnp.float32)
+    def one(m):
+        batches, _ = pad_to_batches(images, batch_size)
+        forward = jax.vmap(lambda x: jnp.concatenate(m.hidden(normalize(x), policy=policy)))
+        f = jax.lax.map(forward, batches)
+        return f.reshape(-1, f.shape[-1])[: images.shape[0]].astype(jnp.float32)
+
+    return one(model) if num_members(model) is None else eqx.filter_vmap(one)(model)
 
 
 def features(
     model: MLP, images: Shaped[Array, "n 784"], *, policy: Policy = FLOAT32, batch_size: int = 1000
-) -> Float[np.ndarray, "n hidden"]:
+) -> Float[np.ndarray, "*members n hidden"]:
     """Every hidden layer's activations for every image, side by side (float32 numpy):
-    what the trust detector measures distances on."""
+    what the trust detector measures distances on. For a stack of members, one such
+    array per member (a leading axis)."""
     return np.asarray(_features(model, jnp.asarray(images), policy, batch_size))
 
 
@@ -188,6 +192,11 @@ def ink(images: Shaped[Array | np.ndarray, "n 784"]) -> Float[np.ndarray, " n"]:
 def contrast(images: Shaped[Array | np.ndarray, "n 784"]) -> Float[np.ndarray, " n"]:
     """Each image's standard deviation of pixel values, 0 (one flat grey) to 0.5."""
     return np.asarray(images, np.float64).reshape(len(images), -1).std(1) / 255.0
+
+
+def _with_members(x: np.ndarray, ndim: int) -> np.ndarray:
+    """`x` with a leading member axis (one model is a stack of one)."""
+    return x if x.ndim == ndim + 1 else x[None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +211,9 @@ class Trust:
     (both fitted on training images); the threshold flags `FLAG_RATE` of real held-out
     images. Scores on the logits alone cannot do this: noise gets confident softmax
     outputs, and its logits look like a real image's.
+
+    For an ensemble, `means` and `precision` have a leading member axis (each member's
+    own, on its own activations) and the score is the mean of the members' scores.
     """
 
     means: np.ndarray
@@ -210,14 +222,21 @@ class Trust:
     ink_range: tuple[float, float]
     min_contrast: float
 
-    def scores(self, feats: Float[np.ndarray, "n hidden"]) -> Float[np.ndarray, " n"]:
-        """The smallest squared Mahalanobis distance of each row to a class mean."""
-        f = np.asarray(feats, np.float64)
-        d = f[:, None, :] - self.means[None]  # (n, classes, hidden)
-        return np.einsum("nch,hk,nck->nc", d, self.precision, d).min(axis=1)
+    def scores(self, feats: Float[np.ndarray, "*members n hidden"]) -> Float[np.ndarray, " n"]:
+        """The smallest squared Mahalanobis distance of each row to a class mean (for
+        members, its mean over the members)."""
+        means, precision = _with_members(self.means, 2), _with_members(self.precision, 2)
+        feats = _with_members(np.asarray(feats, np.float64), 2)
+        total = 0.0
+        for f, m, p in zip(feats, means, precision, strict=True):
+            # (f - m)' P (f - m) = f'Pf - 2 f'Pm + m'Pm, for every row and class at once.
+            fp = f @ p
+            d = (fp * f).sum(1)[:, None] - 2 * fp @ m.T + np.einsum("ch,hk,ck->c", m, p, m)
+            total = total + d.min(axis=1)
+        return total / len(feats)
 
     def flags(
-        self, feats: Float[np.ndarray, "n hidden"], images: Shaped[np.ndarray, "n 784"]
+        self, feats: Float[np.ndarray, "*members n hidden"], images: Shaped[np.ndarray, "n 784"]
     ) -> Bool[np.ndarray, " n"]:
         """`True` for each image that looks unlike the training data."""
         low, high = self.ink_range
@@ -233,20 +252,67 @@ def fit_trust(
     policy: Policy = FLOAT32,
     rate: float = FLAG_RATE,
 ) -> Trust:
-    """Fit the class means and shared covariance of the hidden activations and the ink
-    range on `train`, and the threshold that flags `rate` of `held_out` (real images the
-    model did not train on)."""
-    f = features(model, train.images, policy=policy).astype(np.float64)
+    """Fit the class means and shared covariance of the hidden activations (each
+    member's, for a stack) and the ink range on `train`, and the threshold that flags
+    `rate` of `held_out` (real images the model did not train on)."""
     y = np.asarray(train.labels)
-    means = np.stack([f[y == c].mean(0) for c in range(int(y.max()) + 1)])
-    centred = f - means[y]
-    cov = centred.T @ centred / len(f)
-    precision = np.linalg.inv(cov + 1e-6 * np.trace(cov) / len(cov) * np.eye(len(cov)))
+    means, precisions = [], []
+    for f in _with_members(features(model, train.images, policy=policy), 2):
+        f = f.astype(np.float64)
+        m = np.stack([f[y == c].mean(0) for c in range(int(y.max()) + 1)])
+        centred = f - m[y]
+        cov = centred.T @ centred / len(f)
+        means.append(m)
+        precisions.append(np.linalg.inv(cov + 1e-6 * np.trace(cov) / len(cov) * np.eye(len(cov))))
+    one = num_members(model) is None
+    means, precision = (means[0], precisions[0]) if one else (np.stack(means), np.stack(precisions))
     amount, spread = ink(train.images), contrast(train.images)
     ink_range = (float(amount.min()), float(amount.max()))
     trust = Trust(means, precision, np.inf, ink_range, float(spread.min()))
     scores = trust.scores(features(model, held_out.images, policy=policy))
     return dataclasses.replace(trust, threshold=float(np.quantile(scores, 1.0 - rate)))
+
+
+def calibrate(
+    model: MLP,
+    train: ArrayDataset,
+    held_out: ArrayDataset,
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> "Calibration":
+    """Calibrate a trained model, or an ensemble: the step after training.
+
+    The temperature is fitted on `held_out` to the model's logits (an ensemble's: the
+    log of its mean probability); the trust flag's means and covariance on `train`
+    (for an ensemble, each member's on its own activations) and its threshold on
+    `held_out`.
+
+    **Arguments:**
+
+    - `model`: the trained model, or a stack of members.
+    - `train`: the images it trained on.
+    - `held_out`: images it did not train on (never the test set), e.g. the
+        `calibration` split of [`split_data`][eqx_fmnist.dataset.split_data].
+    - `policy`: the precision policy of the forward pass. Defaults to float32.
+    - `batch_size`: images per compiled batch. Defaults to `1000`.
+
+    **Returns:**
+
+    A [`Calibration`][eqx_fmnist.calibration.Calibration].
+
+    !!! example
+
+        ```python
+        splits = ef.split_data(ef.load_fashion_mnist(), calibration_size=5000)
+        result = ef.fit(config, splits)
+        calibration = ef.calibrate(result.model, splits.train, splits.calibration)
+        ```
+    """
+    logits, labels, mask = dataset_logits(model, held_out, policy=policy, batch_size=batch_size)
+    temperature = fit_temperature(logits, labels, mask)
+    trust = fit_trust(model, train, held_out, policy=policy)
+    return Calibration(temperature, trust, len(held_out))
 
 
 def calibration_report(

@@ -13,8 +13,9 @@ stacked state, and its header lists each member's `seed` and batched numbers und
 `"members"`; loading rebuilds the stack with
 [`init_members`][eqx_fmnist.state.init_members].
 
-Loading rebuilds the state's skeleton from the saved config (`init_state`) and reads
-the leaves into it, so nothing is ever unpickled. The payload's checksum is checked
+Loading rebuilds the state's skeleton from the saved config, as shapes alone
+(`eqx.filter_eval_shape` of `init_state` or `init_members`: nothing is compiled or
+allocated), and reads the leaves into it, so nothing is ever unpickled. The payload's checksum is checked
 first: a truncated or altered file raises instead of loading as valid but wrong.
 """
 
@@ -35,10 +36,11 @@ import jax
 from .config import TrainConfig
 from .fileio import atomic_write
 from .parallel import to_local
-from .state import PER_MEMBER, TrainState, init_members, init_state, num_members
+from .state import PER_MEMBER, TrainState, init_members, init_state
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the optimiser's learning rate and weight decay are injected arrays (issue 19)."""
 
 
 class CheckpointError(ValueError):
@@ -103,7 +105,7 @@ def save_checkpoint(
     The path written.
     """
     path = Path(path)
-    stacked = num_members(state)
+    stacked = state.num_members
     if (stacked is None) != (members is None) or (members and len(members) != stacked):
         raise ValueError(
             f"save_checkpoint: the state holds {stacked or 'no'} stacked members but "
@@ -114,7 +116,7 @@ def save_checkpoint(
     payload = buffer.getvalue()
     header = {
         "format_version": FORMAT_VERSION,
-        "step": int(state.step.reshape(-1)[0]),
+        "step": state.global_step,
         "config": config.to_dict(),
         "num_train": int(num_train),
         **({} if members is None else {"members": [_member_fields(c) for c in members]}),
@@ -177,7 +179,7 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
     return header, payload
 
 
-def check_compatible(saved: TrainConfig, config: TrainConfig, *, where: str = "checkpoint") -> None:
+def check_compatible(saved: TrainConfig, config: TrainConfig) -> None:
     """Raise `CheckpointError` if `saved` and `config` differ in the model or its state."""
     diffs = [
         f"{name} {getattr(saved, name)!r} (config: {getattr(config, name)!r})"
@@ -186,7 +188,7 @@ def check_compatible(saved: TrainConfig, config: TrainConfig, *, where: str = "c
     ]
     if diffs:
         raise CheckpointError(
-            f"the {where} was trained with " + ", ".join(diffs) + "; train with the "
+            "the checkpoint was trained with " + ", ".join(diffs) + "; train with the "
             "checkpoint's settings or start a new run."
         )
 
@@ -221,9 +223,10 @@ def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = Non
         raise CheckpointError(f"{path}: the saved config cannot be read ({e}).") from e
     if expect is not None:
         check_compatible(config, expect)
-    skeleton = (
-        init_state(config, num_train) if members is None else init_members(members, num_train)
-    )
+    if members is None:
+        skeleton = eqx.filter_eval_shape(init_state, config, num_train)
+    else:
+        skeleton = eqx.filter_eval_shape(init_members, members, num_train)
     try:
         state = eqx.tree_deserialise_leaves(io.BytesIO(payload), skeleton)
     except Exception as e:  # equinox raises several types for a mismatched tree

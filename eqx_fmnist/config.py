@@ -6,7 +6,9 @@ any extra command-line spelling. Everything else is derived from them: validatio
 JSON (`from_dict`), the command line's flags (`eqx-fmnist train --help`), and which
 fields a checkpoint must agree on to be continued.
 
-The schedule and the optimiser built from a config live here too.
+The schedule and the optimiser built from a config live here too: one optimiser path,
+AdamW with its learning rate and weight decay injected as arrays
+(`optax.inject_hyperparams`), for one run and for every member of a sweep alike.
 """
 
 import dataclasses
@@ -16,7 +18,6 @@ import types
 import typing
 from typing import Any, Literal
 
-import jax
 import optax
 
 from .dataset import steps_per_epoch
@@ -32,10 +33,6 @@ BatchedHyperparameter = Literal["learning_rate", "weight_decay", "label_smoothin
 arrays in the training state, so a grid of them needs no recompiling."""
 
 DEFAULT_EPOCHS = 30
-VALIDATION_SEED = 20_241_130
-"""Fixed seed of the validation split, so every training seed sees the same split."""
-CALIBRATION_SEED = 20_261_201
-"""Fixed seed of the calibration split (taken after the validation split)."""
 
 
 def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool = False):
@@ -85,8 +82,15 @@ class TrainConfig:
         of the metrics; `None` means once per epoch.
     - `validation_size`: training examples held out (a fixed random split) to tune on.
     - `calibration_size`: training examples held out (another fixed split) to fit the
-        temperature of the probabilities and the trust flag's threshold after training;
-        `0` (the default) trains on them instead and leaves the probabilities raw.
+        temperature of the probabilities and the trust flag after training; `0` (the
+        default) trains on them instead and leaves the probabilities raw.
+
+        Both are choices of the run, so they are fields (flags, `config.json`, what a
+        resume rebuilds), but the loop does not read them: the caller makes the splits
+        with [`split_data`][eqx_fmnist.dataset.split_data] and calibrates after
+        training (the command line, [`sweep`][eqx_fmnist.ensemble.sweep] and
+        [`eqx_fmnist.runs`](runs.md) do). [`fit`][eqx_fmnist.train.fit] refuses a
+        config with either set unless it is given the `Splits` they made.
     - `devices`: data-parallel over this many devices.
     - `on_nonfinite`: `"raise"` stops `fit` with a
         [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] naming the step and the
@@ -212,11 +216,6 @@ class TrainConfig:
             changes.setdefault("steps", None)
         return dataclasses.replace(self, **changes)
 
-    def num_train(self, available: int) -> int:
-        """Training examples left of `available` once the validation and calibration
-        splits are held out."""
-        return available - self.validation_size - self.calibration_size
-
     def total_steps(self, num_train: int) -> int:
         """Optimiser steps of the whole run for a training set of `num_train` examples."""
         if self.steps is not None:
@@ -323,74 +322,44 @@ def coerce(name: str, value: Any) -> Any:
     raise ValueError(f"TrainConfig field `{name}` must be {expected}, but got {value!r}.")
 
 
-def optax_promotion():
-    """JAX's standard dtype promotion, for calls into Optax.
-
-    The library runs under `jax_numpy_dtype_promotion="strict"` (its tests do), but
-    Optax's schedules and Adam's bias correction raise a Python float to the int32 step
-    count, which strict promotion refuses; inside this context they promote as usual.
-    """
-    return jax.numpy_dtype_promotion("standard")
-
-
 def make_schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
-    """The learning rate as a function of the step, from the config's `schedule`.
+    """The learning rate as a function of the step, from the config's `schedule`, for
+    a peak of `1`: the rate of step `t` is `learning_rate * schedule(t)`, where the peak
+    `learning_rate` is an array of the training state (so that members of a sweep may
+    differ in it inside one program).
 
     **Arguments:**
 
-    - `config`: the run's config.
+    - `config`: the run's config (its `schedule` and `warmup_steps`).
     - `total_steps`: the run's length, over which `"cosine"` and `"warmup_cosine"` decay.
     """
-    lr = config.learning_rate
     if config.schedule == "constant":
-        return optax.constant_schedule(lr)
+        return optax.constant_schedule(1.0)
     if config.schedule == "cosine":
-        return optax.cosine_decay_schedule(lr, total_steps)
+        return optax.cosine_decay_schedule(1.0, total_steps)
     warmup = config.warmup_steps or max(1, round(0.05 * total_steps))
     return optax.warmup_cosine_decay_schedule(
-        0.0, lr, min(warmup, total_steps), total_steps, end_value=0.0
+        0.0, 1.0, min(warmup, total_steps), total_steps, end_value=0.0
     )
 
 
-def make_optimizer(
-    config: TrainConfig, total_steps: int, *, inject: bool = False
-) -> optax.GradientTransformation:
-    """AdamW with the config's schedule (and optional global-norm clipping).
-
-    **Arguments:**
-
-    - `config`: the run's config.
-    - `total_steps`: the run's length, over which the schedule decays.
-    - `inject`: hold the peak learning rate and the weight decay as arrays in the
-        optimiser's state (`optax.inject_hyperparams`; read and set them in
-        `opt_state.hyperparams`), so that members of a sweep can differ in them inside
-        one compiled program. The learning rate of step `t` is then
-        `learning_rate * schedule_1(t)`, where `schedule_1` is the schedule with peak 1:
-        equal to the plain optimiser's up to float32 rounding. Defaults to `False`: the
-        numbers are constants of the compiled program.
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    """AdamW (with optional global-norm clipping first), its learning rate and weight
+    decay injected: they live as arrays in the optimiser's state
+    (`opt_state.hyperparams`), and each training step writes the rate of that step
+    there before the update ([`train_step`][eqx_fmnist.step.train_step]). One path for
+    one run and for the members of a sweep, whose numbers differ.
 
     **Returns:**
 
-    An Optax `GradientTransformation`. Its step count lives in its state as an array,
-    so the learning rate changes every step without recompiling.
+    An Optax `GradientTransformation`, initialised with the config's peak learning rate
+    and weight decay.
     """
     clip = () if config.grad_clip is None else (optax.clip_by_global_norm(config.grad_clip),)
-    if not inject:
-        tx = optax.adamw(make_schedule(config, total_steps), weight_decay=config.weight_decay)
-        return optax.chain(*clip, tx) if clip else tx
-    unit = make_schedule(config.with_changes(learning_rate=1.0), total_steps)
 
     def adamw(learning_rate, weight_decay):
-        # Called with the arrays held in the state, inside the compiled step.
-        scaled = optax.adamw(lambda count: learning_rate * unit(count), weight_decay=weight_decay)
-        return optax.chain(*clip, scaled) if clip else scaled
+        return optax.chain(*clip, optax.adamw(learning_rate, weight_decay=weight_decay))
 
     return optax.inject_hyperparams(adamw)(
         learning_rate=config.learning_rate, weight_decay=config.weight_decay
     )
-
-
-def learning_rate_at(config: TrainConfig, total_steps: int, step: int) -> float:
-    """The learning rate the config's schedule gives at `step` (for logs and plots)."""
-    with optax_promotion():
-        return float(make_schedule(config, total_steps)(step))

@@ -125,6 +125,77 @@ def to_datasets(data: FashionMNIST, *, device=None) -> tuple[ArrayDataset, Array
     return train, test
 
 
+VALIDATION_SEED = 20_241_130
+"""Fixed seed of the validation split, so every training seed sees the same split."""
+CALIBRATION_SEED = 20_261_201
+"""Fixed seed of the calibration split (taken after the validation split)."""
+
+
+class Splits(eqx.Module):
+    """The splits of one run, on the device: what [`split_data`][eqx_fmnist.dataset.split_data]
+    makes and [`fit`][eqx_fmnist.train.fit] takes.
+
+    **Fields:** `train` (what the model trains on), `test` (the test set, or `None`),
+    `validation` (training images held out to tune on, or `None`), `calibration`
+    (training images held out to calibrate on after training, or `None`).
+    """
+
+    train: ArrayDataset
+    test: ArrayDataset | None = None
+    validation: ArrayDataset | None = None
+    calibration: ArrayDataset | None = None
+
+
+def split_data(
+    data: "FashionMNIST | tuple[ArrayDataset, ArrayDataset | None] | Splits",
+    *,
+    validation_size: int = 0,
+    calibration_size: int = 0,
+    device=None,
+) -> Splits:
+    """The one place a run's splits are made: the training set, less a validation split
+    and then a calibration split (fixed random splits: every seed and every run sees
+    the same), and the test set.
+
+    **Arguments:**
+
+    - `data`: a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST], or `(train, test)`
+        [`ArrayDataset`][eqx_fmnist.dataset.ArrayDataset]s (`test` may be `None`), or
+        `Splits` already made (returned as they are when no size is given).
+    - `validation_size`: training images held out to tune on (`VALIDATION_SEED`).
+        Defaults to `0`: none.
+    - `calibration_size`: training images held out, after the validation split, to
+        calibrate on (`CALIBRATION_SEED`). Defaults to `0`: none.
+    - `device`: where a `FashionMNIST`'s arrays go. Defaults to JAX's default device.
+
+    **Returns:**
+
+    [`Splits`][eqx_fmnist.dataset.Splits]; `len(splits.train)` is what a run's
+    schedule is planned on.
+
+    !!! example
+
+        ```python
+        config = ef.TrainConfig(validation_size=5000)
+        splits = ef.split_data(ef.load_fashion_mnist(), validation_size=config.validation_size)
+        ```
+    """
+    if isinstance(data, Splits):
+        if validation_size or calibration_size:
+            raise ValueError("`data` is already split: give the sizes when you first split it.")
+        return data
+    if isinstance(data, FashionMNIST):
+        train, test = to_datasets(data, device=device)
+    else:
+        train, test = data
+    validation = calibration = None
+    if validation_size:
+        train, validation = train.split(validation_size, key=jr.PRNGKey(VALIDATION_SEED))
+    if calibration_size:
+        train, calibration = train.split(calibration_size, key=jr.PRNGKey(CALIBRATION_SEED))
+    return Splits(train, test, validation, calibration)
+
+
 def steps_per_epoch(n: int, batch_size: int) -> int:
     """Full batches in an epoch of `n` examples; the remainder is dropped."""
     if batch_size <= 0 or batch_size > n:

@@ -32,9 +32,9 @@ import numpy as np
 from .config import TrainConfig
 from .data import CLASS_NAMES, IMAGE_SIZE
 from .dataset import normalize
-from .evaluate import member_probabilities, predict_logits
+from .evaluation import ensemble_log_probs, predict_logits
 from .fileio import atomic_write
-from .model import MLP
+from .model import MLP, num_members
 from .parallel import to_local
 from .precision import Policy
 
@@ -58,12 +58,13 @@ def manifest_path(path: str | os.PathLike) -> Path:
 # --------------------------------------------------------------------------- the function
 
 
-def serving_function(models: MLP, policy: Policy, *, members: bool, temperature: float = 1.0):
+def serving_function(models: MLP, policy: Policy, *, temperature: float = 1.0):
     """`images uint8[b, 784] -> (logits f32[b, 10], probabilities f32[b, 10])`.
 
     The probabilities are `softmax(logits / temperature)` (a run's calibrated
-    temperature; `1` leaves them raw). For an ensemble (`members=True`, a stacked model)
-    they are the mean of the members' and the "logits" their logarithm.
+    temperature; `1` leaves them raw). For an ensemble (a stacked model) the "logits"
+    are the log of the mean of the members' probabilities
+    ([`ensemble_log_probs`][eqx_fmnist.evaluation.ensemble_log_probs]).
     """
 
     def one(model, images):
@@ -71,32 +72,24 @@ def serving_function(models: MLP, policy: Policy, *, members: bool, temperature:
         return logits.astype(jnp.float32)
 
     def serve(images):
-        if not members:
+        if num_members(models) is None:
             logits = one(models, images)
-            return logits, jax.nn.softmax(logits / jnp.float32(temperature), axis=-1)
-        log_p = jax.nn.log_softmax(eqx.filter_vmap(one, in_axes=(0, None))(models, images))
-        log_mean = jax.nn.logsumexp(log_p, axis=0) - jnp.log(jnp.float32(log_p.shape[0]))
-        return log_mean, jax.nn.softmax(log_mean / jnp.float32(temperature), axis=-1)
+        else:
+            logits = ensemble_log_probs(eqx.filter_vmap(one, in_axes=(0, None))(models, images))
+        return logits, jax.nn.softmax(logits / jnp.float32(temperature), axis=-1)
 
     return serve
-
-
-def library_logits(models: MLP, images, policy: Policy, *, members: bool) -> np.ndarray:
-    """The library's own logits (an ensemble's log mean probabilities) for `images`."""
-    if members:
-        return np.log(np.asarray(member_probabilities(models, images, policy=policy)).mean(0))
-    return np.asarray(predict_logits(models, images, policy=policy), np.float32)
 
 
 # --------------------------------------------------------------------------- StableHLO
 
 
-def to_stablehlo(models: MLP, policy: Policy, *, members: bool, temperature: float = 1.0) -> bytes:
+def to_stablehlo(models: MLP, policy: Policy, *, temperature: float = 1.0) -> bytes:
     """The serialised `jax.export` of the serving function, with a symbolic batch,
     lowered for CPU and CUDA."""
     (batch,) = jax.export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((batch, IMAGE_SIZE), jnp.uint8)
-    serve = serving_function(to_local(models), policy, members=members, temperature=temperature)
+    serve = serving_function(to_local(models), policy, temperature=temperature)
     fn = jax.jit(serve)
     return bytes(jax.export.export(fn, platforms=PLATFORMS)(spec).serialize())
 
@@ -112,12 +105,12 @@ def run_stablehlo(blob: bytes, images: np.ndarray) -> tuple[np.ndarray, np.ndarr
 # --------------------------------------------------------------------------- safetensors
 
 
-def weight_arrays(models: MLP, *, members: bool) -> dict[str, np.ndarray]:
+def weight_arrays(models: MLP) -> dict[str, np.ndarray]:
     """The weights by name: `layers.{i}.weight` of shape `(out, in)` and
     `layers.{i}.bias` (PyTorch's `nn.Linear` layout); `members.{k}.` in front for an
     ensemble."""
     models = to_local(models)
-    arrays = {}
+    arrays, members = {}, num_members(models) is not None
     for i, layer in enumerate(models.layers):
         weight, bias = np.asarray(layer.weight, np.float32), np.asarray(layer.bias, np.float32)
         if not members:
@@ -129,12 +122,12 @@ def weight_arrays(models: MLP, *, members: bool) -> dict[str, np.ndarray]:
     return arrays
 
 
-def to_safetensors(models: MLP, config: TrainConfig, *, members: bool) -> bytes:
+def to_safetensors(models: MLP, config: TrainConfig) -> bytes:
     """The weights as a safetensors file, the config (JSON) in its metadata."""
     from safetensors.numpy import save
 
     meta = {"config": config.to_json(), "activation": "gelu_tanh", "format": "eqx_fmnist"}
-    return save(weight_arrays(models, members=members), metadata=meta)
+    return save(weight_arrays(models), metadata=meta)
 
 
 def numpy_forward(arrays: dict[str, np.ndarray], images: np.ndarray) -> np.ndarray:
@@ -192,7 +185,6 @@ def export_model(
     *,
     check_images: np.ndarray,
     format: Format = "stablehlo",
-    members: bool = False,
     temperature: float = 1.0,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -200,7 +192,7 @@ def export_model(
 
     **Arguments:**
 
-    - `models`: the model, or a stacked model of an ensemble (`members=True`).
+    - `models`: the model, or the stacked model of an ensemble.
     - `policy`: the precision policy of the forward pass (StableHLO keeps it; the
         safetensors weights are float32).
     - `config`: the run's config (into the manifest and the safetensors metadata).
@@ -208,7 +200,6 @@ def export_model(
     - `check_images`: `uint8` images of shape `(n, 784)` to check on, e.g. all 10,000
         test images.
     - `format`: `"stablehlo"` or `"safetensors"`. Defaults to `"stablehlo"`.
-    - `members`: `models` is an ensemble's stack. Defaults to `False`.
     - `temperature`: the run's calibrated temperature, applied to the StableHLO
         artifact's probabilities and recorded in the manifest. Defaults to `1`: raw.
     - `extra`: more manifest entries, e.g. the run's test accuracy.
@@ -226,14 +217,14 @@ def export_model(
         raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(SUFFIXES)}.")
     path, start = Path(path), time.perf_counter()
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
-    ours = library_logits(models, jnp.asarray(images), policy, members=members)
+    ours = np.asarray(predict_logits(to_local(models), jnp.asarray(images), policy=policy))
     if format == "stablehlo":
-        blob = to_stablehlo(models, policy, members=members, temperature=temperature)
+        blob = to_stablehlo(models, policy, temperature=temperature)
         theirs, _ = run_stablehlo(blob, images)
     else:
         from safetensors.numpy import load
 
-        blob = to_safetensors(models, config, members=members)
+        blob = to_safetensors(models, config)
         theirs = numpy_forward(load(blob), images)
     parity = check_parity(ours, theirs)
     if parity.mismatches:
@@ -253,7 +244,7 @@ def export_model(
         "outputs": ["logits float32[b, 10]", "probabilities float32[b, 10]"]
         if format == "stablehlo" else None,
         "platforms": list(PLATFORMS) if format == "stablehlo" else None,
-        "members": _count(models) if members else None,
+        "members": num_members(models),
         "precision": config.precision,
         "temperature": temperature,
         "config": config.to_dict(),
@@ -267,10 +258,6 @@ def export_model(
     with atomic_write(manifest_path(path), "w") as f:
         f.write(json.dumps(manifest, indent=2) + "\n")
     return manifest
-
-
-def _count(models: MLP) -> int:
-    return int(models.layers[0].bias.shape[0])
 
 
 # --------------------------------------------------------------------------- loading

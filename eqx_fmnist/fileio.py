@@ -1,8 +1,10 @@
-"""Writing files so that a failure never leaves a half-written one, and a lock file
-that keeps two writers out of one folder."""
+"""Writing files so that a failure never leaves a half-written one, and a lock
+(`fcntl.flock`) that keeps two writers out of one folder."""
 
 import contextlib
+import fcntl
 import os
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,34 +65,42 @@ class FolderLock:
     """A lock file (`path`) held while a run writes its folder: a second run refuses to
     share the folder.
 
-    The lock holds the writer's pid; a lock left by a process that no longer exists
-    (killed with SIGKILL) is taken over.
+    The lock is the kernel's (`fcntl.flock`, exclusive, non-blocking), so it is held
+    exactly as long as the process that took it lives: a run killed with SIGKILL leaves
+    the file behind but not the lock, and a reused pid cannot fool it. The file holds
+    the writer's pid and host, for the message a second run prints.
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self._fd: int | None = None
 
     def __enter__(self) -> "FolderLock":
-        for _ in range(2):
+        for _ in range(5):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                try:
-                    pid = int(self.path.read_text() or 0)
-                    os.kill(pid, 0)
-                except (ValueError, ProcessLookupError, FileNotFoundError):
-                    self.path.unlink(missing_ok=True)  # stale: its writer is gone
-                    continue
-                except PermissionError:
-                    pass  # alive, another user's
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
                 raise FolderInUse(
-                    f"another run (pid {pid}) is writing to {self.path.parent}; "
-                    "choose another folder or wait for it to finish."
+                    f"another run ({holder}) is writing to {self.path.parent}; choose "
+                    "another folder or wait for it to finish."
                 ) from None
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            return self
+            try:  # the file we locked must still be the one at `path` (not just unlinked)
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+                self._fd = fd
+                return self
+            os.close(fd)
         raise FolderInUse(f"cannot lock {self.path.parent}; remove {self.path}.")
 
     def __exit__(self, *exc) -> None:
-        self.path.unlink(missing_ok=True)
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)  # releases the lock
+            self._fd = None

@@ -84,16 +84,9 @@ class MLP(eqx.Module):
         The logits, shape `(10,)`, in `policy.output_dtype`.
         """
         last = self.layers[-1]
-        x = self.features(x, policy=policy)
+        x = self.hidden(x, policy=policy)[-1]
         x = policy.matmul(last.weight, x) + last.bias.astype(policy.accumulate_dtype)
         return x.astype(policy.output_dtype)
-
-    def features(
-        self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
-    ) -> Float[Array, " hidden"]:
-        """The last hidden layer's activations for one example (what the output layer
-        reads); arguments as for `__call__`."""
-        return self.hidden(x, policy=policy)[-1]
 
     def hidden(
         self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
@@ -112,3 +105,14 @@ class MLP(eqx.Module):
 def count_params(model: PyTree) -> int:
     """The number of scalar parameters (inexact array elements) in `model`."""
     return sum(x.size for x in jtu.tree_leaves(eqx.filter(model, eqx.is_inexact_array)))
+
+
+def num_members(model: "MLP") -> int | None:
+    """How many members a stacked model holds (the size of its leading axis, as
+    [`init_members`][eqx_fmnist.state.init_members] builds it), or `None` for one model.
+
+    This is the library's one way to ask "is this a stack of members?": a state, a
+    checkpoint, an export and an evaluation all ask it of their model.
+    """
+    bias = model.layers[0].bias
+    return None if bias.ndim == 1 else int(bias.shape[0])

@@ -178,6 +178,16 @@ MIXED_F16 = Policy("float32", "float16", "float32")
 """float32 parameters, float16 matmuls, float32 logits; train it with a loss scale."""
 
 
+def optax_promotion():
+    """JAX's standard dtype promotion, for calls into Optax.
+
+    The library runs under `jax_numpy_dtype_promotion="strict"` (its tests do), but
+    Optax's schedules and Adam's bias correction raise a Python float to the int32 step
+    count, which strict promotion refuses; inside this context they promote as usual.
+    """
+    return jax.numpy_dtype_promotion("standard")
+
+
 # --------------------------------------------------------------------------- loss scaling
 
 

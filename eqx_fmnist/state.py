@@ -3,7 +3,9 @@
 [`init_state`][eqx_fmnist.state.init_state] builds one run's state;
 [`init_members`][eqx_fmnist.state.init_members] builds many runs' states stacked on a
 leading axis (`eqx.filter_vmap` over the same initialiser), which every compiled path
-then runs under `eqx.filter_vmap` as one program.
+then runs under `eqx.filter_vmap` as one program. A stacked state is the *only*
+difference between one run and many: `fit`, evaluation, calibration, checkpoints and
+exports take either.
 """
 
 import dataclasses
@@ -19,19 +21,20 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from .config import BatchedHyperparameter, TrainConfig, make_optimizer
-from .model import MLP
+from .config import BatchedHyperparameter, TrainConfig, make_optimizer, make_schedule
+from .model import MLP, num_members
 from .precision import FLOAT32, DynamicLossScale, LossScale, NoOpLossScale, Policy
 
 
 class TrainState(eqx.Module):
-    """Everything that changes during training, as one PyTree.
+    """Everything that changes during training, as one PyTree: one run, or many runs
+    stacked on a leading axis (every array leaf then has one, of size `num_members`).
 
-    `optimizer`, `policy` and `label_smoothing` are static: they are part of the
-    compiled program, not its inputs. `hyperparams` holds the numbers that are inputs
-    instead: empty for one run; `{"label_smoothing": ...}` for members of a sweep that
-    differ in it (a sweep's learning rate and weight decay live in the optimiser's state,
-    `opt_state.hyperparams`).
+    `hyperparams` holds the run's numbers as arrays (the peak `learning_rate`,
+    `weight_decay`, `label_smoothing`): inputs of the compiled program, not constants in
+    it, so members of a sweep differ in them inside one program and a single run is the
+    same program. `optimizer`, `schedule`, `policy` and `skip_nonfinite` are static:
+    part of the compiled program.
     """
 
     model: MLP
@@ -41,8 +44,8 @@ class TrainState(eqx.Module):
     loss_scale: LossScale
     hyperparams: dict[str, Float[Array, ""]]
     optimizer: optax.GradientTransformation = eqx.field(static=True)
+    schedule: optax.Schedule = eqx.field(static=True)
     policy: Policy = eqx.field(static=True)
-    label_smoothing: float = eqx.field(static=True)
     skip_nonfinite: bool = eqx.field(static=True)
 
     def __init__(
@@ -51,27 +54,33 @@ class TrainState(eqx.Module):
         optimizer: optax.GradientTransformation,
         *,
         key: PRNGKeyArray,
+        hyperparams: dict[str, Float[Array, ""]],
+        schedule: optax.Schedule | None = None,
         policy: Policy = FLOAT32,
         loss_scale: LossScale | None = None,
-        label_smoothing: float = 0.0,
         skip_nonfinite: bool = False,
-        hyperparams: dict[str, Float[Array, ""]] | None = None,
     ):
         """**Arguments:**
 
         - `model`: the model; its inexact arrays are the trained parameters.
-        - `optimizer`: an Optax transformation, initialised here on the parameters.
+        - `optimizer`: an Optax transformation made by
+            [`make_optimizer`][eqx_fmnist.config.make_optimizer] (its `learning_rate`
+            and `weight_decay` injected), initialised here on the parameters.
         - `key`: the run's PRNG key (it orders the batches).
+        - `hyperparams`: `learning_rate` (the peak), `weight_decay` and
+            `label_smoothing`, as float32 scalar arrays.
+        - `schedule`: the learning rate's multiplier as a function of the optimiser's
+            step count (see [`make_schedule`][eqx_fmnist.config.make_schedule]).
+            Defaults to a constant `1`.
         - `policy`: the precision policy. Defaults to float32.
         - `loss_scale`: defaults to a dynamic loss scale when the policy computes in
             float16, and to no scaling otherwise.
-        - `label_smoothing`: of the cross-entropy. Defaults to `0`.
         - `skip_nonfinite`: skip (do not apply) a step whose loss or gradients are not
             finite. Defaults to `False`; float16 loss scaling skips overflows regardless.
-        - `hyperparams`: numbers held as arrays rather than compiled in; only
-            `"label_smoothing"` is read (it then replaces `label_smoothing`). Defaults to
-            none.
         """
+        missing = set(HYPERPARAMS) - set(hyperparams)
+        if missing:
+            raise ValueError(f"`hyperparams` needs {', '.join(sorted(missing))}.")
         model = policy.cast_to_param(model)
         self.model = model
         self.opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
@@ -80,11 +89,27 @@ class TrainState(eqx.Module):
         if loss_scale is None:
             loss_scale = DynamicLossScale() if policy.needs_loss_scale else NoOpLossScale()
         self.loss_scale = loss_scale
+        self.hyperparams = {k: jnp.asarray(hyperparams[k], jnp.float32) for k in HYPERPARAMS}
         self.optimizer = optimizer
+        self.schedule = optax.constant_schedule(1.0) if schedule is None else schedule
         self.policy = policy
-        self.label_smoothing = float(label_smoothing)
         self.skip_nonfinite = bool(skip_nonfinite)
-        self.hyperparams = dict(hyperparams or {})
+
+    @property
+    def num_members(self) -> int | None:
+        """How many members the state holds, or `None` for one run's state (see
+        [`num_members`][eqx_fmnist.model.num_members])."""
+        return num_members(self.model)
+
+    @property
+    def global_step(self) -> int:
+        """The steps done (all members train in step), as a Python int: a host read."""
+        return int(np.asarray(self.step).reshape(-1)[0])
+
+
+HYPERPARAMS = typing.get_args(BatchedHyperparameter)
+"""The numbers a state holds as arrays: `learning_rate`, `weight_decay`,
+`label_smoothing` (from [`BatchedHyperparameter`][eqx_fmnist.config.BatchedHyperparameter])."""
 
 
 def init_state(config: TrainConfig, num_train: int) -> TrainState:
@@ -95,41 +120,36 @@ def init_state(config: TrainConfig, num_train: int) -> TrainState:
     - `config`: the run's config; its seed gives the weights and the batch order.
     - `num_train`: training examples (the schedule's length depends on it).
     """
-    return _init_state(config, config.total_steps(num_train))
+    numbers = jnp.array([getattr(config, k) for k in HYPERPARAMS], jnp.float32)
+    return _init_state(config, config.total_steps(num_train), jnp.uint32(config.seed), numbers)
 
 
 @eqx.filter_jit
-def _init_state(config: TrainConfig, total_steps: int) -> TrainState:
+def _init_state(config: TrainConfig, total_steps: int, seed, numbers) -> TrainState:
     # One compiled program (kept by the persistent compilation cache): eagerly, each of
     # the initialisers' small operations is dispatched, and compiled, on its own.
-    return _build(config, total_steps, config.seed, {})
+    return _build(config, total_steps, seed, numbers)
 
 
-def _build(config: TrainConfig, total_steps: int, seed, batched: dict) -> TrainState:
-    """One member's state; `seed` and the `batched` numbers may be traced."""
+def _build(config: TrainConfig, total_steps: int, seed, numbers) -> TrainState:
+    """One member's state; `seed` and the `numbers` (one per `HYPERPARAMS`) may be
+    traced."""
     model_key, data_key = jr.split(jr.PRNGKey(seed))
-    inject = "learning_rate" in batched or "weight_decay" in batched
-    state = TrainState(
+    return TrainState(
         MLP(hidden_sizes=config.hidden_sizes, key=model_key),
-        make_optimizer(config, total_steps, inject=inject),
+        make_optimizer(config),
         key=data_key,
+        hyperparams=dict(zip(HYPERPARAMS, numbers, strict=True)),
+        schedule=make_schedule(config, total_steps),
         policy=config.policy,
-        label_smoothing=config.label_smoothing,
         skip_nonfinite=config.on_nonfinite == "skip",
-        hyperparams={k: v for k, v in batched.items() if k == "label_smoothing"},
     )
-    if inject:
-        held = state.opt_state.hyperparams
-        numbers = {k: batched.get(k, held[k]).astype(held[k].dtype) for k in held}
-        state = eqx.tree_at(lambda s: s.opt_state.hyperparams, state, numbers)
-    return state
 
 
 # --------------------------------------------------------------------------- members
 
-BATCHED = typing.get_args(BatchedHyperparameter)
-"""The config fields members may differ in besides `seed` (from
-[`BatchedHyperparameter`][eqx_fmnist.config.BatchedHyperparameter])."""
+BATCHED = HYPERPARAMS
+"""The config fields members may differ in besides `seed`."""
 PER_MEMBER = ("seed", *BATCHED)
 
 
@@ -153,11 +173,6 @@ def check_members(configs: Sequence[TrainConfig]) -> None:
                 f"differ only in {', '.join(PER_MEMBER)}, because the others change the "
                 "program's shapes or structure. Train one program per value instead."
             )
-    if configs[0].calibration_size:
-        raise ValueError(
-            "members are not calibrated yet: train them with `calibration_size` = 0, or "
-            "calibrate one run at a time."
-        )
     if configs[0].devices > 1:
         raise ValueError(
             f"members cannot be combined with `devices` = {configs[0].devices} (data "
@@ -171,11 +186,10 @@ def init_members(configs: Sequence[TrainConfig], num_train: int) -> TrainState:
     `len(configs)`.
 
     Member `i` is [`init_state`][eqx_fmnist.state.init_state]`(configs[i], num_train)`
-    with a leading axis: same weights, same batch key. Numbers that differ between
-    members (`learning_rate`, `weight_decay`, `label_smoothing`) become arrays in the
-    state (see [`TrainState`][eqx_fmnist.state.TrainState] and
-    [`make_optimizer`][eqx_fmnist.config.make_optimizer]`(inject=True)`); when only the
-    seeds differ, each member's program is exactly the single run's.
+    with a leading axis: same weights, same batch key, same numbers. It is
+    `eqx.filter_vmap` of the same initialiser over the seeds and the
+    [`HYPERPARAMS`][eqx_fmnist.state.HYPERPARAMS] arrays, so each member's program is
+    the single run's.
 
     **Arguments:**
 
@@ -190,28 +204,22 @@ def init_members(configs: Sequence[TrainConfig], num_train: int) -> TrainState:
     check_members(configs)
     base = configs[0]
     seeds = jnp.array([c.seed for c in configs], jnp.uint32)
-    batched = {
-        name: jnp.array([getattr(c, name) for c in configs], jnp.float32)
-        for name in BATCHED
-        if len({getattr(c, name) for c in configs}) > 1
-    }
-    return _init_members(base, base.total_steps(num_train), seeds, batched)
+    numbers = jnp.array([[getattr(c, k) for k in HYPERPARAMS] for c in configs], jnp.float32)
+    return _init_members(base, base.total_steps(num_train), seeds, numbers)
 
 
 @eqx.filter_jit
-def _init_members(config: TrainConfig, total_steps: int, seeds, batched) -> TrainState:
-    return eqx.filter_vmap(lambda s, b: _build(config, total_steps, s, b))(seeds, batched)
+def _init_members(config: TrainConfig, total_steps: int, seeds, numbers) -> TrainState:
+    return eqx.filter_vmap(lambda s, n: _build(config, total_steps, s, n))(seeds, numbers)
 
 
-def num_members(state: TrainState) -> int | None:
-    """The size of a stacked state's leading axis, or `None` for one run's state."""
-    return None if state.step.ndim == 0 else int(state.step.shape[0])
-
-
-def member(state: TrainState, i: int) -> TrainState:
-    """Member `i` of a stacked state, as one run's state."""
-    arrays, static = eqx.partition(state, eqx.is_array)
-    return eqx.combine(jtu.tree_map(lambda x: x[i], arrays), static)
+def select_members(tree: PyTree, index: int | Sequence[int]) -> PyTree:
+    """Members of a stacked state (or model): with an int, that member as one run's
+    state; with a list of ints, those members, still stacked (e.g. a sweep's
+    [`top_members`][eqx_fmnist.ensemble.SweepResult.top_members])."""
+    index = index if isinstance(index, int) else np.asarray(index)
+    arrays, static = eqx.partition(tree, eqx.is_array)
+    return eqx.combine(jtu.tree_map(lambda x: x[index], arrays), static)
 
 
 def state_bytes(config: TrainConfig, num_train: int) -> int:

@@ -9,9 +9,9 @@
   device, with the state's buffers donated. The host reads metrics once per call.
 - [`compile_steps`][eqx_fmnist.step.compile_steps]: the same chunk compiled ahead of
   time, so compiling can be timed apart from running.
-- With `members=True`, each runs a stacked state (from
-  [`init_members`][eqx_fmnist.state.init_members]) under `eqx.filter_vmap`: many
-  models, one compiled program, the training set shared.
+- Given a stacked state (from [`init_members`][eqx_fmnist.state.init_members]), each
+  runs under `eqx.filter_vmap`: many models, one compiled program, the training set
+  shared.
 
 The batch order is a pure function of the run's key and the global step, so results
 do not depend on how steps are grouped into calls, a resumed run continues exactly
@@ -28,11 +28,10 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, Int, Shaped
 
-from .config import optax_promotion
 from .dataset import ArrayDataset, batch_indices, normalize, steps_per_epoch
 from .losses import accuracy, cross_entropy
 from .parallel import batch_sharding, check_divisible
-from .precision import NoOpLossScale, all_finite
+from .precision import NoOpLossScale, all_finite, optax_promotion
 from .state import TrainState
 
 
@@ -48,13 +47,20 @@ def _loss(model, x, y, policy, label_smoothing, loss_scale):
 def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
     """One optimiser step: the pure function every compiled path is made of."""
     grad_fn = eqx.filter_value_and_grad(_loss, has_aux=True)
-    smoothing = state.hyperparams.get("label_smoothing", state.label_smoothing)
-    (_, (loss, acc)), grads = grad_fn(state.model, x, y, state.policy, smoothing, state.loss_scale)
+    hp = state.hyperparams
+    (_, (loss, acc)), grads = grad_fn(
+        state.model, x, y, state.policy, hp["label_smoothing"], state.loss_scale
+    )
     with jax.named_scope("optimizer"):
         grads = state.loss_scale.unscale(grads)
         params = eqx.filter(state.model, eqx.is_inexact_array)
         with optax_promotion():
-            updates, opt_state = state.optimizer.update(grads, state.opt_state, params)
+            # The rate of this step, written into the injected hyperparameters: the
+            # schedule follows the optimiser's own count (a skipped step does not move it).
+            rate = hp["learning_rate"] * state.schedule(state.opt_state.count)
+            injected = {"learning_rate": rate, "weight_decay": hp["weight_decay"]}
+            opt_state = state.opt_state._replace(hyperparams=injected)
+            updates, opt_state = state.optimizer.update(grads, opt_state, params)
         model = eqx.apply_updates(state.model, updates)
     if isinstance(state.loss_scale, NoOpLossScale) and not state.skip_nonfinite:
         finite = jnp.array(True)
@@ -79,6 +85,7 @@ def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
         "accuracy": acc,
         "grad_norm": optax.tree.norm(grads),
         "skipped": ~finite,
+        "learning_rate": rate.astype(jnp.float32),
     }
     return new_state, metrics
 
@@ -108,7 +115,8 @@ def train_step(
     **Returns:**
 
     `(new_state, metrics)`, where `metrics` holds scalar arrays `loss`, `accuracy`,
-    `grad_norm` and `skipped` (a float16 step skipped for non-finite gradients).
+    `grad_norm`, `skipped` (a float16 step skipped for non-finite gradients) and
+    `learning_rate` (the rate this step used).
 
     !!! warning
 
@@ -148,8 +156,10 @@ _train_members_jit = eqx.filter_jit(
 )
 
 
-def _chunk_fn(members: bool):
-    return _train_members_jit if members else _train_steps_jit
+def _chunk_fn(state: TrainState):
+    """The compiled chunk for one run, or for a stack of members (the one place the
+    step asks)."""
+    return _train_steps_jit if state.num_members is None else _train_members_jit
 
 
 def train_steps(
@@ -159,7 +169,6 @@ def train_steps(
     batch_size: int,
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
-    members: bool = False,
 ) -> tuple[TrainState, dict[str, Array]]:
     """`num_steps` training steps in one compiled call: the library's fast path.
 
@@ -177,26 +186,27 @@ def train_steps(
     - `mesh`: a [`make_mesh`][eqx_fmnist.parallel.make_mesh] mesh to split each batch
         over (data parallel; `state` and `dataset` should be replicated on it). Defaults
         to `None`: wherever the arrays are.
-    - `members`: `state` is a stack of members (from
-        [`init_members`][eqx_fmnist.state.init_members]); each runs its own steps on
-        its own batches, all in one program. Defaults to `False`.
+
+    A stacked `state` (from [`init_members`][eqx_fmnist.state.init_members]) runs every
+    member's own steps on its own batches, all in one program (`eqx.filter_vmap` of the
+    same chunk); the data are shared.
 
     **Returns:**
 
     `(new_state, metrics)`; each metric is an array of shape `(num_steps,)`, or
-    `(members, num_steps)` with `members=True`.
+    `(members, num_steps)` for a stacked state.
     """
-    _check_chunk(dataset, batch_size, num_steps, mesh, members)
-    return _chunk_fn(members)((dataset, batch_size, num_steps, mesh), state)
+    _check_chunk(state, dataset, batch_size, num_steps, mesh)
+    return _chunk_fn(state)((dataset, batch_size, num_steps, mesh), state)
 
 
-def _check_chunk(dataset: ArrayDataset, batch_size: int, num_steps: int, mesh, members) -> None:
+def _check_chunk(state, dataset: ArrayDataset, batch_size: int, num_steps: int, mesh) -> None:
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps <= 0:
         raise ValueError(f"`num_steps` must be a positive int, but got {num_steps!r}.")
     steps_per_epoch(len(dataset), batch_size)  # validates batch_size
     if mesh is not None:
         check_divisible(batch_size, mesh)
-        if members:
+        if state.num_members is not None:
             raise ValueError(
                 "members and a device mesh do not combine: train the members on one device."
             )
@@ -209,7 +219,6 @@ def compile_steps(
     batch_size: int,
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
-    members: bool = False,
 ) -> Callable[[TrainState], tuple[TrainState, dict[str, Array]]]:
     """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
     shaped like `state`.
@@ -225,9 +234,9 @@ def compile_steps(
     (a `jax.stages.Compiled`) as `run.compiled`: for example
     `run.compiled.cost_analysis()["flops"]` or `run.compiled.as_text()`.
     """
-    _check_chunk(dataset, batch_size, num_steps, mesh, members)
+    _check_chunk(state, dataset, batch_size, num_steps, mesh)
     static = (dataset, batch_size, num_steps, mesh)
-    compiled = _chunk_fn(members).lower(static, state).compile()
+    compiled = _chunk_fn(state).lower(static, state).compile()
 
     def run(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
         return compiled(static, state)

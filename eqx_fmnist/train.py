@@ -1,11 +1,14 @@
-"""`fit`: a thin loop over compiled chunks that reports through callbacks.
+"""`fit`: the one training loop, for one model and for a stack of members alike.
 
-`fit` computes the run's plan once ([`plan_run`][eqx_fmnist.train.plan_run]: total
-steps, interval ends, the learning rate of every step), runs one compiled chunk per
-logging interval ([`compile_steps`][eqx_fmnist.step.compile_steps]), reads its metrics
-once, appends a [`History`][eqx_fmnist.train.History] record and calls the callbacks.
-Loading files, checkpoint cadence and run folders are the caller's
-([`eqx_fmnist.runs`](runs.md), the command line).
+`fit` plans the run once ([`plan_run`][eqx_fmnist.train.plan_run]: total steps and
+interval ends), runs one compiled chunk per logging interval
+([`compile_steps`][eqx_fmnist.step.compile_steps]), reads its metrics once, appends a
+[`History`][eqx_fmnist.train.History] record and calls the callbacks. A stacked state
+([`init_members`][eqx_fmnist.state.init_members]) is the only difference between one
+run and many: the same loop, the same [`TrainResult`][eqx_fmnist.train.TrainResult].
+Splitting the data ([`split_data`][eqx_fmnist.dataset.split_data]), calibrating
+([`calibrate`][eqx_fmnist.calibration.calibrate]), checkpoint cadence and run folders are
+the caller's ([`eqx_fmnist.runs`](runs.md), the command line).
 """
 
 import dataclasses
@@ -15,18 +18,16 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import NotRequired, TypedDict
 
 import jax
-import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 
-from .calibration import Calibration, dataset_logits, fit_temperature, fit_trust
-from .config import CALIBRATION_SEED, VALIDATION_SEED, TrainConfig, make_schedule, optax_promotion
+from .config import TrainConfig
 from .data import FashionMNIST, load_fashion_mnist
-from .dataset import ArrayDataset, steps_per_epoch, to_datasets
-from .evaluate import EvalResult, evaluate
+from .dataset import ArrayDataset, Splits, split_data, steps_per_epoch
+from .evaluation import EvalResult, evaluate
 from .model import MLP
-from .parallel import check_divisible, make_mesh, replicate, to_local
-from .state import TrainState, init_state
+from .parallel import check_divisible, make_mesh, replicate
+from .precision import Policy
+from .state import PER_MEMBER, TrainState, check_members, init_members, init_state
 from .step import compile_steps
 
 logger = logging.getLogger(__name__)
@@ -64,18 +65,18 @@ class History(TypedDict):
     skipped: int
     """Steps not applied (float16 overflow, or `on_nonfinite="skip"`)."""
     learning_rate: float
-    """The learning rate of the interval's last step."""
+    """The learning rate of the interval's last step, as the step used it."""
     seconds: float
     """Wall seconds of the interval's compiled call and its one host read."""
     examples_per_sec: float
-    """Training examples per second over the interval."""
+    """Training examples per second over the interval (members x examples for a stack)."""
     valid_loss: NotRequired[float]
-    """Validation loss at the interval's end, when a validation split is held out."""
+    """Validation loss at the interval's end, when a validation split is given."""
     valid_accuracy: NotRequired[float]
     """Validation accuracy at the interval's end, likewise."""
     members: NotRequired[list[dict]]
     """Each member's own record, when many members train as one program (the other
-    fields are then their means, their sum for `skipped`, and model-examples/sec)."""
+    fields are then their means, their sum for `skipped`)."""
 
 
 Callback = Callable[[History, TrainState], None]
@@ -83,10 +84,12 @@ Callback = Callable[[History, TrainState], None]
 `record` (later callbacks and the history see them); `state` is valid until the next
 interval starts (its buffers are then donated)."""
 
+_MEANS = ("loss", "accuracy", "grad_norm", "learning_rate", "valid_loss", "valid_accuracy")
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What a run will do, computed once: its length, its intervals, its learning rates.
+    """What a run will do, computed once: its length and its intervals.
 
     Intervals end on multiples of `interval` (and at `total_steps`), so a resumed run
     logs at the same steps as one that never stopped.
@@ -96,9 +99,8 @@ class Plan:
     steps_per_epoch: int
     interval: int
     batch_size: int
-    learning_rates: np.ndarray
 
-    def chunks(self, start: int) -> Iterator[int]:
+    def chunks(self, start: int = 0) -> Iterator[int]:
         """The sizes of the compiled chunks from global step `start` to the end."""
         step = start
         while step < self.total_steps:
@@ -106,147 +108,216 @@ class Plan:
             yield k
             step += k
 
-    def record(self, step: int, metrics: dict[str, np.ndarray], seconds: float) -> History:
-        """The history record of the interval that ended at global step `step`."""
-        k = len(metrics["loss"])
-        return History(
-            step=step,
-            epoch=step / self.steps_per_epoch,
-            steps=k,
-            loss=float(np.mean(metrics["loss"])),
-            accuracy=float(np.mean(metrics["accuracy"])),
-            grad_norm=float(np.mean(metrics["grad_norm"])),
-            skipped=int(np.sum(metrics["skipped"])),
-            learning_rate=float(self.learning_rates[step - 1]),
-            seconds=seconds,
-            examples_per_sec=k * self.batch_size / seconds,
-        )
+    def intervals(self, start: int = 0) -> int:
+        """How many logging intervals (compiled calls) remain from step `start`."""
+        return sum(1 for _ in self.chunks(start))
+
+    def records(self, step: int, metrics: dict[str, np.ndarray], seconds: float) -> list[History]:
+        """One record per member (one for a single run) of the interval that ended at
+        global step `step`; `metrics` have shape `(members, steps)`."""
+        k = metrics["loss"].shape[-1]
+        return [
+            History(
+                step=step,
+                epoch=step / self.steps_per_epoch,
+                steps=k,
+                loss=float(np.mean(metrics["loss"][i])),
+                accuracy=float(np.mean(metrics["accuracy"][i])),
+                grad_norm=float(np.mean(metrics["grad_norm"][i])),
+                skipped=int(np.sum(metrics["skipped"][i])),
+                learning_rate=float(metrics["learning_rate"][i][-1]),
+                seconds=seconds,
+                examples_per_sec=k * self.batch_size / seconds,
+            )
+            for i in range(len(metrics["loss"]))
+        ]
 
 
 def plan_run(config: TrainConfig, num_train: int) -> Plan:
     """The [`Plan`][eqx_fmnist.train.Plan] of `config` on `num_train` training examples."""
-    total = config.total_steps(num_train)
     spe = steps_per_epoch(num_train, config.batch_size)
-    with optax_promotion():
-        schedule = jax.jit(jax.vmap(make_schedule(config, total)))
-        rates = np.asarray(schedule(jnp.arange(max(total, 1))))
     return Plan(
-        total_steps=total,
+        total_steps=config.total_steps(num_train),
         steps_per_epoch=spe,
         interval=config.log_every or spe,
         batch_size=config.batch_size,
-        learning_rates=rates,
     )
+
+
+def _interval_record(records: list[History]) -> History:
+    """The record of an interval: one run's own, or the members' means with each
+    member's record under `members`."""
+    if len(records) == 1:
+        return records[0]
+    first = records[0]
+    means = {k: float(np.mean([r[k] for r in records])) for k in _MEANS if k in first}
+    totals = {
+        "skipped": sum(r["skipped"] for r in records),
+        "examples_per_sec": len(records) * first["examples_per_sec"],
+        "members": [dict(r) for r in records],
+    }
+    return History(**{**first, **means, **totals})
 
 
 @dataclasses.dataclass
 class TrainResult:
-    """What [`fit`][eqx_fmnist.train.fit] returns.
+    """What [`fit`][eqx_fmnist.train.fit] returns, for one run or many members alike.
 
     **Fields:**
 
-    - `state`: the final [`TrainState`][eqx_fmnist.state.TrainState].
-    - `config`: the run's config.
-    - `history`: one [`History`][eqx_fmnist.train.History] record per logging interval.
-    - `test`: [`EvalResult`][eqx_fmnist.evaluate.EvalResult] on all test images.
-    - `validation`: the same on the held-out validation set, or `None`.
+    - `state`: the final [`TrainState`][eqx_fmnist.state.TrainState] (stacked for
+        members).
+    - `configs`: each member's config; one for a single run. `config` is the first.
+    - `history`: one [`History`][eqx_fmnist.train.History] record per logging interval
+        (for members: their means, each member's under `"members"`).
+    - `test`: [`EvalResult`][eqx_fmnist.evaluation.EvalResult] on all test images (for
+        members: the ensemble's, each member's in `test.members`), or `None` without a
+        test set.
+    - `validation`: the same on the validation split, or `None`.
     - `compile_seconds`: time spent compiling the training calls.
     - `train_seconds`: time spent running them.
     - `load_seconds`: time spent moving data to the device and building the state.
-    - `calibration`: with a `calibration_size`, the
-        [`Calibration`][eqx_fmnist.calibration.Calibration] (temperature and trust flag)
-        fitted on the held-out images after training; otherwise `None`.
     """
 
     state: TrainState
-    config: TrainConfig
+    configs: tuple[TrainConfig, ...]
     history: list[History]
-    test: EvalResult
+    test: EvalResult | None
     validation: EvalResult | None
     compile_seconds: float
     train_seconds: float
     load_seconds: float
-    calibration: Calibration | None = None
+
+    @property
+    def config(self) -> TrainConfig:
+        """The run's config (member 0's: the settings all members share)."""
+        return self.configs[0]
 
     @property
     def model(self) -> MLP:
-        """The trained model."""
+        """The trained model (stacked for members)."""
         return self.state.model
 
     @property
+    def policy(self) -> Policy:
+        return self.state.policy
+
+    @property
+    def num_members(self) -> int | None:
+        """How many members trained, or `None` for one run."""
+        return self.state.num_members
+
+    @property
     def examples_per_sec(self) -> float:
-        """Training throughput over the whole run, compile excluded."""
+        """Training throughput over the whole run, compile excluded (members x
+        examples for a stack: model-examples per second)."""
         steps = sum(h["steps"] for h in self.history)
-        return steps * self.config.batch_size / max(self.train_seconds, 1e-9)
+        k = self.num_members or 1
+        return k * steps * self.config.batch_size / max(self.train_seconds, 1e-9)
 
 
-def check_finite(metrics: dict[str, np.ndarray], *, first_step: int) -> None:
+def check_finite(
+    metrics: dict[str, np.ndarray], *, first_step: int, configs: Sequence[TrainConfig]
+) -> None:
     """Raise [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] for the first step whose
-    loss or (unskipped) gradient is NaN or infinite. Skipped steps were not applied, so
-    they are not errors."""
-    bad_loss = ~np.isfinite(metrics["loss"])
-    bad_grad = ~np.isfinite(metrics["grad_norm"]) & ~metrics["skipped"]
-    bad = bad_loss | bad_grad
-    if bad.any():
-        i = int(np.argmax(bad))
-        metric = "loss" if bad_loss[i] else "gradient norm"
-        value = metrics["loss"][i] if bad_loss[i] else metrics["grad_norm"][i]
+    loss or (unskipped) gradient is NaN or infinite, naming the member when there are
+    several. Skipped steps were not applied, so they are not errors; `metrics` have
+    shape `(members, steps)`."""
+    for i, config in enumerate(configs):
+        if config.on_nonfinite != "raise":
+            continue
+        loss, grad, skipped = metrics["loss"][i], metrics["grad_norm"][i], metrics["skipped"][i]
+        bad_loss, bad_grad = ~np.isfinite(loss), ~np.isfinite(grad) & ~skipped
+        bad = bad_loss | bad_grad
+        if not bad.any():
+            continue
+        j = int(np.argmax(bad))
+        metric = "loss" if bad_loss[j] else "gradient norm"
+        value = loss[j] if bad_loss[j] else grad[j]
+        who = ""
+        if len(configs) > 1:
+            who = f"member {i} ({', '.join(f'{k}={getattr(config, k)}' for k in PER_MEMBER)}): "
         raise NonFiniteError(
-            f"step {first_step + i}: the {metric} is {value}; training stopped before this "
-            "interval was reported or saved. Lower the learning rate, clip gradients "
+            f"{who}step {first_step + j}: the {metric} is {value}; training stopped before "
+            "this interval was reported or saved. Lower the learning rate, clip gradients "
             "(grad_clip), or pass on_nonfinite='skip' to skip such steps.",
-            step=first_step + i,
+            step=first_step + j,
             metric=metric,
         )
 
 
-def validate_every_interval(
-    valid: ArrayDataset, *, batch_size: int = 1000, mesh: jax.sharding.Mesh | None = None
-) -> Callback:
-    """A callback that evaluates on `valid` after each interval and adds `valid_loss`
-    and `valid_accuracy` to the record."""
+def run_chunks(
+    state: TrainState,
+    train: ArrayDataset,
+    plan: Plan,
+    seconds: dict[str, float],
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
+    """Run the plan's chunks from the state's step, one compiled call and one host read
+    each.
 
-    def callback(record: History, state: TrainState) -> None:
-        v = evaluate(state.model, valid, policy=state.policy, batch_size=batch_size, mesh=mesh)
-        record["valid_loss"], record["valid_accuracy"] = v.loss, v.accuracy
+    Yields `(state, step, metrics, seconds)` after each chunk: the new state (valid
+    until the next chunk runs: its buffers are then donated), the global step reached,
+    the chunk's metrics as numpy of shape `(members, steps)` (one member for a single
+    run), and the wall seconds of the call and its read. Each distinct chunk length is
+    compiled ahead of time, once; `seconds["compile"]` and `seconds["train"]`
+    accumulate the two.
 
-    return callback
+    **Raises:**
+
+    `ValueError` for a state past the plan's end.
+    """
+    step = state.global_step
+    if step > plan.total_steps:
+        raise ValueError(
+            f"the state is at step {step}, past this config's {plan.total_steps} steps."
+        )
+    compiled = {}
+    for k in plan.chunks(step):
+        if k not in compiled:  # compiled ahead of time, so compiling is timed on its own
+            t = time.perf_counter()
+            compiled[k] = compile_steps(
+                state, train, batch_size=plan.batch_size, num_steps=k, mesh=mesh
+            )
+            seconds["compile"] += time.perf_counter() - t
+        t = time.perf_counter()
+        state, metrics = compiled[k](state)
+        metrics = jax.device_get(metrics)  # the one host sync of the interval
+        seconds["train"] += (elapsed := time.perf_counter() - t)
+        step += k
+        if state.num_members is None:
+            metrics = {name: values[None] for name, values in metrics.items()}
+        yield state, step, metrics, elapsed
 
 
-def prepare_data(
-    config: TrainConfig, data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | None
-) -> tuple[ArrayDataset, ArrayDataset | None, ArrayDataset]:
-    """`(train, valid, test)` on the device: `data` (loaded when `None`), with the
-    config's validation split held out of the training set."""
+def _as_splits(configs: Sequence[TrainConfig], data, validation) -> Splits:
+    config = configs[0]
     if data is None:
         data = load_fashion_mnist()
-    train, test = to_datasets(data) if isinstance(data, FashionMNIST) else data
-    valid = None
-    if config.validation_size:
-        train, valid = train.split(config.validation_size, key=jr.PRNGKey(VALIDATION_SEED))
-    return train, valid, test
-
-
-def calibration_split(
-    config: TrainConfig, train: ArrayDataset
-) -> tuple[ArrayDataset, ArrayDataset]:
-    """`(train, held_out)`: the config's calibration split of a training set (from which
-    any validation split is already out)."""
-    return train.split(config.calibration_size, key=jr.PRNGKey(CALIBRATION_SEED))
-
-
-def calibrate(
-    state: TrainState, train: ArrayDataset, held_out: ArrayDataset, *, batch_size: int = 1000
-) -> Calibration:
-    """Fit the temperature (on `held_out`) and the trust flag (means and covariance on
-    `train`, threshold on `held_out`) of a trained `state`."""
-    model = to_local(state.model)
-    logits, labels, mask = dataset_logits(
-        model, held_out, policy=state.policy, batch_size=batch_size
-    )
-    temperature = fit_temperature(logits, labels, mask)
-    trust = fit_trust(model, train, held_out, policy=state.policy)
-    return Calibration(temperature, trust, len(held_out))
+    if not isinstance(data, Splits):
+        if config.validation_size or config.calibration_size:
+            raise ValueError(
+                f"the config holds out validation_size={config.validation_size} and "
+                f"calibration_size={config.calibration_size} images, but `fit` does not "
+                "split data: pass `ef.split_data(data, validation_size=..., "
+                "calibration_size=...)` as `data` (or set both to 0)."
+            )
+        data = split_data(data)  # on the device, nothing held out
+    if validation is not None:
+        data = dataclasses.replace(data, validation=validation)
+    for name, size in (
+        ("validation", config.validation_size),
+        ("calibration", config.calibration_size),
+    ):
+        held = getattr(data, name)
+        if size and (held is None or len(held) != size):
+            raise ValueError(
+                f"the config's {name}_size is {size:,}, but the splits' {name} set holds "
+                f"{0 if held is None else len(held):,} images: make the splits from this "
+                "config's sizes."
+            )
+    return data
 
 
 def _place(config: TrainConfig, trees):
@@ -260,75 +331,39 @@ def _place(config: TrainConfig, trees):
     return mesh, jax.block_until_ready(trees)
 
 
-def run_chunks(
-    state: TrainState,
-    train: ArrayDataset,
-    plan: Plan,
-    seconds: dict[str, float],
-    *,
-    mesh: jax.sharding.Mesh | None = None,
-    members: bool = False,
-) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
-    """The loop of [`fit`][eqx_fmnist.train.fit] and
-    [`fit_ensemble`][eqx_fmnist.ensemble.fit_ensemble]: run the plan's chunks from
-    the state's step, one compiled call and one host read each.
-
-    Yields `(state, step, metrics, seconds)` after each chunk: the new state (valid
-    until the next chunk runs: its buffers are then donated), the global step reached,
-    the chunk's metrics as numpy, and the wall seconds of the call and its read. Each
-    distinct chunk length is compiled ahead of time, once; `seconds["compile"]` and
-    `seconds["train"]` accumulate the two.
-
-    **Raises:**
-
-    `ValueError` for a state past the plan's end.
-    """
-    step = int(state.step.reshape(-1)[0])
-    if step > plan.total_steps:
-        raise ValueError(
-            f"the state is at step {step}, past this config's {plan.total_steps} steps."
-        )
-    compiled = {}
-    for k in plan.chunks(step):
-        if k not in compiled:  # compiled ahead of time, so compiling is timed on its own
-            t = time.perf_counter()
-            compiled[k] = compile_steps(
-                state, train, batch_size=plan.batch_size, num_steps=k, mesh=mesh, members=members
-            )
-            seconds["compile"] += time.perf_counter() - t
-        t = time.perf_counter()
-        state, metrics = compiled[k](state)
-        metrics = jax.device_get(metrics)  # the one host sync of the interval
-        seconds["train"] += (elapsed := time.perf_counter() - t)
-        step += k
-        yield state, step, metrics, elapsed
-
-
 def fit(
-    config: TrainConfig = TrainConfig(),
-    data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | None = None,
+    config: TrainConfig | Sequence[TrainConfig] = TrainConfig(),
+    data: FashionMNIST | tuple[ArrayDataset, ArrayDataset | None] | Splits | None = None,
     *,
     state: TrainState | None = None,
+    validation: ArrayDataset | None = None,
     callback: Callback | Sequence[Callback] | None = None,
     eval_batch_size: int = 1000,
 ) -> TrainResult:
-    """Train the MLP with the fast path and evaluate it on the whole test set.
+    """Train one model, or many members as one compiled program, and evaluate on the
+    whole test set.
 
     **Arguments:**
 
-    - `config`: the run. Defaults to the recommended recipe.
-    - `data`: a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST] or `(train, test)`
-        [`ArrayDataset`][eqx_fmnist.dataset.ArrayDataset]s. Defaults to
-        `load_fashion_mnist()`.
+    - `config`: the run; or one config per member (they may differ only in `seed`,
+        `learning_rate`, `weight_decay` and `label_smoothing`, see
+        [`check_members`][eqx_fmnist.state.check_members]). Defaults to the
+        recommended recipe.
+    - `data`: a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST], `(train, test)`
+        [`ArrayDataset`][eqx_fmnist.dataset.ArrayDataset]s (`test` may be `None`), or
+        [`Splits`][eqx_fmnist.dataset.Splits] from
+        [`split_data`][eqx_fmnist.dataset.split_data]; the whole training set is
+        trained on. Defaults to `load_fashion_mnist()`, the one convenience.
     - `state`: a state to continue from, e.g. from
         [`load_checkpoint`][eqx_fmnist.checkpoint.load_checkpoint]; training resumes
-        at `state.step` and stops at the config's total steps. Its buffers are donated.
-        Defaults to a fresh [`init_state`][eqx_fmnist.state.init_state].
+        at its step and stops at the config's total steps. Its buffers are donated.
+        Defaults to [`init_state`][eqx_fmnist.state.init_state] (one config) or
+        [`init_members`][eqx_fmnist.state.init_members] (several).
+    - `validation`: a validation set evaluated after every interval (`valid_loss`,
+        `valid_accuracy` in the history) and at the end. Defaults to the splits'.
     - `callback`: one or more [`Callback`][eqx_fmnist.train.Callback]s, called as
         `callback(record, state)` after each logging interval, e.g. to draw a progress
-        bar or keep a run folder. With a validation split, a
-        [`validate_every_interval`][eqx_fmnist.train.validate_every_interval] callback
-        runs first. Defaults to `None`: none.
+        bar or keep a run folder. Defaults to `None`: none.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
 
     **Returns:**
@@ -337,8 +372,10 @@ def fit(
 
     **Raises:**
 
-    [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] (with `on_nonfinite="raise"`),
-    before the bad interval is recorded; `ValueError` for a `state` past the run's end.
+    [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] (with `on_nonfinite="raise"`,
+    naming the member), before the bad interval is recorded; `ValueError` for a `state`
+    past the run's end or of the wrong number of members, or a config that holds out
+    images from data that were not split by it.
 
     !!! example
 
@@ -349,39 +386,45 @@ def fit(
         result.test.accuracy  # 0.88 here, on all 10,000 test images
         ```
     """
+    stacked = not isinstance(config, TrainConfig)
+    configs = tuple(config) if stacked else (config,)
+    if stacked:
+        check_members(configs)
     start = time.perf_counter()
-    train, valid, test = prepare_data(config, data)
-    held_out = None
-    if config.calibration_size:
-        train, held_out = calibration_split(config, train)
-    state = init_state(config, len(train)) if state is None else state
-    mesh, (train, valid, test, held_out, state) = _place(
-        config, (train, valid, test, held_out, state)
-    )
+    splits = _as_splits(configs, data, validation)
+    train, test, valid = splits.train, splits.test, splits.validation
+    if state is None:
+        state = init_members(configs, len(train)) if stacked else init_state(config, len(train))
+    elif state.num_members != (len(configs) if stacked else None):
+        raise ValueError(
+            f"`state` holds {state.num_members or 'one run, not'} members, but "
+            f"{len(configs) if stacked else 'one config'} was given; pass the configs it "
+            "was trained with (a checkpoint's `members`)."
+        )
+    mesh, (train, valid, test, state) = _place(configs[0], (train, valid, test, state))
     load_seconds = time.perf_counter() - start
-    plan = plan_run(config, len(train))
+    plan = plan_run(configs[0], len(train))
     callbacks = [callback] if callable(callback) else list(callback or ())
-    if valid is not None:
-        callbacks.insert(0, validate_every_interval(valid, batch_size=eval_batch_size, mesh=mesh))
-    history, seconds = [], {"compile": 0.0, "train": 0.0}
-    chunks = run_chunks(state, train, plan, seconds, mesh=mesh)
-    for state, step, metrics, elapsed in chunks:  # noqa: B020  (the state moves on)
-        if config.on_nonfinite == "raise":
-            check_finite(metrics, first_step=step - len(metrics["loss"]) + 1)
-        history.append(record := plan.record(step, metrics, elapsed))
+
+    def evaluated(ds: ArrayDataset | None, model: MLP) -> EvalResult | None:
+        if ds is None:
+            return None
+        return evaluate(model, ds, policy=state.policy, batch_size=eval_batch_size, mesh=mesh)
+
+    history, seconds, v = [], {"compile": 0.0, "train": 0.0}, None
+    for state, step, metrics, elapsed in run_chunks(state, train, plan, seconds, mesh=mesh):  # noqa: B020
+        check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
+        records = plan.records(step, metrics, elapsed)
+        if (v := evaluated(valid, state.model)) is not None:
+            for r, m in zip(records, v.members or (v,), strict=True):
+                r["valid_loss"], r["valid_accuracy"] = m.loss, m.accuracy
+        history.append(record := _interval_record(records))
         logger.info("step %d/%d loss %.4f", step, plan.total_steps, record["loss"])
         for cb in callbacks:
             cb(record, state)
-    evals = [
-        None
-        if ds is None
-        else evaluate(state.model, ds, policy=state.policy, batch_size=eval_batch_size, mesh=mesh)
-        for ds in (test, valid)
-    ]
-    calibration = None
-    if held_out is not None:
-        calibration = calibrate(state, train, held_out, batch_size=eval_batch_size)
+    if v is None:  # no interval ran (a state already at the end)
+        v = evaluated(valid, state.model)
     return TrainResult(
-        state, config, history, *evals, seconds["compile"], seconds["train"], load_seconds,
-        calibration,
+        state, configs, history, evaluated(test, state.model), v,
+        seconds["compile"], seconds["train"], load_seconds,
     )  # fmt: skip

@@ -61,7 +61,9 @@ def run(name: str, data) -> dict:
 
     import eqx_fmnist as ef
 
-    result = ef.fit(ef.TrainConfig.from_dict(CONFIGS[name]), data)
+    config = ef.TrainConfig.from_dict(CONFIGS[name])
+    splits = ef.split_data(data, validation_size=config.validation_size)
+    result = ef.fit(config, splits)
     leaves = [np.asarray(x) for x in jtu.tree_leaves(result.model) if hasattr(x, "dtype")]
     digest = hashlib.sha256(b"".join(x.tobytes() for x in leaves)).hexdigest()
     return {

@@ -1,10 +1,10 @@
-"""The package's imports point one way: a module imports only modules above it.
+"""The package's layout: imports point one way (a module imports only modules above it),
+every relative import resolves, and package faces only re-export.
 
-The order is `DESIGN.md`'s table (and `docs/architecture.md`'s), with two small modules
-of this code's own: `cache` (JAX's compilation cache in the user cache folder) and
-`flags` (command-line flags generated from `TrainConfig`); `plots`, which imports only
-`data` and `fileio`, stands right below `data` so that `ensemble` may draw with it. A
-subpackage (`data/`, `ensemble/`, `runs/`, `bench/`, `cli/`) is one layer.
+The order is `DESIGN.md`'s table (and `docs/architecture.md`'s), with two modules of
+this code's own: `cache` (JAX's compilation cache in the user cache folder) and `bench/`
+(the throughput harness `eqx-fmnist bench` and the tutorials use). A subpackage
+(`data/`, `ensemble/`, `runs/`, `bench/`, `cli/`) is one layer.
 """
 
 import ast
@@ -18,18 +18,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eqx_fmnist"
 # `ONLY` narrows it.
 LAYERS = [
     "fileio",
+    "precision",
     "data",
-    "plots",
     "cache",
+    "plots",
     "dataset",
     "parallel",
-    "precision",
     "model",
     "losses",
-    "evaluate",
+    "evaluation",
     "calibration",
     "config",
-    "flags",
     "state",
     "step",
     "train",
@@ -42,18 +41,17 @@ LAYERS = [
 ]
 ONLY = {
     "fileio": set(),
+    "precision": set(),
     "data": {"fileio"},
     "cache": {"data"},
+    "plots": {"data", "fileio"},
     "dataset": {"data"},
     "parallel": {"dataset"},
-    "precision": set(),
     "model": {"precision"},
     "losses": {"model", "precision"},
     "config": {"precision", "dataset"},
-    "flags": {"config"},
     "state": {"config", "model", "precision"},
     "step": {"state", "config", "dataset", "losses", "parallel", "precision"},
-    "plots": {"data", "fileio"},
 }
 ENTRY_POINTS = {"__init__": set(LAYERS) - {"cli"}, "__main__": {"cli"}}
 
@@ -117,3 +115,93 @@ def test_the_checker_sees_relative_and_absolute_imports(tmp_path):
 def test_the_checker_sees_a_subpackage_reach_up():
     imports = package_imports(SOURCES["bench.suite"])
     assert "train" in imports and "measure" not in imports  # `..train` up, `.measure` inside
+
+
+def _relative_imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            yield node
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_relative_import_resolves(module):
+    """`from .x import y` inside a subpackage means its sibling `x`: a module moved into a
+    package keeps imports that no longer point where they did (the bench crash)."""
+    path = SOURCES[module]
+    for node in _relative_imports(path):
+        base = path.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+        if node.module:
+            target = base.joinpath(*node.module.split("."))
+            assert target.with_suffix(".py").is_file() or (target / "__init__.py").is_file(), (
+                f"{path.relative_to(PACKAGE)}:{node.lineno}: from {'.' * node.level}"
+                f"{node.module} names no module"
+            )
+        else:  # `from . import x`: each x is a module of the package
+            for alias in node.names:
+                target = base / alias.name
+                assert target.with_suffix(".py").is_file() or (target / "__init__.py").is_file(), (
+                    f"{path.relative_to(PACKAGE)}:{node.lineno}: from . import {alias.name}"
+                )
+
+
+def test_the_resolver_catches_a_moved_import(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from .bench import run\n")
+    node = next(_relative_imports(tmp_path / "pkg" / "__init__.py"))
+    target = (tmp_path / "pkg").joinpath(node.module)
+    assert not target.with_suffix(".py").is_file() and not (target / "__init__.py").is_file()
+
+
+FACES = sorted(PACKAGE.rglob("__init__.py"))
+
+
+def face_problems(source: str) -> list[str]:
+    """What in a package face is more than a docstring, imports and `__version__`, or a
+    re-export not in the `from .x import y as y` form, or a private name."""
+    problems = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    problems.append(f"line {node.lineno} imports the private {alias.name}")
+                elif isinstance(node, ast.ImportFrom) and alias.asname != alias.name:
+                    problems.append(f"line {node.lineno}: write `{alias.name} as {alias.name}`")
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        elif isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == [
+            "__version__"
+        ]:
+            continue
+        else:
+            problems.append(f"line {node.lineno} holds code ({type(node).__name__})")
+    return problems
+
+
+@pytest.mark.parametrize("face", FACES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_package_faces_only_re_export(face):
+    """Code lives in modules named for their job; an `__init__.py` only re-exports."""
+    assert not face_problems(face.read_text()), face_problems(face.read_text())
+
+
+def test_the_face_checker_sees_code_and_private_names():
+    assert face_problems('"""doc"""\nfrom .a import b as b\n__version__ = "1"\n') == []
+    found = face_problems("from .a import b\nfrom .a import _c as _c\nX = 1\ndef f():\n    pass\n")
+    assert len(found) == 4, found
+
+
+@pytest.mark.parametrize("face", FACES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_public_name_shadows_a_module(face):
+    """`eqx_fmnist.cli.command` must stay the module: a face re-exports no function or
+    class under the name of one of its own modules."""
+    modules = {p.stem for p in face.parent.glob("*.py")} | {
+        p.parent.name for p in face.parent.glob("*/__init__.py")
+    }
+    for node in ast.parse(face.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            for alias in node.names:
+                assert (alias.asname or alias.name) not in modules, (
+                    f"{face.relative_to(PACKAGE)}: `{alias.name}` from .{node.module} hides "
+                    f"the module {alias.name}"
+                )

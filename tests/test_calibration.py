@@ -66,10 +66,19 @@ def test_the_temperature_minimises_the_nll_on_a_grid():
 
 @pytest.fixture(scope="module")
 def calibrated(real_data):
+    """Trained on 55,000 images, then calibrated on the 5,000 held out: a step after
+    training, as the command line does it."""
+    import types
+
     import eqx_fmnist as ef
 
     config = ef.TrainConfig(steps=150, hidden_sizes=(64, 32), calibration_size=5000)
-    return ef.fit(config, real_data)
+    splits = ef.split_data(real_data, calibration_size=config.calibration_size)
+    result = ef.fit(config, splits)
+    calibration = ef.calibrate(result.model, splits.train, splits.calibration)
+    return types.SimpleNamespace(
+        model=result.model, calibration=calibration, splits=splits, result=result
+    )
 
 
 @pytest.mark.slow
@@ -79,7 +88,7 @@ def test_a_run_holds_out_images_for_its_calibration(calibrated, real_data, tmp_p
 
     cal = calibrated.calibration
     assert cal.held_out == 5000 and 0.2 < cal.temperature < 5
-    assert calibrated.config.num_train(60_000) == 55_000
+    assert len(calibrated.splits.train) == 55_000 and len(calibrated.splits.calibration) == 5000
     _, test = ef.to_datasets(real_data)
     raw = evaluate_calibration(calibrated.model, test)
     scaled = evaluate_calibration(calibrated.model, test, temperature=cal.temperature)
@@ -117,12 +126,48 @@ def test_the_trust_flag_on_real_and_not_clothing_images(calibrated, real_data):
     assert rate(digits) >= 0.8
 
 
-def test_members_are_not_calibrated_yet():
-    from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.state import check_members
+def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_features(small):
+    """The temperature of an ensemble is fitted to the log of its mean probability
+    (recomputed here with numpy from each member alone), and the trust flag holds each
+    member's own class means, equal to that member's alone; its score is their mean."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.calibration import features, fit_temperature, fit_trust
 
-    with pytest.raises(ValueError, match="not calibrated yet"):
-        check_members([TrainConfig(calibration_size=100)] * 2)
+    config = ef.TrainConfig(steps=8, batch_size=32, hidden_sizes=(16,))
+    members = ef.fit_ensemble(config, seeds=2, data=(small, None))
+    train, held = small.split(64, key=__import__("jax").random.PRNGKey(0))
+    cal = ef.calibrate(members.model, train, held)
+    probs = np.stack(
+        [np.asarray(ef.predict_proba(ef.select_members(members.model, i), held.images))
+         for i in range(2)]
+    )  # fmt: skip
+    log_mean = np.log(probs.mean(0))
+    assert cal.temperature == pytest.approx(fit_temperature(log_mean, held.labels), rel=1e-4)
+    assert cal.trust.means.shape == (2, 10, 16) and cal.held_out == 64
+    alone = [fit_trust(ef.select_members(members.model, i), train, held) for i in range(2)]
+    for i in range(2):
+        np.testing.assert_allclose(cal.trust.means[i], alone[i].means, rtol=1e-6)
+    feats = features(members.model, held.images)
+    mean_score = np.mean(
+        [alone[i].scores(features(ef.select_members(members.model, i), held.images))
+         for i in range(2)], axis=0,
+    )  # fmt: skip
+    np.testing.assert_allclose(cal.trust.scores(feats), mean_score, rtol=1e-6)
+
+
+def test_the_trust_score_is_the_smallest_mahalanobis_distance():
+    """Against the plain formula `(f - m)' P (f - m)`, computed class by class."""
+    from eqx_fmnist.calibration import Trust
+
+    rng = np.random.default_rng(3)
+    feats, means = rng.normal(size=(40, 6)), rng.normal(size=(10, 6))
+    a = rng.normal(size=(6, 6))
+    precision = a @ a.T + np.eye(6)
+    trust = Trust(means, precision, 1.0, (0.0, 1.0), 0.0)
+    want = np.array(
+        [min((f - m) @ precision @ (f - m) for m in means) for f in feats]
+    )  # fmt: skip
+    np.testing.assert_allclose(trust.scores(feats), want, rtol=1e-9)
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True])

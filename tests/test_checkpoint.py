@@ -40,7 +40,7 @@ def test_save_load_continue_equals_straight_through(small, tmp_path):
     from eqx_fmnist.checkpoint import read_header
 
     meta, _ = read_header(path)
-    assert meta["versions"]["jax"] and meta["format_version"] == 1
+    assert meta["versions"]["jax"] and meta["format_version"] == 2
 
 
 def _saved(small, tmp_path, **kw):

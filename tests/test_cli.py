@@ -13,10 +13,10 @@ def test_data_command_shows_the_splits(real_data):
 
 
 def test_data_command_without_data_is_one_clear_line(tmp_path, monkeypatch, capsys):
-    import eqx_fmnist.cli as cli
+    import eqx_fmnist.cli.command as cli
     import eqx_fmnist.data as data
 
-    monkeypatch.setattr(data.idx, "DEBIAN_DIR", tmp_path / "no-debian")
+    monkeypatch.setattr(data.facts, "DEBIAN_DIR", tmp_path / "no-debian")
     status = cli.main(["data", "--no-download"])
     err = capsys.readouterr().err
     assert status == 2
@@ -27,7 +27,7 @@ def test_data_command_without_data_is_one_clear_line(tmp_path, monkeypatch, caps
 @pytest.mark.parametrize("command", ["data", "train"])
 def test_an_empty_data_dir_is_an_error_not_a_silent_fallback(command, tmp_path, capsys, real_data):
     """The Debian copy is installed, but an explicit folder is never replaced by it."""
-    import eqx_fmnist.cli as cli
+    import eqx_fmnist.cli.command as cli
 
     empty = tmp_path / "empty-folder"
     empty.mkdir()
@@ -82,7 +82,7 @@ def test_train_keeps_compiled_programs_and_writes_a_profile(trained_run):
 
 
 def test_the_compile_cache_can_be_moved_or_turned_off(monkeypatch, real_data):
-    import eqx_fmnist.cli as cli
+    import eqx_fmnist.cli.command as cli
 
     monkeypatch.setenv("EQX_FMNIST_COMPILE_CACHE", "off")
     assert cli.compile_cache_dir() is None
@@ -133,7 +133,7 @@ def test_train_writes_a_complete_run_folder(trained_run):
             assert im.size[0] >= min_size[0] and im.size[1] >= min_size[1], (name, im.size)
             pixels = np.asarray(im.convert("L"))
         assert pixels.std() > 10, f"{name} looks blank"
-    assert "test accuracy" in result.stdout and "tokens/sec (projected)" in result.stdout
+    assert "Test results (10,000 images)" in result.stdout and "tokens/sec projected" in result.stdout
 
 
 def test_evaluate_reproduces_the_summary(trained_run, real_data):
@@ -153,7 +153,7 @@ def test_predict_classifies_a_png_of_a_test_image(trained_run, real_data, tmp_pa
 
     from eqx_fmnist.checkpoint import load_checkpoint
     from eqx_fmnist.data import CLASS_NAMES
-    from eqx_fmnist.evaluate import predict
+    from eqx_fmnist.evaluation import predict
 
     out, _ = trained_run
     model = load_checkpoint(out / "checkpoint.eqx").state.model
@@ -279,7 +279,7 @@ def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data
 
 
 def test_an_internal_type_error_is_a_bug_with_a_traceback_not_a_usage_error(monkeypatch):
-    import eqx_fmnist.cli as cli
+    import eqx_fmnist.cli.command as cli
 
     def broken(args):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")

@@ -12,9 +12,9 @@ LOADER = """
 import json, sys, dataclasses
 import eqx_fmnist.data as data
 specs = json.loads(sys.argv[1])
-data.idx.FILES = {k: data.IdxFile(**v) for k, v in specs.items()}
+data.facts.FILES = {k: data.IdxFile(**v) for k, v in specs.items()}
 from pathlib import Path
-data.idx.DEBIAN_DIR = Path(sys.argv[3])
+data.facts.DEBIAN_DIR = Path(sys.argv[3])
 fm = data.load_fashion_mnist(mirrors=[sys.argv[2]])
 print(len(fm.train_images), fm.source)
 """

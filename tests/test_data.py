@@ -107,7 +107,7 @@ def four_sources(tmp_path, monkeypatch):
         arrays = synthetic_arrays(n_train=10 + i, n_test=10, seed=i)
         folders[name] = write_fmnist_dir(tmp_path / name, arrays, gz=(i % 2 == 0))
     monkeypatch.setenv("EQX_FMNIST_DATA", str(folders["env"]))
-    monkeypatch.setattr(data.idx, "DEBIAN_DIR", folders["debian"])
+    monkeypatch.setattr(data.facts, "DEBIAN_DIR", folders["debian"])
     cache = data.cache_dir()
     cache.parent.mkdir(parents=True, exist_ok=True)
     folders["cache"].rename(cache)
@@ -155,7 +155,7 @@ def test_an_explicit_folder_without_the_files_is_an_error_not_a_fallback(four_so
 def test_not_found_lists_every_place_and_the_three_fixes(tmp_path, monkeypatch):
     import eqx_fmnist.data as data
 
-    monkeypatch.setattr(data.idx, "DEBIAN_DIR", tmp_path / "no-debian")
+    monkeypatch.setattr(data.facts, "DEBIAN_DIR", tmp_path / "no-debian")
     monkeypatch.setenv("EQX_FMNIST_DATA", str(tmp_path / "no-env"))
     with pytest.raises(data.DataNotFoundError) as info:
         data.load_fashion_mnist(download=False)
@@ -174,8 +174,8 @@ def test_verification_is_remembered_and_redone_when_the_file_changes(tmp_path, m
 
     arrays = synthetic_arrays()
     folder = write_fmnist_dir(tmp_path / "d", arrays)
-    blobs = {k: (folder / f"{s.name}.gz").read_bytes() for k, s in data.idx.FILES.items()}
-    monkeypatch.setattr(data.idx, "FILES", specs_for(arrays, blobs))
+    blobs = {k: (folder / f"{s.name}.gz").read_bytes() for k, s in data.facts.FILES.items()}
+    monkeypatch.setattr(data.facts, "FILES", specs_for(arrays, blobs))
     calls = []
     real_check = data.store._check_sha256
     monkeypatch.setattr(
@@ -211,8 +211,8 @@ def gz_folder(tmp_path, monkeypatch):
 
     arrays = synthetic_arrays()
     folder = write_fmnist_dir(tmp_path / "d", arrays)
-    blobs = {k: (folder / f"{s.name}.gz").read_bytes() for k, s in data.idx.FILES.items()}
-    monkeypatch.setattr(data.idx, "FILES", specs_for(arrays, blobs))
+    blobs = {k: (folder / f"{s.name}.gz").read_bytes() for k, s in data.facts.FILES.items()}
+    monkeypatch.setattr(data.facts, "FILES", specs_for(arrays, blobs))
     return folder, arrays
 
 
@@ -233,7 +233,7 @@ def test_a_second_load_reads_decoded_copies_instead_of_gunzipping(gz_folder, mon
     data.load_fashion_mnist(folder, download=False)
     copies = {p.name: p for p in data.decoded_dir().rglob("*-ubyte")}
     assert len(copies) == 4
-    for key, spec in data.idx.FILES.items():  # each copy is the file's decompressed content
+    for key, spec in data.facts.FILES.items():  # each copy is the file's decompressed content
         assert copies[spec.name].read_bytes() == idx_bytes(arrays[key])
     opened = _opened_gzips(monkeypatch)
     again = data.load_fashion_mnist(folder, download=False)
@@ -277,10 +277,10 @@ def server(tmp_path, monkeypatch):
     import eqx_fmnist.data as data
 
     arrays = synthetic_arrays()
-    blobs = {k: gzip.compress(idx_bytes(arrays[k])) for k in data.idx.FILES}
-    monkeypatch.setattr(data.idx, "FILES", specs_for(arrays, blobs))
-    monkeypatch.setattr(data.idx, "DEBIAN_DIR", tmp_path / "no-debian")
-    srv = LocalServer({f"{data.idx.FILES[k].name}.gz": blobs[k] for k in blobs})
+    blobs = {k: gzip.compress(idx_bytes(arrays[k])) for k in data.facts.FILES}
+    monkeypatch.setattr(data.facts, "FILES", specs_for(arrays, blobs))
+    monkeypatch.setattr(data.facts, "DEBIAN_DIR", tmp_path / "no-debian")
+    srv = LocalServer({f"{data.facts.FILES[k].name}.gz": blobs[k] for k in blobs})
     srv.arrays = arrays
     yield srv
     srv.close()
@@ -296,7 +296,7 @@ def test_good_download_verifies_and_lands_in_the_cache(server):
     assert fm.source == data.cache_dir()
     np.testing.assert_array_equal(fm.test_images, server.arrays["test_images"])
     assert sorted(p.name for p in data.cache_dir().iterdir()) == sorted(
-        f"{s.name}.gz" for s in data.idx.FILES.values()
+        f"{s.name}.gz" for s in data.facts.FILES.values()
     )
     assert progress[-1][1] == progress[-1][2]  # the last report is complete
     # A second load finds the cache and asks the server for nothing.

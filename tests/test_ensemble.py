@@ -41,24 +41,29 @@ def max_diff(a, b) -> float:
 
 
 def test_each_initial_member_is_the_single_runs_initial_state_exactly():
-    from eqx_fmnist.state import init_members, init_state, member
+    from eqx_fmnist.state import init_members, init_state, select_members
 
     configs = [config(seed=s) for s in (3, 0)]
     stacked = init_members(configs, 256)
-    assert stacked.step.shape == (2,)
+    assert stacked.step.shape == (2,) and stacked.num_members == 2
     for i, c in enumerate(configs):
         one = init_state(c, 256)
-        assert same_arrays(member(stacked, i), one)
+        assert one.num_members is None
+        assert same_arrays(select_members(stacked, i), one)
 
 
-def test_differing_numbers_become_arrays_in_the_state():
-    from eqx_fmnist.state import init_members
+def test_the_numbers_are_arrays_in_the_state_for_one_run_and_for_members():
+    from eqx_fmnist.state import init_members, init_state
 
     configs = [config(learning_rate=1e-3, label_smoothing=0.0), config(learning_rate=2e-3)]
     stacked = init_members(configs, 256)
-    np.testing.assert_allclose(stacked.opt_state.hyperparams["learning_rate"], [1e-3, 2e-3])
-    np.testing.assert_allclose(stacked.opt_state.hyperparams["weight_decay"], [0.05, 0.05])
+    np.testing.assert_allclose(stacked.hyperparams["learning_rate"], [1e-3, 2e-3])
+    np.testing.assert_allclose(stacked.hyperparams["weight_decay"], [0.05, 0.05])
     np.testing.assert_allclose(stacked.hyperparams["label_smoothing"], [0.0, 0.1])
+    one = init_state(configs[1], 256)
+    assert {k: float(v) for k, v in one.hyperparams.items()} == pytest.approx(
+        {"learning_rate": 2e-3, "weight_decay": 0.05, "label_smoothing": 0.1}
+    )
 
 
 @pytest.mark.parametrize(
@@ -93,15 +98,19 @@ def test_each_member_is_the_run_fit_would_have_made(small):
 
     c = config()
     ens = ef.fit_ensemble(c, seeds=(0, 5), data=(small, small))
-    assert len(ens.history) == 2 and [h["step"] for h in ens.history[1]] == [4, 8, 12]
+    assert type(ens) is ef.TrainResult and ens.num_members == 2  # the one result type
+    assert [h["step"] for h in ens.history] == [4, 8, 12]
+    assert all(len(h["members"]) == 2 for h in ens.history)
     for i, seed in enumerate((0, 5)):
         single = ef.fit(c.with_changes(seed=seed), (small, small))
-        assert max_diff(ens.member_model(i), single.model) < 1e-5
+        assert max_diff(ef.select_members(ens.model, i), single.model) < 1e-5
         assert np.array_equal(ens.state.key[i], single.state.key)
         np.testing.assert_allclose(
-            [h["loss"] for h in ens.history[i]], [h["loss"] for h in single.history], rtol=1e-5
+            [h["members"][i]["loss"] for h in ens.history],
+            [h["loss"] for h in single.history],
+            rtol=1e-5,
         )
-        assert abs(ens.members[i].accuracy - single.test.accuracy) <= 1 / len(small)
+        assert abs(ens.test.members[i].accuracy - single.test.accuracy) <= 1 / len(small)
 
 
 @pytest.mark.slow
@@ -109,21 +118,20 @@ def test_members_that_differ_in_numbers_match_their_single_runs(small):
     """Learning rate, weight decay and label smoothing as arrays in the state (one
     program) against the single runs, where they are constants of the program."""
     import eqx_fmnist as ef
-    from eqx_fmnist.ensemble import fit_members
 
     configs = [
         config(learning_rate=1e-3, weight_decay=0.0, label_smoothing=0.0, schedule="cosine"),
         config(learning_rate=3e-3, weight_decay=0.1, label_smoothing=0.2, schedule="cosine"),
     ]
-    ens = fit_members(configs, (small, small))
+    ens = ef.fit(configs, (small, small))
     for i, c in enumerate(configs):
         single = ef.fit(c, (small, small))
-        assert max_diff(ens.member_model(i), single.model) < 1e-5
-        assert ens.history[i][-1]["learning_rate"] == pytest.approx(
+        assert max_diff(ef.select_members(ens.model, i), single.model) < 1e-5
+        assert ens.history[-1]["members"][i]["learning_rate"] == pytest.approx(
             single.history[-1]["learning_rate"], rel=1e-6
         )
     # They did train differently: the two members are far apart.
-    assert max_diff(ens.member_model(0), ens.member_model(1)) > 1e-2
+    assert max_diff(ef.select_members(ens.model, 0), ef.select_members(ens.model, 1)) > 1e-2
 
 
 @pytest.mark.slow
@@ -134,8 +142,8 @@ def test_members_match_single_runs_after_two_epochs_of_the_real_recipe(real_data
     ens = ef.fit_ensemble(c, seeds=(0, 1), data=real_datasets)
     for i in range(2):
         single = ef.fit(c.with_changes(seed=i), real_datasets)
-        assert max_diff(ens.member_model(i), single.model) < 1e-4
-        assert abs(ens.members[i].accuracy - single.test.accuracy) <= 0.002
+        assert max_diff(ef.select_members(ens.model, i), single.model) < 1e-4
+        assert abs(ens.test.members[i].accuracy - single.test.accuracy) <= 0.002
 
 
 @pytest.mark.slow
@@ -145,15 +153,21 @@ def test_the_ensemble_evaluation_against_numpy(small):
     ens = ef.fit_ensemble(config(), seeds=3, data=(small, small))
     labels = np.asarray(small.labels)
     probs = np.stack(
-        [np.asarray(ef.predict_proba(ens.member_model(i), small.images)) for i in range(3)]
+        [
+            np.asarray(ef.predict_proba(ef.select_members(ens.model, i), small.images))
+            for i in range(3)
+        ]
     )
-    for i, m in enumerate(ens.members):
+    for i, m in enumerate(ens.test.members):
         assert m.accuracy == pytest.approx(np.mean(probs[i].argmax(-1) == labels))
     mean = probs.mean(axis=0)
-    assert ens.ensemble.accuracy == pytest.approx(np.mean(mean.argmax(-1) == labels))
+    assert ens.test.accuracy == pytest.approx(np.mean(mean.argmax(-1) == labels))
     nll = -np.log(mean[np.arange(len(labels)), labels]).mean()
-    assert ens.ensemble.loss == pytest.approx(nll, rel=1e-4)
-    assert ens.accuracy_std == pytest.approx(np.std([m.accuracy for m in ens.members], ddof=1))
+    assert ens.test.loss == pytest.approx(nll, rel=1e-4)
+    accs = [m.accuracy for m in ens.test.members]
+    assert ens.test.accuracy_std == pytest.approx(np.std(accs, ddof=1))
+    # The one function for an ensemble's probabilities, against numpy's mean.
+    np.testing.assert_allclose(ef.predict_proba(ens.model, small.images), mean, rtol=1e-5, atol=1e-6)
 
 
 def test_a_member_that_diverges_is_named(small):
@@ -161,7 +175,7 @@ def test_a_member_that_diverges_is_named(small):
 
     configs = [config(seed=0), config(seed=1, learning_rate=1e30)]
     with pytest.raises(ef.NonFiniteError, match=r"member 1 \(seed=1, learning_rate=1e\+30"):
-        ef.ensemble.fit_members(configs, (small, small))
+        ef.fit(configs, (small, small))
 
 
 def test_members_that_would_not_fit_in_memory_are_refused_before_compiling(small, monkeypatch):
@@ -207,18 +221,18 @@ def test_a_sweep_is_one_compile_ranked_on_validation(small, tmp_path):
     assert eqx.debug.get_num_traces(step._steps_traced) - traces == 1
     assert len(result.members.configs) == 8 and len(result.points) == 4
     # Ranked by validation accuracy, recomputed here member by member.
-    train, valid = small.split(64, key=jax.random.PRNGKey(ef.config.VALIDATION_SEED))
+    train, valid = small.split(64, key=jax.random.PRNGKey(ef.dataset.VALIDATION_SEED))
     accs = np.array(
         [
-            ef.evaluate_model(result.members.member_model(i), valid).accuracy
+            ef.evaluate(ef.select_members(result.members.model, i), valid).accuracy
             for i in range(len(result.members.configs))
         ]
     ).reshape(4, 2)
     np.testing.assert_allclose(result.validation_accuracy, accs)
     assert result.best == int(np.argmax(accs.mean(axis=1)))
     # The test set is touched only for the winner's seeds.
-    assert result.members.members == [] and result.members.ensemble is None
-    assert len(result.test) == 2 and result.test[0].count == len(small)
+    assert result.members.test is None
+    assert len(result.test.members) == 2 and result.test.count == len(small)
     winner = result.best_point
     assert result.members.configs[result.best * 2].learning_rate == winner["learning_rate"]
     written = result.write(tmp_path)
@@ -270,11 +284,11 @@ def test_the_grid_comes_back_from_the_member_configs():
 
 def test_an_interrupted_ensemble_resumes_exactly(small, tmp_path):
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
-    from eqx_fmnist.ensemble import fit_members
     from eqx_fmnist.runs import Interrupted, RunFolder
+    from eqx_fmnist.train import fit
 
     configs = [config(seed=s, learning_rate=lr) for s, lr in ((0, 1e-3), (1, 3e-3))]
-    whole = fit_members(configs, (small, small))
+    whole = fit(configs, (small, small))
     with RunFolder(tmp_path, configs[0], num_train=len(small), members=configs) as run:
 
         def stop_after_first(record, state):
@@ -282,17 +296,19 @@ def test_an_interrupted_ensemble_resumes_exactly(small, tmp_path):
             run.callback(record, state)
 
         with pytest.raises(Interrupted):
-            fit_members(configs, (small, small), callback=stop_after_first)
+            fit(configs, (small, small), callback=stop_after_first)
     ckpt = load_checkpoint(tmp_path / "checkpoint.eqx")
     assert ckpt.step == 4 and ckpt.members == tuple(configs)
-    resumed = fit_members(ckpt.members, (small, small), state=ckpt.state)
+    resumed = fit(ckpt.members, (small, small), state=ckpt.state)
     assert same_arrays(resumed.state.model, whole.state.model)
-    assert [h["step"] for h in resumed.history[0]] == [8, 12]
+    assert [h["step"] for h in resumed.history] == [8, 12]
     # A stacked state needs its member configs, and the other way round.
     with pytest.raises(ValueError, match="stacked members"):
         save_checkpoint(tmp_path / "x.eqx", whole.state, configs[0], num_train=len(small))
     with pytest.raises(ValueError, match="holds 2 members, but 3"):
-        fit_members([*configs, config(seed=9)], (small, small), state=ckpt.state)
+        fit([*configs, config(seed=9)], (small, small), state=ckpt.state)
+    with pytest.raises(ValueError, match="holds 2 members, but one config"):
+        fit(configs[0], (small, small), state=ckpt.state)
 
 
 @pytest.mark.slow
@@ -309,25 +325,25 @@ def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data
             real_data, test_images=real_data.test_images[:256],
             test_labels=real_data.test_labels[:256],
         )  # fmt: skip
-        result = ef.ensemble.fit_members(configs, (small, test), callback=run.callback)
+        result = ef.fit(configs, (small, test), callback=run.callback)
         summary = run.finish(result, data)
-    assert summary["test_accuracy"] == pytest.approx(result.ensemble.accuracy)
+    assert summary["test_accuracy"] == pytest.approx(result.test.accuracy)
     assert [m["seed"] for m in summary["members"]] == [0, 1]
     lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert len(lines[-1]["members"]) == 2
     assert lines[-1]["loss"] == pytest.approx(np.mean([m["loss"] for m in lines[-1]["members"]]))
 
 
-def test_select_members_keeps_the_stack():
-    from eqx_fmnist.ensemble import select_members
-    from eqx_fmnist.state import init_members, member
+def test_select_members_keeps_the_stack_or_takes_one():
+    from eqx_fmnist.state import init_members, init_state, select_members
 
     stacked = init_members([config(seed=s) for s in range(4)], 256)
     two = select_members(stacked, [3, 1])
-    assert two.step.shape == (2,)
-    assert same_arrays(member(two, 0), member(stacked, 3))
-    assert tree_allclose(member(two, 1).model, member(stacked, 1).model)
+    assert two.step.shape == (2,) and two.num_members == 2
+    assert same_arrays(select_members(two, 0), select_members(stacked, 3))
+    assert tree_allclose(select_members(two, 1).model, select_members(stacked, 1).model)
     assert jnp.array_equal(two.key[1], stacked.key[1])
+    assert same_arrays(select_members(stacked, 2), init_state(config(seed=2), 256))
 
 
 def test_the_heatmap_writes_every_cell_and_outlines_the_best():

@@ -88,8 +88,8 @@ def test_policy_strings_parse_or_raise_value_error(text):
     )
 )
 def test_hidden_flag_parses_or_raises_a_clear_error(text):
+    from eqx_fmnist.cli.flags import _int_tuple
     from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.flags import _int_tuple
 
     try:
         sizes = TrainConfig(hidden_sizes=_int_tuple(text)).hidden_sizes

@@ -34,7 +34,7 @@ def test_bad_checkpoint_cadence_is_a_run_error(text):
 
 
 def saves(monkeypatch):
-    import eqx_fmnist.runs as runs
+    import eqx_fmnist.runs.folder as runs
 
     saved, real = [], runs.save_checkpoint
 
@@ -133,11 +133,11 @@ def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
 
 def test_tensorboard_shows_each_member_of_an_ensemble(small, tmp_path):
     pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
-    from eqx_fmnist.ensemble import fit_members
     from eqx_fmnist.runs import RunFolder
+    from eqx_fmnist.train import fit
 
     configs = [config(steps=4, seed=s) for s in (0, 1)]
     with RunFolder(tmp_path, configs[0], num_train=256, tensorboard=True, members=configs) as run:
-        fit_members(configs, (small, small), callback=run.callback)
+        fit(configs, (small, small), callback=run.callback)
     blob = b"".join(p.read_bytes() for p in (tmp_path / "tensorboard").rglob("events.*"))
     assert b"train/loss" in blob and b"members/0/loss" in blob and b"members/1/accuracy" in blob

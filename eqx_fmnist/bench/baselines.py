@@ -25,8 +25,9 @@ import jax.random as jr
 import numpy as np
 import optax
 
-from ..config import TrainConfig, optax_promotion
+from ..config import TrainConfig
 from ..dataset import ArrayDataset, normalize, steps_per_epoch
+from ..precision import optax_promotion
 from ..state import init_state
 
 Trainer = Callable[[int], float]

@@ -3,7 +3,7 @@
 import dataclasses
 from typing import Any
 
-from .measure import TOKENS_PER_EXAMPLE, MatmulBound, Throughput
+from .timing import TOKENS_PER_EXAMPLE, MatmulBound, Throughput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +33,7 @@ class BenchmarkReport:
 
     **Fields:**
 
-    - `facts`: [`machine_facts`][eqx_fmnist.bench.measure.machine_facts].
+    - `facts`: [`machine_facts`][eqx_fmnist.bench.timing.machine_facts].
     - `bf16_matmul_speedup`: XLA's bfloat16 (float32-accumulating) matmul over its
         float32 one on this machine.
     - `flops_per_example`, `xla_flops_per_example`: the hand count of matmul FLOPs per

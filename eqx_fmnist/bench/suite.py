@@ -15,19 +15,19 @@ import numpy as np
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import ArrayDataset, epoch_indices, steps_per_epoch
-from ..evaluate import evaluate
+from ..evaluation import evaluate
 from ..state import init_state
 from ..step import compile_steps, train_step, train_steps
 from ..train import fit
 from .baselines import Trainer, codelab_trainer, pytorch_trainer
-from .measure import (
+from .report import BenchmarkReport, Cadence
+from .timing import (
     Throughput,
     machine_facts,
     matmul_bound,
     matmul_flops_per_example,
     measure_interleaved,
 )
-from .report import BenchmarkReport, Cadence
 
 CODELAB_READ_EVERY = 25
 """The codelab logs (reads the loss back to the host) every 25 steps."""
@@ -119,7 +119,7 @@ def compare_training(
 
     **Returns:**
 
-    One [`Throughput`][eqx_fmnist.bench.measure.Throughput] per variant, in order.
+    One [`Throughput`][eqx_fmnist.bench.timing.Throughput] per variant, in order.
     """
     config = TrainConfig() if config is None else config
     unknown = set(variants) - set(TRAINERS)
@@ -164,7 +164,7 @@ def xla_flops_per_example(dataset: ArrayDataset, config: TrainConfig) -> float:
 
     It counts every floating-point operation XLA emits (the elementwise work too, not
     just the matmuls), as XLA estimates it; compare it with
-    [`matmul_flops_per_example`][eqx_fmnist.bench.measure.matmul_flops_per_example].
+    [`matmul_flops_per_example`][eqx_fmnist.bench.timing.matmul_flops_per_example].
     One step, because XLA counts a loop's body once, however many times it runs.
     """
     state = init_state(config, len(dataset))

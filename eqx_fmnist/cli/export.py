@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import load_checkpoint
-from ..dataset import to_datasets
-from ..evaluate import evaluate, evaluate_ensemble
+from ..dataset import split_data
+from ..evaluation import evaluate
 from ..export import SUFFIXES, Format, export_model, load_artifact, manifest_path
 from .common import add_data_args, checkpoint_path, console, load_data
+from .evaluate import load_calibration
 
 
 def add_export_parser(sub) -> None:
@@ -36,17 +36,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run)
     ckpt, fm = load_checkpoint(path), load_data(args)
     out = args.out or path.parent / f"model{SUFFIXES[args.format]}"
-    (_, test), state = to_datasets(fm), ckpt.state
-    members = ckpt.members is not None
-    if members:
-        test_result = evaluate_ensemble(state.model, test, policy=state.policy)[1]
-    else:
-        test_result = evaluate(state.model, test, policy=state.policy)
-    calibration = path.parent / CALIBRATION_FILE
-    temperature = Calibration.load(calibration).temperature if calibration.is_file() else 1.0
+    test, state = split_data(fm).test, ckpt.state
+    test_result = evaluate(state.model, test, policy=state.policy)
+    calibration = load_calibration(path)
+    temperature = calibration.temperature if calibration else 1.0
     with console.status(f"exporting and checking on {len(test):,} test images ..."):
         manifest = export_model(
-            state.model, state.policy, ckpt.config, out, format=args.format, members=members,
+            state.model, state.policy, ckpt.config, out, format=args.format,
             temperature=temperature,
             check_images=fm.test_images.reshape(len(fm.test_images), -1),
             extra={"test_accuracy": test_result.accuracy, "step": ckpt.step},

@@ -10,12 +10,12 @@ import numpy as np
 from PIL import Image
 
 from .. import data as data_mod
-from ..calibration import CALIBRATION_FILE, Calibration, features
+from ..calibration import features
 from ..checkpoint import load_checkpoint
-from ..evaluate import predict_proba
+from ..evaluation import member_probabilities, predict_proba
 from .common import checkpoint_path, console
+from .evaluate import load_calibration
 from .export import is_artifact, predict_with_artifact
-from .members import predict_members
 
 NOT_CALIBRATED = (
     "probabilities are not calibrated and unusual inputs are not flagged: train with "
@@ -44,34 +44,31 @@ def add_predict_parser(sub) -> None:
                    help="save what the model saw, IMAGE.prepared.png, in DIR (default: .)")  # fmt: skip
 
 
-def _calibration(path: Path) -> Calibration | None:
-    file = path.parent / CALIBRATION_FILE
-    return Calibration.load(file) if file.is_file() else None
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, but got {args.top}.")
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
-    each, flags, scores, calibration, single = None, None, None, None, False
+    each, flags, scores, calibration, checkpoint = None, None, None, None, False
     if is_artifact(args.checkpoint):  # an exported model: no checkpoint, no model code
         probs = predict_with_artifact(args.checkpoint, flat)
     else:
-        path = checkpoint_path(args.checkpoint)
-        ckpt = load_checkpoint(path)
-        if ckpt.members is not None:  # the ensemble: the mean of the members' probabilities
-            probs, each = predict_members(ckpt, jnp.asarray(flat), show_members=args.members)
-        else:
-            single, calibration = True, _calibration(path)
-            model, policy = ckpt.state.model, ckpt.state.policy
-            temperature = calibration.temperature if calibration else 1.0
-            raw = np.asarray(predict_proba(model, jnp.asarray(flat), policy=policy))
-            probs = _rescale(raw, temperature)
-            if calibration is not None:
-                feats = features(model, jnp.asarray(flat), policy=policy)
-                scores = calibration.trust.scores(feats)
-                flags = calibration.trust.flags(feats, flat)
+        checkpoint, path = True, checkpoint_path(args.checkpoint)
+        ckpt, calibration = load_checkpoint(path), load_calibration(path)
+        model, policy = ckpt.state.model, ckpt.state.policy
+        # One model's probabilities, or the ensemble's: the mean of its members'.
+        raw = np.asarray(predict_proba(model, jnp.asarray(flat), policy=policy))
+        probs = _rescale(raw, calibration.temperature if calibration else 1.0)
+        if ckpt.members is not None and args.members:
+            guesses = np.asarray(member_probabilities(model, jnp.asarray(flat), policy=policy))
+            each = [
+                ", ".join(data_mod.CLASS_NAMES[c] for c in guesses[:, j].argmax(axis=-1))
+                for j in range(len(flat))
+            ]
+        if calibration is not None:
+            feats = features(model, jnp.asarray(flat), policy=policy)
+            scores = calibration.trust.scores(feats)
+            flags = calibration.trust.flags(feats, flat)
     if args.show is not None:
         args.show.mkdir(parents=True, exist_ok=True)
     for i, (path, p) in enumerate(zip(args.images, probs, strict=True)):
@@ -103,7 +100,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
         console.print(f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
                       markup=False, highlight=False)  # fmt: skip
-    if not args.json and single and calibration is None:
+    if not args.json and checkpoint and calibration is None:
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
 

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..fileio import atomic_write
-from . import idx
-from .idx import MIRRORS, ChecksumError, DataError, DownloadError, IdxFile, ProgressFn
+from . import facts
+from .errors import ChecksumError, DataError, DownloadError
+from .facts import MIRRORS, IdxFile, ProgressFn
 from .store import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def download_fashion_mnist(
     for mirror in mirrors:
         _check_url(mirror)
     folder.mkdir(parents=True, exist_ok=True)
-    for spec in idx.FILES.values():
+    for spec in facts.FILES.values():
         target = folder / f"{spec.name}.gz"
         if target.is_file():
             continue

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .idx import DataError
+from .errors import DataError
 
 MAX_PIXELS = 50_000_000
 """Larger images are refused before they are decoded (50 megapixels)."""

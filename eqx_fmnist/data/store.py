@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..fileio import atomic_write
-from . import idx
-from .idx import ChecksumError, IdxFile, _read_bytes
+from . import facts
+from .errors import ChecksumError, DataNotFoundError
+from .facts import IdxFile
+from .idx import read_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +37,10 @@ def candidate_dirs(data_dir: str | os.PathLike | None = None) -> list[tuple[str,
     if data_dir is not None:
         return [("data_dir argument", Path(data_dir).expanduser())]
     dirs: list[tuple[str, Path]] = []
-    if os.environ.get(idx.ENV_VAR):
-        dirs.append((f"${idx.ENV_VAR}", Path(os.environ[idx.ENV_VAR]).expanduser()))
+    if os.environ.get(facts.ENV_VAR):
+        dirs.append((f"${facts.ENV_VAR}", Path(os.environ[facts.ENV_VAR]).expanduser()))
     dirs.append(("user cache", cache_dir()))
-    dirs.append(("Debian package dataset-fashion-mnist", idx.DEBIAN_DIR))
+    dirs.append(("Debian package dataset-fashion-mnist", facts.DEBIAN_DIR))
     return dirs
 
 
@@ -52,7 +54,7 @@ def _file_in(folder: Path, spec: IdxFile) -> Path | None:
 def files_in(folder: str | os.PathLike) -> dict[str, Path] | None:
     """The four files in `folder` (`.gz` preferred over raw), or `None` if any is missing."""
     folder = Path(folder)
-    found = {key: _file_in(folder, spec) for key, spec in idx.FILES.items()}
+    found = {key: _file_in(folder, spec) for key, spec in facts.FILES.items()}
     if any(p is None for p in found.values()):
         return None
     return found  # type: ignore[return-value]
@@ -69,10 +71,10 @@ def find_data_dir(data_dir: str | os.PathLike | None = None) -> tuple[str, Path]
     """
     if data_dir is not None:
         folder = Path(data_dir).expanduser()
-        missing = [f"{s.name}(.gz)" for s in idx.FILES.values() if _file_in(folder, s) is None]
+        missing = [f"{s.name}(.gz)" for s in facts.FILES.values() if _file_in(folder, s) is None]
         if missing:
             where = "does not exist" if not folder.is_dir() else f"lacks {', '.join(missing)}"
-            raise idx.DataNotFoundError(
+            raise DataNotFoundError(
                 f"data_dir {folder} {where}; give a folder that holds the four Fashion-MNIST "
                 "files, or leave it out to use the search order."
             )
@@ -95,15 +97,15 @@ def _stamp_key(path: Path) -> tuple[str, dict]:
     return str(path.resolve()), {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _read_stamps() -> dict:
+def read_stamps() -> dict:
     try:
         return json.loads(_stamp_path().read_text())
     except (OSError, ValueError):
         return {}
 
 
-def _remember_verified(paths: Sequence[Path]) -> None:
-    stamps = _read_stamps()
+def remember_verified(paths: Sequence[Path]) -> None:
+    stamps = read_stamps()
     for path in paths:
         key, value = _stamp_key(path)
         stamps[key] = value
@@ -166,14 +168,14 @@ def _store_decoded(source: Path, spec: IdxFile, raw: bytes) -> Path | None:
     return copy
 
 
-def _read_content(
+def read_content(
     path: Path, spec: IdxFile, *, verify: bool, stamps: dict
 ) -> tuple[bytes, Path, list[Path]]:
     """The decompressed content of `path` (from the decoded cache when it has a current
     copy), the file it was read from, and the files newly verified on the way."""
     decoded = _decoded_copy(path, spec)
     if decoded is not None:
-        raw = _read_bytes(decoded)
+        raw = read_bytes(decoded)
         if not verify or _is_remembered(decoded, stamps):
             return raw, decoded, []
         try:
@@ -182,7 +184,7 @@ def _read_content(
         except ChecksumError:  # a damaged copy: drop it and read the source
             logger.warning("discarding a damaged decoded copy %s", decoded)
             decoded.unlink(missing_ok=True)
-    raw, verified = _read_bytes(path), []
+    raw, verified = read_bytes(path), []
     if verify and not _is_remembered(path, stamps):
         _check_sha256(raw, spec, path)
         verified.append(path)

@@ -13,7 +13,7 @@ def trained(real_datasets):
 
 
 def test_evaluation_counts_all_10000_and_matches_numpy(trained, real_datasets, real_data):
-    from eqx_fmnist.evaluate import evaluate, predict_logits
+    from eqx_fmnist.evaluation import evaluate, predict_logits
 
     _, test = real_datasets
     for batch_size in (1000, 512, 333):  # 333 leaves a ragged last batch
@@ -30,7 +30,7 @@ def test_evaluation_counts_all_10000_and_matches_numpy(trained, real_datasets, r
 
 
 def test_confusion_matrix_matches_numpy(trained, real_datasets, real_data):
-    from eqx_fmnist.evaluate import confusion_matrix, per_class_accuracy, predict
+    from eqx_fmnist.evaluation import confusion_matrix, per_class_accuracy, predict
 
     _, test = real_datasets
     pred = np.asarray(predict(trained.model, test.images))
@@ -47,7 +47,7 @@ def test_confusion_matrix_matches_numpy(trained, real_datasets, real_data):
 
 
 def test_predict_accepts_floats_and_pixels_alike(trained):
-    from eqx_fmnist.evaluate import predict, predict_proba
+    from eqx_fmnist.evaluation import predict, predict_proba
 
     pixels = jr.randint(jr.key(0), (7, 784), 0, 256).astype(jnp.uint8)
     a = predict(trained.model, pixels)
@@ -61,10 +61,35 @@ def test_predict_accepts_floats_and_pixels_alike(trained):
 def test_most_confused_names_the_largest_off_diagonal_share():
     import numpy as np
 
-    from eqx_fmnist.evaluate import most_confused
+    from eqx_fmnist.evaluation import most_confused
 
     cm = np.array([[8, 2, 0], [0, 5, 0], [1, 3, 6]])  # class 1 is never confused
     other, share = most_confused(cm)
     assert other[0] == 1 and share[0] == 0.2
     assert other[2] == 1 and share[2] == 0.3
     assert other[1] != 1 and share[1] == 0.0  # never itself, even with no mistakes
+
+
+def test_one_evaluation_for_a_model_and_for_a_stack_of_members(small):
+    """A stack evaluates as each member alone (exactly: the same function, vmapped) and
+    as their ensemble, the mean of their probabilities (numpy here)."""
+    import eqx_fmnist as ef
+
+    configs = [ef.TrainConfig(steps=4, hidden_sizes=(16,), seed=s) for s in (0, 1, 2)]
+    stack = ef.init_members(configs, len(small)).model
+    result = ef.evaluate(stack, small, batch_size=100)  # a ragged last batch
+    assert len(result.members) == 3 and result.count == len(small)
+    probs = []
+    for i, m in enumerate(result.members):
+        one = ef.select_members(stack, i)
+        assert ef.num_members(one) is None
+        alone = ef.evaluate(one, small, batch_size=100)
+        assert (m.loss, m.accuracy) == pytest.approx((alone.loss, alone.accuracy), rel=1e-6)
+        z = np.asarray(ef.predict_logits(one, small.images), np.float64)
+        e = np.exp(z - z.max(1, keepdims=True))
+        probs.append(e / e.sum(1, keepdims=True))
+    mean, labels = np.mean(probs, axis=0), np.asarray(small.labels)
+    assert result.accuracy == pytest.approx(np.mean(mean.argmax(1) == labels))
+    assert result.loss == pytest.approx(-np.log(mean[np.arange(len(labels)), labels]).mean(), rel=1e-5)
+    np.testing.assert_allclose(ef.predict_proba(stack, small.images), mean, rtol=1e-5, atol=1e-7)
+    assert result.accuracy_mean == pytest.approx(np.mean([m.accuracy for m in result.members]))

@@ -83,7 +83,7 @@ def measure_interleaved(
 
     **Returns:**
 
-    One [`Throughput`][eqx_fmnist.bench.measure.Throughput] per variant, in order, each
+    One [`Throughput`][eqx_fmnist.bench.timing.Throughput] per variant, in order, each
     the median of its repetitions.
     """
 
@@ -124,7 +124,7 @@ def machine_facts() -> dict[str, Any]:
     **Returns:**
 
     A dict with `cpu`, `cores` (usable by this process), `flags` (those of
-    [`CPU_FLAGS`][eqx_fmnist.bench.measure.CPU_FLAGS] the CPU has), `backend`,
+    [`CPU_FLAGS`][eqx_fmnist.bench.timing.CPU_FLAGS] the CPU has), `backend`,
     `devices`, `jax`, `jaxlib`, `python` and `XLA_FLAGS`.
     """
     import jaxlib
@@ -156,15 +156,6 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
-def has_bf16_matmul_hardware(facts: Mapping[str, Any] | None = None) -> bool:
-    """Whether the machine has bfloat16 matmul instructions (AVX512-BF16 or AMX-BF16 on
-    a CPU; any GPU or TPU)."""
-    facts = machine_facts() if facts is None else facts
-    if facts["backend"] != "cpu":
-        return True
-    return bool({"avx512_bf16", "amx_bf16"} & set(facts["flags"]))
-
-
 # --------------------------------------------------------------------------- the bound
 
 
@@ -188,7 +179,7 @@ def matmul_shapes(
 
 def matmul_flops_per_example(in_size: int = 784, hidden=(256, 128), out_size: int = 10) -> int:
     """Exact matmul FLOPs of one training example (multiply-add = 2 FLOPs): the FLOPs of
-    [`matmul_shapes`][eqx_fmnist.bench.measure.matmul_shapes] per example.
+    [`matmul_shapes`][eqx_fmnist.bench.timing.matmul_shapes] per example.
 
     1,007,104 for the reference 784-256-128-10 MLP.
     """
@@ -273,7 +264,7 @@ def matmul_bound(
 
     **Returns:**
 
-    A [`MatmulBound`][eqx_fmnist.bench.measure.MatmulBound].
+    A [`MatmulBound`][eqx_fmnist.bench.timing.MatmulBound].
     """
     shapes = matmul_shapes(batch_size, hidden=tuple(hidden))
     seconds, winners = [], []

@@ -13,13 +13,13 @@ import numpy as np
 
 from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
-from ..dataset import ArrayDataset
-from ..evaluate import EvalResult, evaluate_ensemble
+from ..dataset import ArrayDataset, Splits, split_data
+from ..evaluation import EvalResult, evaluate
 from ..fileio import atomic_write
 from ..plots import plot_heatmap, save_figure
-from ..state import BATCHED, TrainState
-from ..train import Callback, prepare_data
-from .members import EnsembleResult, fit_members, member_seeds, select_members
+from ..state import BATCHED, TrainState, select_members
+from ..train import Callback, TrainResult, fit
+from .members import check_memory, member_seeds
 
 
 def grid_configs(
@@ -92,24 +92,25 @@ class SweepResult:
     - `grid`: the swept values, by field name.
     - `seeds`: the seeds each point was trained with.
     - `points`: each grid point's values, point-major as the members are.
-    - `members`: the [`EnsembleResult`][eqx_fmnist.ensemble.EnsembleResult] of all
-        points x seeds (its `state` holds every trained member; no test results).
+    - `members`: the [`TrainResult`][eqx_fmnist.train.TrainResult] of all points x
+        seeds (its `state` holds every trained member; `members.test` is `None`: the
+        test set is not looked at while choosing).
     - `best`: the index of the winning point (highest mean validation accuracy).
-    - `test`: the winner's seeds' test results, and `test_ensemble` their ensemble's.
+    - `test`: the test result of the winner's seeds: their ensemble's, each seed's in
+        `test.members`.
     """
 
     grid: dict[str, list[float]]
     seeds: tuple[int, ...]
     points: list[dict[str, float]]
-    members: EnsembleResult
+    members: TrainResult
     best: int
-    test: list[EvalResult]
-    test_ensemble: EvalResult
+    test: EvalResult
 
     @property
     def validation_accuracy(self) -> np.ndarray:
         """Shape `(points, seeds)`: every member's final validation accuracy."""
-        accs = [v.accuracy for v in self.members.validation]
+        accs = [v.accuracy for v in self.members.validation.members]
         return np.array(accs).reshape(len(self.points), len(self.seeds))
 
     @property
@@ -140,8 +141,8 @@ class SweepResult:
                 for i, p in enumerate(self.points)
             ],  # fmt: skip
             "best": {**self.best_point, "index": self.best},
-            "test_accuracy": [t.accuracy for t in self.test],
-            "test_ensemble_accuracy": self.test_ensemble.accuracy,
+            "test_accuracy": [t.accuracy for t in self.test.members],
+            "test_ensemble_accuracy": self.test.accuracy,
             "config": self.members.config.to_dict(),
             "compile_seconds": self.members.compile_seconds,
             "train_seconds": self.members.train_seconds,
@@ -157,13 +158,13 @@ class SweepResult:
             cells += [f"{a:.4f}" for a in accs[i]] + [f"**{accs[i].mean():.4f}**"]
             lines.append("| " + " | ".join(cells) + " |")
         best = ", ".join(f"{k}={v:g}" for k, v in self.best_point.items())
-        tests = ", ".join(f"{t.accuracy:.4f}" for t in self.test)
+        tests = ", ".join(f"{t.accuracy:.4f}" for t in self.test.members)
         lines += [
             "",
-            f"Validation accuracy on {self.members.validation[0].count:,} held-out training "
-            f"images, after {self.members.history[0][-1]['step']:,} steps. Winner: {best}; "
+            f"Validation accuracy on {self.members.validation.count:,} held-out training "
+            f"images, after {self.members.history[-1]['step']:,} steps. Winner: {best}; "
             f"its test accuracy (seeds {', '.join(map(str, self.seeds))}): {tests}; their "
-            f"ensemble {self.test_ensemble.accuracy:.4f}.",
+            f"ensemble {self.test.accuracy:.4f}.",
         ]
         return "\n".join(lines) + "\n"
 
@@ -209,13 +210,17 @@ def sweep(
     seeds: int | Sequence[int] = 2,
     *,
     validation_size: int = 10_000,
-    data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | None = None,
+    data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | Splits | None = None,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
     eval_batch_size: int = 1000,
 ) -> SweepResult:
     """Train every grid point x seed as a member of one compiled program, rank the points
     by validation accuracy, and evaluate the winner (its seeds) on the test set.
+
+    A thin wrapper: the grid's member configs, the validation split
+    ([`split_data`][eqx_fmnist.dataset.split_data]), the memory check, then
+    [`fit`][eqx_fmnist.train.fit] on the members' stacked state without the test set.
 
     **Arguments:**
 
@@ -227,8 +232,9 @@ def sweep(
     - `seeds`: a count or the seeds of each point. Defaults to `2`.
     - `validation_size`: training images held out to rank on; the test set is never
         used to choose. Defaults to `10_000`.
-    - `data`, `state`, `callback`, `eval_batch_size`: as for
-        [`fit_members`][eqx_fmnist.ensemble.fit_members].
+    - `data`: a `FashionMNIST`, `(train, test)` datasets, or `Splits` already made
+        with this `validation_size`. Defaults to `load_fashion_mnist()`.
+    - `state`, `callback`, `eval_batch_size`: as for [`fit`][eqx_fmnist.train.fit].
 
     **Returns:**
 
@@ -250,23 +256,17 @@ def sweep(
         )
     config = config.with_changes(validation_size=validation_size)
     points, seeds, configs = grid_configs(config, grid, seeds)
-    data = load_fashion_mnist() if data is None else data  # loaded once, for both uses
-    members = fit_members(
-        configs, data, state=state, callback=callback, eval_batch_size=eval_batch_size,
-        evaluate_test=False,
-    )  # fmt: skip
-    accuracy = np.array([v.accuracy for v in members.validation]).reshape(len(points), -1)
+    data = load_fashion_mnist() if data is None else data
+    splits = data if isinstance(data, Splits) else split_data(data, validation_size=validation_size)
+    check_memory(configs, len(splits.train))
+    unseen = dataclasses.replace(splits, test=None)  # the test set is not for choosing
+    members = fit(configs, unseen, state=state, callback=callback, eval_batch_size=eval_batch_size)
+    accuracy = np.array([v.accuracy for v in members.validation.members]).reshape(len(points), -1)
     best = int(_ranking(accuracy)[0])
-    _, _, test = prepare_data(config, data)
-    winners = [best * len(seeds) + j for j in range(len(seeds))]
-    tests, ensemble = evaluate_ensemble(
-        select_members(members.state, winners).model,
-        test,
-        policy=config.policy,
-        batch_size=eval_batch_size,
-    )
+    winners = select_members(members.model, [best * len(seeds) + j for j in range(len(seeds))])
+    test = evaluate(winners, splits.test, policy=members.policy, batch_size=eval_batch_size)
     grid = {k: list(v) for k, v in grid.items()}
-    return SweepResult(grid, seeds, points, members, best, tests, ensemble)
+    return SweepResult(grid, seeds, points, members, best, test)
 
 
 def _ranking(accuracy: np.ndarray) -> list[int]:

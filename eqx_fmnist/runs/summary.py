@@ -1,13 +1,14 @@
-"""What a finished run folder reports: the summary's numbers and the TensorBoard writer."""
+"""What a finished run folder reports: the summary's numbers, the TensorBoard writer, the
+folder's file name for its checkpoint, and the errors about run folders."""
 
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..calibration import Calibration
 from ..data import CLASS_NAMES
-from ..ensemble import EnsembleResult
-from ..evaluate import per_class_accuracy
+from ..evaluation import per_class_accuracy
 from ..state import PER_MEMBER
 from ..train import TrainResult
 
@@ -20,11 +21,15 @@ class RunError(Exception):
     """A run folder cannot be used as asked (in use, holding results, a bad option)."""
 
 
-def summarise(result: TrainResult | EnsembleResult, cm: np.ndarray) -> dict[str, Any]:
+def summarise(
+    result: TrainResult, cm: np.ndarray, calibration: Calibration | None = None
+) -> dict[str, Any]:
+    """The numbers of `summary.json`: test and validation results (an ensemble's, and
+    each member's), throughput, per-class accuracy from the confusion matrix `cm`, the
+    config, and the trust flag's settings with a `calibration`."""
     recall = np.asarray(per_class_accuracy(cm))
-    ensemble = {}
-    if isinstance(result, EnsembleResult):
-        test, valid = result.ensemble, result.validation_ensemble
+    test, valid, ensemble = result.test, result.validation, {}
+    if test.members:
         ensemble = {
             "members": [
                 {
@@ -32,20 +37,18 @@ def summarise(result: TrainResult | EnsembleResult, cm: np.ndarray) -> dict[str,
                     "test_accuracy": m.accuracy,
                     "test_loss": m.loss,
                 }
-                for c, m in zip(result.configs, result.members, strict=True)
+                for c, m in zip(result.configs, test.members, strict=True)
             ],  # fmt: skip
-            "member_accuracy_mean": result.accuracy_mean,
-            "member_accuracy_std": result.accuracy_std,
+            "member_accuracy_mean": test.accuracy_mean,
+            "member_accuracy_std": test.accuracy_std,
         }
-    else:
-        test, valid = result.test, result.validation
     return {
         "test_loss": test.loss,
         "test_accuracy": test.accuracy,
         "test_count": test.count,
         "validation_accuracy": valid.accuracy if valid else None,
         **ensemble,
-        "steps": int(result.state.step.reshape(-1)[0]),
+        "steps": result.state.global_step,
         "examples_per_sec": result.examples_per_sec,
         "projected_tokens_per_sec": result.examples_per_sec * TOKENS_PER_EXAMPLE,
         "tokens_per_example": TOKENS_PER_EXAMPLE,
@@ -55,6 +58,7 @@ def summarise(result: TrainResult | EnsembleResult, cm: np.ndarray) -> dict[str,
         "per_class_accuracy": dict(zip(CLASS_NAMES, map(float, recall), strict=True)),
         "config": result.config.to_dict(),
         "checkpoint": CHECKPOINT_NAME,
+        **({} if calibration is None else {"trust": calibration.to_dict()}),
     }
 
 

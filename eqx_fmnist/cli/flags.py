@@ -7,7 +7,7 @@ import os
 import typing
 from pathlib import Path
 
-from .config import _FIELDS, TrainConfig, field_type, literal_choices
+from ..config import _FIELDS, TrainConfig, field_type, literal_choices
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:
@@ -29,7 +29,7 @@ def _float_list(text: str) -> list[float]:
 def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] = ()) -> None:
     """Add a flag for every field to `parser`, and `--config FILE` and `--codelab`.
 
-    Every flag defaults to `None`, so [`config_from_args`][eqx_fmnist.flags.config_from_args]
+    Every flag defaults to `None`, so [`config_from_args`][eqx_fmnist.cli.flags.config_from_args]
     can tell the flags given from those left out. The number fields named in `lists`
     take comma-separated values instead (a sweep's grid), as lists of floats.
     """

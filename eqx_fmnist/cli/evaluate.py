@@ -1,0 +1,85 @@
+"""`eqx-fmnist evaluate`: a run's (or an ensemble's) test metrics, per-class table,
+calibration and confusion matrix."""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from .. import data as data_mod
+from ..calibration import CALIBRATION_FILE, Calibration, calibration_report
+from ..checkpoint import load_checkpoint
+from ..dataset import split_data
+from ..evaluation import (
+    confusion_matrix,
+    evaluate,
+    most_confused,
+    per_class_accuracy,
+    predict_logits,
+)
+from ..plots import plot_confusion_matrix, save_figure
+from ..state import BATCHED
+from .common import add_data_args, checkpoint_path, console, load_data, table
+
+
+def add_evaluate_parser(sub) -> None:
+    p = sub.add_parser("evaluate", help="test metrics, per-class table, confusion matrix")
+    p.set_defaults(func=cmd_evaluate)
+    p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("--out", type=Path, help="folder for the figure (default: the run folder)")
+    p.add_argument("--members", action="store_true", help="an ensemble's: report each member")
+    add_data_args(p)
+
+
+def load_calibration(checkpoint: Path) -> Calibration | None:
+    """The calibration saved beside a checkpoint, if the run was calibrated."""
+    file = checkpoint.parent / CALIBRATION_FILE
+    return Calibration.load(file) if file.is_file() else None
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    path = checkpoint_path(args.run)
+    ckpt, fm = load_checkpoint(path), load_data(args)
+    test, state = split_data(fm).test, ckpt.state
+    result = evaluate(state.model, test, policy=state.policy)
+    logits = np.asarray(predict_logits(state.model, test.images, policy=state.policy), np.float32)
+    who = f"{len(result.members)} members: ensemble test" if result.members else "test"
+    line = (
+        f"checkpoint {path} (step {ckpt.step:,}): {who} accuracy [bold]{result.accuracy:.4f}[/], "
+        f"loss {result.loss:.4f} on {result.count:,} images"
+    )
+    if result.members:
+        line += f"; members {result.accuracy_mean:.4f} ± {result.accuracy_std:.4f}"
+    console.print(line)
+    if result.members and args.members:
+        rows = [
+            (f"member {i}", *(f"{getattr(c, k):g}" for k in ("seed", *BATCHED)),
+             f"{m.accuracy:.4f}", f"{m.loss:.4f}")
+            for i, (c, m) in enumerate(zip(ckpt.members, result.members, strict=True))
+        ]  # fmt: skip
+        console.print(
+            table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
+        )
+    calibration = load_calibration(path)
+    cm = np.asarray(confusion_matrix(fm.test_labels, logits.argmax(-1)))
+    names, (other, share) = data_mod.CLASS_NAMES, most_confused(cm)
+    rows = [
+        (f"{c} {names[c]}", f"{recall:.3f}", f"{names[other[c]]} ({share[c]:.1%})")
+        for c, recall in enumerate(np.asarray(per_class_accuracy(cm)))
+    ]
+    console.print(table("Per-class accuracy", ("class", "accuracy", "most confused with"), rows))
+    report, reliability = calibration_report(logits, fm.test_labels, calibration)
+    rows = [
+        (name + (f" (T = {r['temperature']:.3f})" if name != "raw" else ""),
+         f"{r['nll']:.4f}", f"{r['brier']:.4f}", f"{r['ece']:.4f}")
+        for name, r in report.items()
+    ]  # fmt: skip
+    console.print(table("Calibration", ("probabilities", "NLL", "Brier", "ECE (15 bins)"), rows))
+    if calibration is None:
+        console.print("(not calibrated: train with --calibrate 5000 to fit a temperature)")
+    out = args.out or path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    for name, figure in (("confusion_matrix.png", plot_confusion_matrix(cm)),
+                         ("reliability.png", reliability)):  # fmt: skip
+        console.print(f"wrote {save_figure(figure, out / name)}")
+    return 0

@@ -1,0 +1,266 @@
+"""`eqx-fmnist train` (one run, or `--seeds N` members as one program) and `eqx-fmnist
+sweep` (a grid x seeds as one program): one way to make a run folder for both."""
+
+import argparse
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jax
+
+from ..checkpoint import load_checkpoint
+from ..config import TrainConfig
+from ..ensemble import check_memory, grid_configs, grid_of, member_seeds, sweep
+from ..runs import (
+    CHECKPOINT_NAME,
+    TOKENS_PER_EXAMPLE,
+    CheckpointEvery,
+    RunFolder,
+    default_folder,
+    run_splits,
+    train_run,
+)
+from ..state import BATCHED
+from ..train import TrainResult, plan_run
+from .common import (
+    UsageError,
+    add_data_args,
+    checkpoint_path,
+    console,
+    load_data,
+    table,
+    train_with_progress,
+)
+from .flags import add_config_flags, config_from_args, given_flags
+
+DEFAULT_SWEEP_VALIDATION = 10_000
+
+
+def add_run_folder_flags(
+    p: argparse.ArgumentParser, *, what: str = "run"
+) -> argparse._ArgumentGroup:
+    """The flags every command that writes a run folder takes."""
+    r = p.add_argument_group(f"{what} folder")
+    r.add_argument("--out", type=Path, help=f"{what} folder (default: runs/<timestamp>)")
+    r.add_argument("--overwrite", action="store_true", help="reuse a folder that has results")
+    r.add_argument("--resume", metavar="CHECKPOINT", help=f"continue a {what} from its checkpoint")
+    every = "checkpoint cadence: 60s, 5m or 500steps; and at the end, and on Ctrl-C (60s)"
+    r.add_argument("--checkpoint-every", default="60s", help=every)
+    return r
+
+
+def add_train_parser(sub) -> None:
+    p = sub.add_parser("train", help="train, evaluate, and write a run folder with figures")
+    p.set_defaults(func=cmd_train)
+    add_config_flags(p)
+    r = add_run_folder_flags(p)
+    seeds = "train N members (seeds SEED to SEED+N-1) as one program: an ensemble"
+    r.add_argument("--seeds", type=int, metavar="N", help=seeds)
+    r.add_argument(
+        "--tensorboard", action="store_true", help="TensorBoard scalars in RUN/tensorboard"
+    )
+    r.add_argument(
+        "--profile", action="store_true", help="Perfetto trace of intervals 2-3 in RUN/profile"
+    )
+    add_data_args(p)
+
+
+def add_sweep_parser(sub) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="train a grid of hyperparameters x seeds in one program, ranked on validation",
+        description="Every grid point x seed trains as a member of one compiled program; "
+        "the points are ranked by validation accuracy and only the winner is tested. "
+        f"Give comma-separated values to some of --{', --'.join(BATCHED)}".replace("_", "-"),
+    )
+    p.set_defaults(func=cmd_sweep)
+    add_config_flags(p, lists=BATCHED)
+    r = add_run_folder_flags(p, what="sweep")
+    r.add_argument("--seeds", type=int, help="seeds per grid point (2)")
+    add_data_args(p)
+
+
+def _resumed(args: argparse.Namespace, what: str):
+    """The checkpoint `--resume` names, refusing flags that would change the run."""
+    given = given_flags(args) + ["--seeds"] * (args.seeds is not None)
+    if given:
+        raise UsageError(
+            f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
+        )
+    return load_checkpoint(checkpoint_path(args.resume))
+
+
+def _in_folder(
+    args: argparse.Namespace,
+    config: TrainConfig,
+    members: Sequence[TrainConfig] | None,
+    out: Path,
+    train: Callable,
+    *,
+    command: str,
+    describe: Callable[[int], str],
+    start: int,
+    tensorboard: bool = False,
+    profile: bool = False,
+):
+    """Load and split the data, keep a run folder, and train with a progress bar:
+    `(result, fm)` or the exit status of a stopped run."""
+    every = CheckpointEvery.parse(args.checkpoint_every)
+    fm = load_data(args)
+    splits = run_splits(config, fm)
+    plan = plan_run(config, len(splits.train))
+    if members:
+        check_memory(members, len(splits.train))
+    # In a multi-process run every process trains; only process 0 keeps the run folder.
+    scratch = None if jax.process_index() == 0 else tempfile.TemporaryDirectory()
+    if scratch is not None:
+        out, args.overwrite, console.quiet = Path(scratch.name), True, True
+    folder = RunFolder(out, config, num_train=len(splits.train), start_step=start,
+                       overwrite=args.overwrite, checkpoint_every=every,
+                       tensorboard=tensorboard, members=members)  # fmt: skip
+    with folder as run, run.stop_on_signals():
+        console.print(
+            f"{'sweep' if command == 'sweep' else 'run'} folder [bold]{out}[/]: "
+            f"{describe(plan.total_steps)}, checkpoint "
+            f"every {every}\ndata: {fm.source} ({fm.origin})"
+            + (f"\nresuming at step {start:,} of {plan.total_steps:,}" if start else ""),
+            highlight=False,
+        )
+        result = train_with_progress(
+            run, lambda callbacks: train(splits, callbacks), total=plan.total_steps,
+            start=start, command=command,
+            profile_intervals=plan.intervals() if profile else None,
+        )  # fmt: skip
+        if isinstance(result, int):
+            return result
+        if command == "sweep":
+            run.finish_sweep(result)
+        else:
+            run.finish(result.result, fm, result.calibration)
+    return result
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    resume = None
+    if args.resume:
+        resume = _resumed(args, "run")
+        config, members = resume.config, resume.members
+        out = args.out or checkpoint_path(args.resume).parent
+    else:
+        config, out = config_from_args(args), args.out or default_folder()
+        seeds = None if args.seeds is None else member_seeds(config, args.seeds)
+        members = None if seeds is None else [config.with_changes(seed=s) for s in seeds]
+
+    def describe(total: int) -> str:
+        length = (
+            f"{config.epochs} epochs ({total:,} steps)" if config.epochs else f"{total:,} steps"
+        )
+        who = f"seed {config.seed}"
+        if members:
+            who = f"{len(members)} members in one program (seeds {describe_seeds(members)})"
+        held = f", {config.calibration_size:,} images held out to calibrate" * bool(
+            config.calibration_size
+        )
+        return f"{length}, {config.precision}, {who}{held}"
+
+    def train(splits, callbacks):
+        state = resume.state if resume else None
+        return train_run(members or config, splits, state=state, callback=callbacks)
+
+    run = _in_folder(
+        args, config, members, out, train, command="train", describe=describe,
+        start=resume.step if resume else 0, tensorboard=args.tensorboard, profile=args.profile,
+    )  # fmt: skip
+    if isinstance(run, int):
+        return run
+    print_results(run.result, out)
+    if run.calibration is not None:
+        console.print(
+            f"calibrated on {run.calibration.held_out:,} held-out images: temperature "
+            f"{run.calibration.temperature:.3f}; inputs unlike the training images are flagged",
+            highlight=False,
+        )
+    return 0
+
+
+def describe_seeds(members) -> str:
+    seeds = sorted({c.seed for c in members})
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
+def print_results(result: TrainResult, out: Path) -> None:
+    """The test results (each member's, for an ensemble) and the throughput."""
+    test, eps = result.test, result.examples_per_sec
+    rows = []
+    if test.members:
+        rows = [
+            (f"member {i} (seed {c.seed})", f"{m.accuracy:.4f}", f"{m.loss:.4f}")
+            for i, (c, m) in enumerate(zip(result.configs, test.members, strict=True))
+        ]
+        rows.append(
+            ("members: mean ± std", f"{test.accuracy_mean:.4f} ± {test.accuracy_std:.4f}", "")
+        )
+    name = "[bold]ensemble[/] (mean probability)" if test.members else "[bold]test[/]"
+    rows.append((name, f"[bold]{test.accuracy:.4f}[/]", f"{test.loss:.4f}"))
+    console.print(table(f"Test results ({test.count:,} images)", ("", "accuracy", "loss"), rows))
+    per = "model-examples/sec" if result.num_members else "examples/sec"
+    console.print(
+        f"{eps:,.0f} {per}, {eps * TOKENS_PER_EXAMPLE:,.0f} tokens/sec projected "
+        f"({TOKENS_PER_EXAMPLE} tokens, 7 x 7 patches, per image); compile "
+        f"{result.compile_seconds:.2f} s, train {result.train_seconds:.2f} s\n"
+        f"wrote {out}/: config.json, history.jsonl, summary.json, {CHECKPOINT_NAME}"
+        f"{' (all members)' if result.num_members else ''}, figures",
+        highlight=False,
+    )
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    grid = {name: getattr(args, name) for name in BATCHED if getattr(args, name) is not None}
+    resume = None
+    if args.resume:
+        resume = _resumed(args, "sweep")
+        if resume.members is None:
+            raise UsageError(f"{args.resume} is one run's checkpoint, not a sweep's.")
+        config, configs = resume.config, list(resume.members)
+        grid, seeds = grid_of(configs)
+        out = args.out or checkpoint_path(args.resume).parent
+    else:
+        if not grid:
+            raise UsageError(
+                "give values to sweep, e.g. --learning-rate 1e-3,3e-3 --weight-decay 1e-2,5e-2 "
+                "(any of " + ", ".join("--" + n.replace("_", "-") for n in BATCHED) + ")."
+            )
+        for name in grid:
+            setattr(args, name, None)
+        config = config_from_args(args)
+        if not config.validation_size:
+            config = config.with_changes(validation_size=DEFAULT_SWEEP_VALIDATION)
+        _, seeds, configs = grid_configs(config, grid, args.seeds or 2)
+        out = args.out or default_folder()
+
+    def describe(total: int) -> str:
+        shown = "; ".join(f"{k} {', '.join(f'{v:g}' for v in vs)}" for k, vs in grid.items())
+        return (
+            f"{shown}; seeds {', '.join(map(str, seeds))}: {len(configs)} members in one "
+            f"program, {total:,} steps each, ranked on {config.validation_size:,} "
+            "validation images"
+        )
+
+    def train(splits, callbacks):
+        state = resume.state if resume else None
+        return sweep(
+            config, grid, seeds, validation_size=config.validation_size, data=splits,
+            state=state, callback=callbacks,
+        )  # fmt: skip
+
+    result = _in_folder(
+        args, config, configs, out, train, command="sweep", describe=describe,
+        start=resume.step if resume else 0,
+    )  # fmt: skip
+    if isinstance(result, int):
+        return result
+    console.print(result.to_markdown(), markup=False, highlight=False)
+    console.print(f"wrote {out}/: sweep.md, sweep.json, sweep_heatmap.png, checkpoint.eqx, ...")
+    return 0

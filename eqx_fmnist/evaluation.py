@@ -1,0 +1,257 @@
+"""Evaluation over every example: loss, accuracy, predictions and the confusion matrix,
+for one model or a stack of members.
+
+Batches are fixed-shape so that one compiled function serves any split; the last batch
+is padded and masked, so all 10,000 test images count and none twice.
+
+Every function here takes one model or a stacked model (members on a leading axis, as
+[`init_members`][eqx_fmnist.state.init_members] builds them). The forward pass is
+written for one model and `eqx.filter_vmap`ped over members; an ensemble predicts the
+mean of its members' probabilities ([`ensemble_log_probs`][eqx_fmnist.evaluation.ensemble_log_probs],
+the one place that says so), and its "logits" are the logarithm of that mean.
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
+
+from .data import NUM_CLASSES
+from .dataset import ArrayDataset, normalize, pad_to_batches
+from .losses import accuracy, cross_entropy
+from .model import MLP, num_members
+from .parallel import batch_sharding
+from .precision import FLOAT32, Policy
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """Mean loss and accuracy over `count` examples.
+
+    For a stack of members, `loss` and `accuracy` are the ensemble's (the
+    cross-entropy and accuracy of the mean of the members' probabilities) and
+    `members` holds each member's own result; for one model `members` is empty.
+    """
+
+    loss: float
+    accuracy: float
+    count: int
+    members: tuple["EvalResult", ...] = ()
+
+    @property
+    def accuracy_mean(self) -> float:
+        """The members' mean accuracy (one model: its accuracy)."""
+        return float(np.mean([m.accuracy for m in self.members or (self,)]))
+
+    @property
+    def accuracy_std(self) -> float:
+        """Standard deviation (n - 1) of the members' accuracies; 0 for one model."""
+        accs = [m.accuracy for m in self.members]
+        return float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0
+
+
+def ensemble_log_probs(
+    logits: Float[Array, "members *batch classes"],
+) -> Float[Array, "*batch classes"]:
+    """The log of the mean of the members' probabilities (the ensemble's prediction),
+    computed stably from each member's logits; already normalised."""
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return jax.nn.logsumexp(log_p, axis=0) - jnp.log(jnp.float32(log_p.shape[0]))
+
+
+def _forward(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    policy: Policy,
+    batch_size: int,
+    mesh: jax.sharding.Mesh | None,
+) -> Float[Array, "padded classes"]:
+    """One model's logits of all images, padded to whole batches."""
+    if mesh is not None:  # whole batches per device: round the batch up to a multiple
+        batch_size = -(-batch_size // mesh.size) * mesh.size
+    batches, _ = pad_to_batches(images, batch_size)
+    if mesh is not None:
+        batches = jax.lax.with_sharding_constraint(batches, batch_sharding(mesh, 3, axis=1))
+    forward = jax.vmap(lambda x: model(normalize(x), policy=policy))
+    logits = jax.lax.map(forward, batches)  # one batch at a time: bounded memory
+    return logits.reshape(-1, logits.shape[-1])
+
+
+def _member_logits(model: MLP, images, policy: Policy, batch_size: int, mesh=None):
+    """`_forward` of one model, or of every member (a leading axis) of a stack."""
+    if num_members(model) is None:
+        return _forward(model, images, policy, batch_size, mesh)
+    return eqx.filter_vmap(lambda m: _forward(m, images, policy, batch_size, mesh))(model)
+
+
+def _combined(model: MLP, logits):
+    """A model's logits, or a stack's ensemble log probabilities."""
+    return logits if num_members(model) is None else ensemble_log_probs(logits)
+
+
+@eqx.filter_jit
+def _logits(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    policy: Policy,
+    batch_size: int,
+    mesh: jax.sharding.Mesh | None = None,
+) -> tuple[Float[Array, "padded classes"], Bool[Array, " padded"]]:
+    """Logits (an ensemble's log mean probabilities) of all images, padded to whole
+    batches, and the mask of real rows."""
+    logits = _combined(model, _member_logits(model, images, policy, batch_size, mesh))
+    mask = jnp.arange(logits.shape[0]) < images.shape[0]
+    return logits, mask
+
+
+def predict_logits(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> Float[Array, "n classes"]:
+    """Logits for every image, computed in fixed-shape batches.
+
+    **Arguments:**
+
+    - `model`: the model, or a stack of members.
+    - `images`: shape `(n, 784)`, `uint8` pixels or floats in `[0, 1]`.
+    - `policy`: the precision policy of the forward pass. Defaults to float32.
+    - `batch_size`: images per compiled batch. Defaults to `1000`.
+
+    **Returns:**
+
+    The logits, shape `(n, 10)`; for members, the log of the mean of their
+    probabilities.
+    """
+    logits, _ = _logits(model, images, policy, batch_size)
+    return logits[: images.shape[0]]
+
+
+def predict(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> Int[Array, " n"]:
+    """The predicted class of every image (arguments as for
+    [`predict_logits`][eqx_fmnist.evaluation.predict_logits])."""
+    return jnp.argmax(predict_logits(model, images, policy=policy, batch_size=batch_size), -1)
+
+
+def predict_proba(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> Float[Array, "n classes"]:
+    """Softmax probabilities of every class for every image, float32; for members, the
+    mean of their probabilities."""
+    logits = predict_logits(model, images, policy=policy, batch_size=batch_size)
+    return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+
+
+def member_probabilities(
+    model: MLP,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+) -> Float[Array, "members n classes"]:
+    """Each member's softmax probabilities (float32), for a stack of members; one
+    model counts as a stack of one."""
+    logits = _member_logits(model, images, policy, batch_size)
+    logits = logits if num_members(model) is not None else logits[None]
+    return jax.nn.softmax(logits[:, : images.shape[0]].astype(jnp.float32), axis=-1)
+
+
+def evaluate(
+    model: MLP,
+    dataset: ArrayDataset,
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+    mesh: jax.sharding.Mesh | None = None,
+) -> EvalResult:
+    """Mean cross-entropy and accuracy over **all** examples of `dataset`.
+
+    **Arguments:**
+
+    - `model`: the model, or a stack of members.
+    - `dataset`: the examples; every one is counted exactly once.
+    - `policy`: the precision policy of the forward pass. Defaults to float32.
+    - `batch_size`: examples per compiled batch. Defaults to `1000`.
+    - `mesh`: split each batch over this mesh's devices (data parallel). Defaults to
+        `None`.
+
+    **Returns:**
+
+    An [`EvalResult`][eqx_fmnist.evaluation.EvalResult] with `count == len(dataset)`:
+    for members, the ensemble's numbers with each member's in `members`.
+    """
+    (loss, acc), each, count = jax.device_get(_metrics(model, dataset, policy, batch_size, mesh))
+    count = int(count)
+    members = () if each is None else tuple(
+        EvalResult(float(x), float(a), count) for x, a in zip(*each, strict=True)
+    )  # fmt: skip
+    return EvalResult(float(loss), float(acc), count, members)
+
+
+@eqx.filter_jit
+def _metrics(model, dataset: ArrayDataset, policy: Policy, batch_size: int, mesh):
+    """Loss and accuracy (and each member's) over every example: one compiled program,
+    one host read."""
+    logits = _member_logits(model, dataset.images, policy, batch_size, mesh)
+    padded = logits.shape[-2]
+    mask = jnp.arange(padded) < len(dataset)
+    labels = jnp.concatenate(
+        [dataset.labels, jnp.zeros(padded - len(dataset), dataset.labels.dtype)]
+    )
+
+    def scores(z):
+        return cross_entropy(z, labels, mask), accuracy(z, labels, mask)
+
+    each = None if num_members(model) is None else jax.vmap(scores)(logits)
+    return scores(_combined(model, logits)), each, mask.sum()
+
+
+def confusion_matrix(
+    labels: Integer[Array | np.ndarray, " n"],
+    predictions: Integer[Array | np.ndarray, " n"],
+    *,
+    num_classes: int = NUM_CLASSES,
+) -> Int[Array, "classes classes"]:
+    """Counts of (true, predicted) pairs: rows are true classes, columns predictions.
+
+    **Returns:**
+
+    An int32 array of shape `(num_classes, num_classes)` summing to `n`.
+    """
+    labels, predictions = jnp.asarray(labels), jnp.asarray(predictions)
+    cm = jnp.zeros((num_classes, num_classes), jnp.int32)
+    return cm.at[labels, predictions].add(1)
+
+
+def per_class_accuracy(
+    cm: Integer[Array | np.ndarray, "classes classes"],
+) -> Float[Array, " classes"]:
+    """Recall of each true class from a confusion matrix: diagonal over row sums."""
+    cm = jnp.asarray(cm)
+    return jnp.diag(cm) / jnp.maximum(cm.sum(axis=1), 1)
+
+
+def most_confused(
+    cm: Integer[Array | np.ndarray, "classes classes"],
+) -> tuple[Int[np.ndarray, " classes"], Float[np.ndarray, " classes"]]:
+    """For each true class, the other class it is most often predicted as, and the
+    share of its examples that go there."""
+    cm = np.asarray(cm)
+    off = cm - np.diag(np.diag(cm)) - np.eye(len(cm), dtype=cm.dtype)  # never itself
+    other = off.argmax(axis=1)
+    return other, cm[np.arange(len(cm)), other] / np.maximum(cm.sum(axis=1), 1)

@@ -1,0 +1,359 @@
+"""A run folder as library code: a lock, the config, one history line per logging
+interval, checkpoints on a cadence of their own, a summary and the figures.
+
+```
+runs/20261201-021500/
+  .eqx-fmnist.lock     while a process writes the folder
+  config.json          the TrainConfig
+  history.jsonl        one History record per logging interval
+  checkpoint.eqx       every `checkpoint_every`, at the end, and when asked to stop
+  summary.json         test metrics, throughput, per-class accuracy, the config
+  examples.png  training_curve.png  predictions.png  confusion_matrix.png
+  tensorboard/         scalars and hyperparameters, with `tensorboard=True`
+  sweep.md  sweep.json  sweep_heatmap.png      for a sweep
+```
+
+The same folder holds an ensemble (`members`: one checkpoint of the stacked members;
+the summary has the ensemble's and each member's test results) or a sweep.
+
+A [`RunFolder`][eqx_fmnist.runs.RunFolder] is driven by [`fit`][eqx_fmnist.train.fit]
+through its `callback`. Logging and checkpointing are separate: logging every 25 steps
+writes a history line every 25 steps, and a checkpoint only when
+[`CheckpointEvery`][eqx_fmnist.runs.CheckpointEvery] says so. A stop asked for from a
+signal handler ([`request_stop`][eqx_fmnist.runs.RunFolder.request_stop]) takes effect at
+the end of the interval, after a checkpoint, so an interrupted run resumes exactly.
+This module never prints; its errors are [`RunError`][eqx_fmnist.runs.RunError]s.
+"""
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..calibration import CALIBRATION_FILE, Calibration, calibration_report
+from ..checkpoint import save_checkpoint
+from ..config import TrainConfig
+from ..data import FashionMNIST
+from ..ensemble import SweepResult
+from ..evaluation import confusion_matrix, predict_logits
+from ..fileio import FolderInUse, FolderLock, atomic_write
+from ..parallel import to_local
+from ..plots import (
+    plot_confusion_matrix,
+    plot_examples,
+    plot_predictions,
+    plot_training_curve,
+    save_figure,
+)
+from ..state import TrainState
+from ..train import History, TrainResult
+from .summary import CHECKPOINT_NAME, RunError, summarise, tensorboard_writer
+
+LOCK_NAME = ".eqx-fmnist.lock"
+FIGURES = (
+    "examples.png", "training_curve.png", "predictions.png", "confusion_matrix.png",
+    "reliability.png",
+)  # fmt: skip
+RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME, *FIGURES)
+SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
+
+
+class Interrupted(Exception):
+    """Training stopped on request, after the checkpoint at `step` was written."""
+
+    def __init__(self, message: str, *, step: int, checkpoint: Path):
+        super().__init__(message)
+        self.step, self.checkpoint = step, checkpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointEvery:
+    """How often a run folder saves a checkpoint: after `seconds` of training, or after
+    `steps` steps, whichever is set, checked at the end of each logging interval. The
+    end of a run and a requested stop always save."""
+
+    seconds: float | None = 60.0
+    steps: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "CheckpointEvery":
+        """`"60s"`, `"5m"` (or a bare `"60"`: seconds) or `"500steps"`."""
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|steps?)?\s*", str(text))
+        if not match or float(match.group(1)) <= 0:
+            raise RunError(
+                f"checkpoint_every must look like 60s, 5m or 500steps, but got {text!r}."
+            )
+        value, unit = float(match.group(1)), match.group(2) or "s"
+        if unit.startswith("step"):
+            if not value.is_integer():
+                raise RunError(f"checkpoint_every in steps must be whole, but got {text!r}.")
+            return cls(seconds=None, steps=int(value))
+        return cls(seconds=value * (60 if unit == "m" else 1), steps=None)
+
+    def due(self, *, steps_since: int, seconds_since: float) -> bool:
+        if self.steps is not None:
+            return steps_since >= self.steps
+        return self.seconds is not None and seconds_since >= self.seconds
+
+    def __str__(self) -> str:
+        return f"{self.steps} steps" if self.steps is not None else f"{self.seconds:g} s"
+
+
+def default_folder() -> Path:
+    """`runs/<YYYYmmdd-HHMMSS>` under the working folder."""
+    return Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def read_history(folder: str | os.PathLike) -> list[History]:
+    """The records of `folder/history.jsonl` (none if it does not exist)."""
+    path = Path(folder) / "history.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write_text(path: Path, text: str) -> None:
+    with atomic_write(path, "w") as f:
+        f.write(text)
+
+
+class RunFolder:
+    """One training run's folder, written while [`fit`][eqx_fmnist.train.fit] runs.
+
+    Use it as a context manager (it holds the folder's lock) and pass `run.callback` to
+    `fit`; then call [`finish`][eqx_fmnist.runs.RunFolder.finish] with the result.
+
+    !!! example
+
+        ```python
+        with ef.RunFolder("runs/a", config, num_train=60_000) as run:
+            result = ef.fit(config, data, callback=run.callback)
+            run.finish(result, data)
+        ```
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        config: TrainConfig,
+        *,
+        num_train: int,
+        start_step: int = 0,
+        overwrite: bool = False,
+        checkpoint_every: CheckpointEvery = CheckpointEvery(),
+        tensorboard: bool = False,
+        members: Sequence[TrainConfig] | None = None,
+    ):
+        """**Arguments:**
+
+        - `folder`: the run folder, created if needed.
+        - `config`: the run's config (written to `config.json`).
+        - `num_train`: training examples (saved with checkpoints, to rebuild the state).
+        - `start_step`: the step a resumed run starts from; history past it is dropped
+            (it was trained after the checkpoint and will be trained again). Defaults
+            to `0`, a new run.
+        - `overwrite`: reuse a folder that holds results. Defaults to `False`, which
+            raises `RunError` (a resumed run continues its own folder).
+        - `checkpoint_every`: the checkpoint cadence. Defaults to every 60 seconds.
+        - `tensorboard`: also write scalars and hyperparameters for TensorBoard into
+            `folder/tensorboard` (needs `pip install 'eqx_fmnist[tensorboard]'`).
+        - `members`: the member configs of an ensemble or sweep trained as one program
+            (`config` is then the one they share). Defaults to `None`: one run.
+        """
+        self.folder = Path(folder)
+        existing = [n for n in (*RESULT_FILES, *SWEEP_FILES) if (self.folder / n).exists()]
+        if existing and not overwrite and not start_step:
+            raise RunError(
+                f"run folder {self.folder} already holds results ({', '.join(existing)}); "
+                "choose another folder, or overwrite it (`overwrite=True`, `--overwrite`)."
+            )
+        self.config, self.num_train = config, num_train
+        self.members = None if members is None else tuple(members)
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint = self.folder / CHECKPOINT_NAME
+        self.saved_step = start_step if start_step else None
+        self._start_step, self._last_save = start_step, time.monotonic()
+        self._stop_reason: str | None = None
+        self._tensorboard = tensorboard
+        self._writer = None
+        self._lock = FolderLock(self.folder / LOCK_NAME)
+
+    def __enter__(self) -> "RunFolder":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.__enter__()
+        except FolderInUse as e:
+            raise RunError(str(e)) from None
+        try:
+            _write_text(self.folder / "config.json", self.config.to_json() + "\n")
+            kept = [h for h in read_history(self.folder) if h["step"] <= self._start_step]
+            _write_text(self.folder / "history.jsonl", "".join(json.dumps(h) + "\n" for h in kept))
+            if self._tensorboard:
+                self._writer = tensorboard_writer(self.folder / "tensorboard")
+        except BaseException:
+            self._lock.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._lock.__exit__()
+
+    def request_stop(self, reason: str = "a stop was requested") -> None:
+        """Stop at the end of the current interval, after a checkpoint. Safe to call from
+        a signal handler: it only sets a flag."""
+        self._stop_reason = reason
+
+    @contextlib.contextmanager
+    def stop_on_signals(self, signals=(signal.SIGINT, signal.SIGTERM)):
+        """While inside, the first SIGINT or SIGTERM asks the run to stop at the end of
+        the interval, after a checkpoint; a second one acts at once, as usual. The
+        previous handlers come back on exit. Call it from the main thread."""
+
+        def request(signum, frame):
+            self.request_stop(f"interrupted ({signal.Signals(signum).name})")
+            for s in signals:
+                signal.signal(
+                    s, signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL
+                )
+
+        previous = {s: signal.signal(s, request) for s in signals}
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def save(self, state: TrainState, step: int) -> Path:
+        """Write the checkpoint of `state` at `step` (atomically)."""
+        save_checkpoint(
+            self.checkpoint, state, self.config, num_train=self.num_train, members=self.members
+        )
+        self.saved_step, self._last_save = step, time.monotonic()
+        return self.checkpoint
+
+    def callback(self, record: History, state: TrainState) -> None:
+        """For `fit(..., callback=run.callback)`: one history line per interval, a
+        checkpoint when due, and the requested stop."""
+        # History first, then the checkpoint: a signal between the two leaves a history
+        # line past the checkpoint, which a resume drops and trains again.
+        with (self.folder / "history.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._writer is not None:
+            for key, value in record.items():  # members' own records: under members/i/
+                if key not in ("step", "steps", "members"):
+                    self._writer.add_scalar(f"train/{key}", value, record["step"])
+            for i, m in enumerate(record.get("members", ())):
+                for key in ("loss", "accuracy", "valid_accuracy"):
+                    if key in m:
+                        self._writer.add_scalar(f"members/{i}/{key}", m[key], record["step"])
+        since = record["step"] - (self.saved_step or 0)
+        elapsed = time.monotonic() - self._last_save
+        if self._stop_reason or self.checkpoint_every.due(steps_since=since, seconds_since=elapsed):
+            self.save(state, record["step"])
+        if self._stop_reason:
+            raise Interrupted(
+                f"{self._stop_reason}; the checkpoint at step {record['step']:,} is in "
+                f"{self.checkpoint}",
+                step=record["step"],
+                checkpoint=self.checkpoint,
+            )
+
+    def finish(
+        self,
+        result: TrainResult,
+        data: FashionMNIST,
+        calibration: Calibration | None = None,
+    ) -> dict[str, Any]:
+        """Save the final checkpoint, `summary.json`, the figures and the calibration.
+
+        **Arguments:**
+
+        - `result`: what `fit` returned, for one run or an ensemble (whose predictions
+            are the mean of its members' probabilities).
+        - `data`: the numpy data set (for the example and prediction grids).
+        - `calibration`: the run's [`Calibration`][eqx_fmnist.calibration.Calibration]
+            (from [`calibrate`][eqx_fmnist.calibration.calibrate] after training),
+            saved as `calibration.safetensors`. Defaults to `None`: raw probabilities.
+
+        **Returns:**
+
+        The summary, as written to `summary.json`.
+        """
+        self._save_final(result.state)
+        images = jnp.asarray(data.test_images.reshape(len(data.test_images), -1))
+        logits = np.asarray(
+            predict_logits(to_local(result.model), images, policy=result.policy), np.float32
+        )
+        pred = logits.argmax(axis=-1)
+        cm = np.asarray(confusion_matrix(data.test_labels, pred))
+        report, reliability = calibration_report(logits, data.test_labels, calibration)
+        if calibration is not None:
+            calibration.save(self.folder / CALIBRATION_FILE)
+        summary = {**summarise(result, cm, calibration), "calibration": report}
+        _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+        figures = {
+            "reliability.png": reliability,
+            "examples.png": plot_examples(data.train_images, data.train_labels),
+            "training_curve.png": self._curve(),
+            "predictions.png": plot_predictions(data.test_images, data.test_labels, pred),
+            "confusion_matrix.png": plot_confusion_matrix(cm),
+        }
+        for name, figure in figures.items():
+            save_figure(figure, self.folder / name)
+        test_result = result.test
+        if self._writer is not None:
+            hparams = {
+                k: str(v) if isinstance(v, list | tuple) or v is None else v
+                for k, v in self.config.to_dict().items()
+            }
+            self._writer.add_hparams(
+                hparams,
+                {
+                    "hparam/test_accuracy": test_result.accuracy,
+                    "hparam/test_loss": test_result.loss,
+                },
+                name=".",
+            )
+        return summary
+
+    def finish_sweep(self, result: SweepResult) -> dict[str, Any]:
+        """Save the final checkpoint (all members), the sweep's table, JSON and heatmap,
+        `summary.json` (the sweep's JSON) and the training curve (members' mean).
+
+        **Returns:**
+
+        The summary, as written to `summary.json`.
+        """
+        self._save_final(result.members.state)
+        result.write(self.folder)
+        summary = {**result.to_dict(), "checkpoint": CHECKPOINT_NAME}
+        _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+        save_figure(self._curve(), self.folder / "training_curve.png")
+        return summary
+
+    def _save_final(self, state: TrainState) -> None:
+        step = state.global_step
+        if self.saved_step != step:
+            self.save(state, step)
+
+    def _curve(self):
+        history = read_history(self.folder)
+        kind = f", {len(self.members)} members (mean)" if self.members else ""
+        return plot_training_curve(
+            [h["step"] for h in history],
+            [h["loss"] for h in history],
+            [h["accuracy"] for h in history],
+            title=f"Training: {self.config.precision}, batch {self.config.batch_size}{kind}",
+        )

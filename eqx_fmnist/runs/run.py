@@ -1,0 +1,48 @@
+"""A run as the command line makes it: the splits its config asks for, the training, and
+the calibration after it."""
+
+import dataclasses
+from collections.abc import Sequence
+
+from ..calibration import Calibration, calibrate
+from ..config import TrainConfig
+from ..data import FashionMNIST
+from ..dataset import Splits, split_data
+from ..parallel import to_local
+from ..state import TrainState
+from ..train import Callback, TrainResult, fit
+
+
+def run_splits(config: TrainConfig, data: FashionMNIST) -> Splits:
+    """The splits `config` asks for (its `validation_size` and `calibration_size`), made
+    by [`split_data`][eqx_fmnist.dataset.split_data]."""
+    return split_data(
+        data, validation_size=config.validation_size, calibration_size=config.calibration_size
+    )
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What [`train_run`][eqx_fmnist.runs.train_run] returns: the training's result and,
+    when the run held out a calibration split, its calibration."""
+
+    result: TrainResult
+    calibration: Calibration | None
+
+
+def train_run(
+    configs: TrainConfig | Sequence[TrainConfig],
+    splits: Splits,
+    *,
+    state: TrainState | None = None,
+    callback: Callback | Sequence[Callback] | None = None,
+) -> RunResult:
+    """Train on `splits` ([`fit`][eqx_fmnist.train.fit]: one run, or members) and then,
+    if the splits hold a calibration set, calibrate the model or the ensemble on it
+    ([`calibrate`][eqx_fmnist.calibration.calibrate])."""
+    result = fit(configs, splits, state=state, callback=callback)
+    calibration = None
+    if splits.calibration is not None:
+        model = to_local(result.model)
+        calibration = calibrate(model, splits.train, splits.calibration, policy=result.policy)
+    return RunResult(result, calibration)
