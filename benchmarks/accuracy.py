@@ -41,12 +41,12 @@ def main() -> None:
         r = ef.fit_ensemble(config.with_changes(precision=spec), args.seeds, data)
         rows = [
             f"| {name} | {spec} | {seed} | {m.accuracy:.4f} | {m.loss:.4f} |"
-            for seed, m in zip(args.seeds, r.members, strict=True)
+            for seed, m in zip(args.seeds, r.test.members, strict=True)
         ]
         rows += [
-            f"| {name} | {spec} | mean ± std | {r.accuracy_mean:.4f} ± {r.accuracy_std:.4f} | |",
+            f"| {name} | {spec} | mean ± std | {r.test.accuracy_mean:.4f} ± {r.test.accuracy_std:.4f} | |",
             f"| {name} | {spec} | **ensemble of {len(args.seeds)}** | "
-            f"**{r.ensemble.accuracy:.4f}** | {r.ensemble.loss:.4f} |",
+            f"**{r.test.accuracy:.4f}** | {r.test.loss:.4f} |",
         ]
         print("\n".join(rows), flush=True)
         print(

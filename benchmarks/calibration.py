@@ -99,10 +99,14 @@ def main() -> None:
     ]
     full = ef.fit_ensemble(ef.TrainConfig(), args.seeds, (train, test))
     runs, kinds = [], not_clothing(np.random.default_rng(0))
-    flag_rows = []
-    for seed, member in zip(args.seeds, full.members, strict=True):
-        r = ef.fit(ef.TrainConfig(seed=seed, calibration_size=args.calibrate), (train, test))
-        t = r.calibration.temperature
+    flag_rows, calibrations = [], []
+    for seed, member in zip(args.seeds, full.test.members, strict=True):
+        config = ef.TrainConfig(seed=seed, calibration_size=args.calibrate)
+        splits = ef.split_data((train, test), calibration_size=config.calibration_size)
+        r = ef.fit(config, splits)
+        calibration = ef.calibrate(r.model, splits.train, splits.calibration)
+        t = calibration.temperature
+        calibrations.append(calibration)
         raw, cal = (
             evaluate_calibration(r.model, test),
             evaluate_calibration(r.model, test, temperature=t),
@@ -113,7 +117,7 @@ def main() -> None:
             f"| {raw.ece:.4f} | **{cal.ece:.4f}** | {r.test.accuracy:.4f} | {member.accuracy:.4f} |"
         )
         print(lines[-1], flush=True)
-        trust = r.calibration.trust
+        trust = calibration.trust
 
         def rate(x, model=r.model, trust=trust):
             return float(trust.flags(features(model, jnp.asarray(x)), x).mean())
@@ -139,7 +143,7 @@ def main() -> None:
     # The reliability diagram of the first seed.
     raw, cal, r, _ = runs[0]
     logits = np.asarray(ef.predict_logits(r.model, test.images))
-    _, figure = calibration_report(logits, data.test_labels, r.calibration)
+    _, figure = calibration_report(logits, data.test_labels, calibrations[0])
     folder = args.out.parent
     save_figure(figure, folder / "reliability.png")
     # Photos, old and new preparation.
@@ -156,11 +160,11 @@ def main() -> None:
         new = prepare_image(path).pixels
         batch = np.stack([*x_old, new]).reshape(3, -1)
         probs = np.asarray(ef.predict_proba(r.model, jnp.asarray(batch)))
-        scaled = np.exp(np.log(probs) / r.calibration.temperature)
+        scaled = np.exp(np.log(probs) / calibrations[0].temperature)
         scaled /= scaled.sum(1, keepdims=True)
         shown = [probs[0], probs[1], scaled[2]]
         flagged = bool(
-            r.calibration.trust.flags(features(r.model, jnp.asarray(batch[2:])), batch[2:])[0]
+            calibrations[0].trust.flags(features(r.model, jnp.asarray(batch[2:])), batch[2:])[0]
         )
         cells = [f"{ef.CLASS_NAMES[p.argmax()]} {p.max():.1%}" for p in shown]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {'yes' if flagged else 'no'} |")

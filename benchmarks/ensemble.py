@@ -2,7 +2,7 @@
 `fit_ensemble` vs one `fit` per seed.
 
 1. Model-examples/sec of an epoch of K = 1, 2, 4, 8 members in one compiled program
-   (`train_steps(members=True)`) against one model's fused epoch, measured in turns in
+   (`train_steps` on a stacked state) against one model's fused epoch, measured in turns in
    this process (medians; the ratio is what to compare).
 2. The recommended recipe with 5 seeds: `fit_ensemble` once vs five `fit` calls, in this
    process, with each member's test accuracy next to its single run's.
@@ -28,16 +28,15 @@ def throughput(train: ef.ArrayDataset, ks: list[int], repeats: int) -> list[str]
     spe = len(train) // config.batch_size
 
     def runner(k: int):
-        members = k > 1
         state = [
             init_members([config.with_changes(seed=s) for s in range(k)], len(train))
-            if members
+            if k > 1
             else ef.init_state(config, len(train))
         ]
 
         def run():
             state[0], metrics = ef.train_steps(
-                state[0], train, batch_size=config.batch_size, num_steps=spe, members=members
+                state[0], train, batch_size=config.batch_size, num_steps=spe
             )
             return metrics
 
@@ -80,15 +79,15 @@ def wall_time(data, seeds: list[int], epochs: int) -> list[str]:
         "|---|---|---|---|",
     ]
     diffs = []
-    for s, m, r in zip(seeds, ensemble.members, singles, strict=True):
+    for s, m, r in zip(seeds, ensemble.test.members, singles, strict=True):
         diffs.append(m.accuracy - r.test.accuracy)
         lines.append(f"| {s} | {m.accuracy:.4f} | {r.test.accuracy:.4f} | {diffs[-1]:+.4f} |")
     single_accs = [r.test.accuracy for r in singles]
     lines += [
-        f"| mean ± std | {ensemble.accuracy_mean:.4f} ± {ensemble.accuracy_std:.4f} "
+        f"| mean ± std | {ensemble.test.accuracy_mean:.4f} ± {ensemble.test.accuracy_std:.4f} "
         f"| {np.mean(single_accs):.4f} ± {np.std(single_accs, ddof=1):.4f} "
         f"| max abs {max(map(abs, diffs)):.4f} |",
-        f"| **ensemble** (mean probability) | **{ensemble.ensemble.accuracy:.4f}** | | |",
+        f"| **ensemble** (mean probability) | **{ensemble.test.accuracy:.4f}** | | |",
     ]
     return lines
 

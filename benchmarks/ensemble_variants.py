@@ -46,18 +46,18 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         config = ef.TrainConfig().with_changes(validation_size=10_000, **change)
-        r = ef.fit_ensemble(config, args.seeds, data)
-        mean = sum(v.accuracy for v in r.validation) / len(r.validation)
-        scores[name] = r.validation_ensemble.accuracy
-        lines.append(f"| {name} | {mean:.4f} | {r.validation_ensemble.accuracy:.4f} |")
+        splits = ef.split_data(data, validation_size=config.validation_size)
+        r = ef.fit_ensemble(config, args.seeds, splits)
+        scores[name] = r.validation.accuracy
+        lines.append(f"| {name} | {r.validation.accuracy_mean:.4f} | {r.validation.accuracy:.4f} |")
         print(lines[-1], flush=True)
     best = max(scores, key=scores.get)
     final = ef.fit_ensemble(ef.TrainConfig().with_changes(**VARIANTS[best]), args.seeds, data)
     lines += [
         "",
         f"Chosen on validation: **{best}**. Trained again on all 60,000 images, "
-        f"{args.seeds} seeds: members {final.accuracy_mean:.4f} ± {final.accuracy_std:.4f}, "
-        f"**ensemble {final.ensemble.accuracy:.4f}** on the 10,000 test images.",
+        f"{args.seeds} seeds: members {final.test.accuracy_mean:.4f} ± {final.test.accuracy_std:.4f}, "
+        f"**ensemble {final.test.accuracy:.4f}** on the 10,000 test images.",
     ]
     print(lines[-1])
     args.out.write_text("\n".join(lines) + "\n")

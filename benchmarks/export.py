@@ -27,9 +27,9 @@ def main() -> None:
     single = ef.fit(config, data)
     ensemble = ef.fit_ensemble(config, args.seeds, data)
     models = [
-        ("one model", single.model, single.state.policy, False, single.test.accuracy),
-        (f"ensemble of {args.seeds}", ensemble.state.model, ensemble.state.policy, True,
-         ensemble.ensemble.accuracy),
+        ("one model", single.model, single.state.policy, single.test.accuracy),
+        (f"ensemble of {args.seeds}", ensemble.state.model, ensemble.state.policy,
+         ensemble.test.accuracy),
     ]  # fmt: skip
     lines = [
         f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
@@ -43,11 +43,11 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     folder = Path(tempfile.mkdtemp())
-    for name, model, policy, members, accuracy in models:
+    for name, model, policy, accuracy in models:
         for fmt in SUFFIXES:
             path = folder / f"{name.replace(' ', '_')}{SUFFIXES[fmt]}"
             m = export_model(model, policy, config, path, check_images=images, format=fmt,
-                             members=members, extra={"test_accuracy": accuracy})  # fmt: skip
+                             extra={"test_accuracy": accuracy})  # fmt: skip
             run = ""
             if fmt == "stablehlo":
                 t = time.perf_counter()

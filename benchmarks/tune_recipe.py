@@ -21,7 +21,6 @@ import equinox as eqx
 import eqx_fmnist as ef
 from eqx_fmnist import step
 from eqx_fmnist.bench import machine_facts
-from eqx_fmnist.ensemble import fit_members
 
 
 def main() -> None:
@@ -54,7 +53,7 @@ def main() -> None:
         for i in result.top_members(args.top)
     ]
     t = time.perf_counter()
-    best = fit_members(top, data)
+    best = ef.fit(top, data)
     top_seconds = time.perf_counter() - t
     lines = [
         f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
@@ -79,8 +78,8 @@ def main() -> None:
             f"| {c.seed} | {m.accuracy:.4f} |"
         )
     lines += [
-        f"| mean ± std | | | | | {best.accuracy_mean:.4f} ± {best.accuracy_std:.4f} |",
-        f"| **ensemble** | | | | | **{best.ensemble.accuracy:.4f}** |",
+        f"| mean ± std | | | | | {best.test.accuracy_mean:.4f} ± {best.test.accuracy_std:.4f} |",
+        f"| **ensemble** | | | | | **{best.test.accuracy:.4f}** |",
     ]
     text = "\n".join(lines) + "\n"
     (args.out / "tune.md").write_text(text)

@@ -9,7 +9,9 @@
 
 Every export is **checked before it is written**: it runs on the images it is given
 (all 10,000 test images, from the command line) and must predict the same class as the
-library for every one; the largest logit difference goes into the manifest, a JSON file
+library for every one (the StableHLO artifact keeps the run's precision policy and is
+checked against it; float32 weights are checked against the library in float32, as a
+consumer runs them); the largest logit difference goes into the manifest, a JSON file
 beside the artifact (`PATH.manifest.json`) with the class names, the input and output
 specs, the artifact's SHA-256 and size, the versions, the run's config and test
 accuracy. An export that fails the check raises [`ExportError`][eqx_fmnist.export.ExportError]
@@ -36,7 +38,7 @@ from .evaluation import ensemble_log_probs, predict_logits
 from .fileio import atomic_write
 from .model import MLP, num_members
 from .parallel import to_local
-from .precision import Policy
+from .precision import FLOAT32, Policy
 
 Format = Literal["stablehlo", "safetensors"]
 """The export formats."""
@@ -217,7 +219,10 @@ def export_model(
         raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(SUFFIXES)}.")
     path, start = Path(path), time.perf_counter()
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
-    ours = np.asarray(predict_logits(to_local(models), jnp.asarray(images), policy=policy))
+    # The weights are float32, and are checked as such: a consumer (numpy here, PyTorch)
+    # runs them in float32, whatever precision the run computed in.
+    checked = policy if format == "stablehlo" else FLOAT32
+    ours = np.asarray(predict_logits(to_local(models), jnp.asarray(images), policy=checked))
     if format == "stablehlo":
         blob = to_stablehlo(models, policy, temperature=temperature)
         theirs, _ = run_stablehlo(blob, images)
@@ -246,6 +251,7 @@ def export_model(
         "platforms": list(PLATFORMS) if format == "stablehlo" else None,
         "members": num_members(models),
         "precision": config.precision,
+        "checked_with": str(checked),  # the policy the library ran the check in
         "temperature": temperature,
         "config": config.to_dict(),
         "parity": dataclasses.asdict(parity),

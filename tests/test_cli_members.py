@@ -65,8 +65,9 @@ def test_predict_uses_the_ensemble_and_can_show_each_member(ensemble_run, real_d
     result = run_cli("predict", out, tmp_path / "item.png", "--members", "--top", "1")
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich may wrap the line
-    guesses = text.split("(members: ")[1].rstrip(")").split(", ")
+    guesses = text.split("(members: ")[1].split(")")[0].split(", ")
     assert len(guesses) == 3 and all(g in ef.CLASS_NAMES for g in guesses), text
+    assert "not calibrated" in text  # an ensemble is calibrated with --calibrate too
 
 
 @pytest.mark.slow

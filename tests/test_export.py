@@ -79,11 +79,11 @@ def test_an_ensemble_exports_its_mean_probability(real_data, test_images, tmp_pa
     )
     manifest = export_model(
         ens.state.model, ens.state.policy, ens.config, tmp_path / "e.stablehlo",
-        check_images=test_images, members=True,
+        check_images=test_images,
     )  # fmt: skip
     assert manifest["members"] == 2 and manifest["parity"]["mismatches"] == 0
     _, probs = load_artifact(tmp_path / "e.stablehlo")(test_images[:500])
-    ref = [numpy_logits(ens.member_model(i), test_images[:500]) for i in range(2)]
+    ref = [numpy_logits(ef.select_members(ens.model, i), test_images[:500]) for i in range(2)]
     ref = np.mean([np.exp(r) / np.exp(r).sum(-1, keepdims=True) for r in ref], axis=0)
     np.testing.assert_allclose(probs, ref, atol=1e-5)
 

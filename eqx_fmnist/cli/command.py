@@ -19,6 +19,7 @@ from .. import data as data_mod
 from ..cache import COMPILE_CACHE_ENV, compile_cache_dir, enable_compile_cache
 from ..checkpoint import CheckpointError
 from ..dataset import split_data
+from ..fileio import atomic_write
 from ..plots import save_figure
 from ..runs import RunError
 from .common import UsageError, add_data_args, console, load_data, table
@@ -61,7 +62,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     console.print(report.to_markdown(), markup=False, highlight=False)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "throughput.md").write_text(report.to_markdown())
+        with atomic_write(args.out / "throughput.md", "w") as f:
+            f.write(report.to_markdown())
         save_figure(report.figure(), args.out / "throughput.png")
         console.print(f"wrote {args.out}/throughput.md and throughput.png")
     return 0
@@ -95,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate_parser(sub)
     add_predict_parser(sub)
 
-    p = sub.add_parser("bench", help="measure training throughput (a short run by default)")
+    p = sub.add_parser(
+        "bench", help="training throughput of every path, in one process (--quick: a smoke run)"
+    )
     p.set_defaults(func=cmd_bench)
     p.add_argument("--quick", action="store_true", help="tiny sizes, seconds not minutes")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per variant (3)")

@@ -162,7 +162,7 @@ class SweepResult:
         lines += [
             "",
             f"Validation accuracy on {self.members.validation.count:,} held-out training "
-            f"images, after {self.members.history[-1]['step']:,} steps. Winner: {best}; "
+            f"images, after {self.members.state.global_step:,} steps. Winner: {best}; "
             f"its test accuracy (seeds {', '.join(map(str, self.seeds))}): {tests}; their "
             f"ensemble {self.test.accuracy:.4f}.",
         ]

@@ -1,0 +1,161 @@
+"""Every `eqx-fmnist` command the README and the docs show runs here, in a quick form.
+
+The commands are read from the pages themselves (each `eqx-fmnist ...` line of a
+```bash block), so a command added to a page is run without editing this file. The quick
+form of a command that trains is the same command with a short run (`--steps`, a small
+hidden layer) and its own `--out`; placeholders name what the page means (`runs/<run>`
+is the last run made, `runs/<sweep>` the last sweep, `photo.jpg` and `shirt.png` are
+test images saved as photos). Commands run in process, in order, in a fresh folder, and
+each must exit 0 with what it promises on disk.
+"""
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCK = re.compile(r"^```bash\n(.*?)^```$", re.M | re.S)
+QUICK = ["--steps", "12", "--log-every", "4", "--hidden", "16", "--batch-size", "256"]
+
+
+def shown_commands(page: Path) -> list[list[str]]:
+    """The `eqx-fmnist` command lines of a page's ```bash blocks, comments dropped."""
+    commands = []
+    for block in BLOCK.findall(page.read_text()):
+        for line in block.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if "eqx-fmnist " in line:  # `pip install -e . && eqx-fmnist train` too
+                commands.append(shlex.split(line.split("eqx-fmnist ", 1)[1]))
+    return commands
+
+
+PAGES_WITH_COMMANDS = [p for p in PAGES if shown_commands(p)]
+
+
+def test_the_finder_reads_the_readmes_commands():
+    readme = shown_commands(ROOT / "README.md")
+    assert ["data"] in readme and ["bench", "--quick"] in readme
+    assert all(c[0] in {"data", "train", "sweep", "evaluate", "predict", "export", "bench"}
+               for p in PAGES_WITH_COMMANDS for c in shown_commands(p))  # fmt: skip
+
+
+def test_every_subcommand_is_shown_somewhere():
+    from eqx_fmnist.cli import build_parser
+
+    shown = {c[0] for p in PAGES_WITH_COMMANDS for c in shown_commands(p)}
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) <= shown, set(sub.choices) - shown
+
+
+class Session:
+    """Runs one page's commands in order, in `folder`, remembering the runs made."""
+
+    def __init__(self, folder: Path, data_dir: str):
+        self.folder, self.data_dir = folder, data_dir
+        self.runs: list[Path] = []
+        self.sweeps: list[Path] = []
+
+    def resolve(self, arg: str) -> str:
+        if "runs/<run>" in arg or "runs/<sweep>" in arg:
+            if "<run>" in arg and not self.runs:
+                self.run(["train"])  # the page assumes a run exists
+            last = (self.runs if "<run>" in arg else self.sweeps)[-1]
+            return arg.replace("runs/<run>", str(last)).replace("runs/<sweep>", str(last))
+        return arg
+
+    def quick(self, argv: list[str]) -> list[str]:
+        argv = [self.resolve(a) for a in argv]
+        if argv[0] in ("train", "sweep") and "--resume" not in argv:
+            for flag in ("--epochs", "--steps"):
+                while flag in argv:
+                    i = argv.index(flag)
+                    del argv[i : i + 2]
+            argv += QUICK
+            if "--out" not in argv:
+                argv += ["--out", f"runs/quick-{len(self.runs) + len(self.sweeps)}"]
+        if argv[0] == "bench" and "--out" not in argv:
+            argv += ["--out", "bench"]  # and the table and chart, to look at
+        return argv
+
+    def run(self, argv: list[str]) -> str:
+        from eqx_fmnist.cli import main
+
+        argv = self.quick(argv)
+        if "--devices" in argv:  # more devices than this process has: a fresh one
+            env = {**os.environ,
+                   "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+                   "JAX_PLATFORMS": "cpu"}  # fmt: skip
+            done = subprocess.run([sys.executable, "-m", "eqx_fmnist", "--no-compile-cache",
+                                   *argv], cwd=self.folder, env=env, capture_output=True,
+                                  text=True, timeout=600)  # fmt: skip
+            assert done.returncode == 0, (argv, done.stderr[-2000:])
+            printed = done.stdout
+        else:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                status = main(["--no-compile-cache", *argv])
+            printed = out.getvalue()
+            assert status == 0, (argv, printed[-2000:])
+        if argv[0] in ("train", "sweep"):
+            if "--out" in argv:
+                folder = self.folder / argv[argv.index("--out") + 1]
+            else:  # --resume RUN or RUN/checkpoint.eqx
+                resumed = self.folder / argv[argv.index("--resume") + 1]
+                folder = resumed if resumed.is_dir() else resumed.parent
+            assert (folder / "summary.json").is_file() and (folder / "checkpoint.eqx").is_file()
+            (self.sweeps if argv[0] == "sweep" else self.runs).append(folder)
+            if "--profile" in argv:
+                assert list((folder / "profile").rglob("*.trace.json.gz")), "no trace"
+            if "--calibrate" in argv:
+                assert (folder / "calibration.safetensors").is_file()
+        return printed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda p: p.stem)
+def test_every_shown_command_runs(page, real_data, tmp_path, monkeypatch):
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "120")
+    Image.fromarray(255 - real_data.test_images[0]).resize((120, 120)).save("photo.jpg")
+    Image.fromarray(255 - real_data.test_images[1]).resize((90, 90)).save("shirt.png")
+    session = Session(tmp_path, str(real_data.source))
+    for argv in shown_commands(page):
+        printed = session.run(list(argv))
+        command = argv[0]
+        if command == "data":
+            assert "checksums verified" in printed and "60,000" in printed
+        elif command == "evaluate":
+            assert "accuracy" in printed and "Per-class accuracy" in printed
+            if "--members" in argv:
+                assert "member 0" in printed
+        elif command == "predict":
+            images = [a for a in argv[2:] if a.endswith((".jpg", ".png"))]
+            assert sum(line.startswith(tuple(images)) for line in printed.splitlines()) or (
+                "--json" in argv and printed.count("{") >= len(images)
+            ), printed
+            if "--show" in argv:
+                assert Path(Path(images[0]).stem + ".prepared.png").is_file()
+        elif command == "export":
+            fmt = argv[argv.index("--format") + 1] if "--format" in argv else "stablehlo"
+            target = Path(session.resolve(argv[1])) / f"model.{fmt}"
+            assert target.is_file() and Path(f"{target}.manifest.json").is_file()
+            assert "0 of 10,000 test images predicted differently" in " ".join(printed.split())
+        elif command == "bench":
+            table = (tmp_path / "bench" / "throughput.md").read_text()
+            for row in (
+                "Machine:", "jax ", "| python_dispatch |", "| codelab_jit |",
+                "| library_step |", "| library_fused |", "% of matmul bound", "| 25 steps |",
+                "p=f32,c=bf16,o=f32", "| 128 |", "cost_analysis", "projection",
+            ):  # fmt: skip
+                assert row in table and row in printed, row
+            assert (tmp_path / "bench" / "throughput.png").read_bytes().startswith(b"\x89PNG")
