@@ -216,7 +216,7 @@ def _init_members(config: TrainConfig, total_steps: int, seeds, numbers) -> Trai
 def select_members(tree: PyTree, index: int | Sequence[int]) -> PyTree:
     """Members of a stacked state (or model): with an int, that member as one run's
     state; with a list of ints, those members, still stacked (e.g. a sweep's
-    [`top_members`][eqx_fmnist.ensemble.SweepResult.top_members])."""
+    [`top_members`][eqx_fmnist.ensemble.grid.SweepResult.top_members])."""
     index = index if isinstance(index, int) else np.asarray(index)
     arrays, static = eqx.partition(tree, eqx.is_array)
     return eqx.combine(jtu.tree_map(lambda x: x[index], arrays), static)

@@ -219,6 +219,7 @@ def test_train_refuses_a_folder_with_results(trained_run):
     assert result.returncode == 2 and "--overwrite" in result.stderr
 
 
+@pytest.mark.slow  # a CLI process
 def test_resume_continues_the_step_count_and_history(tmp_path, real_data):
     import json
 
@@ -247,6 +248,7 @@ def test_resume_continues_the_step_count_and_history(tmp_path, real_data):
     assert json.loads((run / "summary.json").read_text())["steps"] == 60
 
 
+@pytest.mark.slow  # a CLI process
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data):
     """A signal stops the run at the end of the interval, after a checkpoint, whatever

@@ -27,8 +27,9 @@ def test_train_with_seeds_writes_one_folder_for_the_ensemble(ensemble_run):
     from eqx_fmnist.checkpoint import load_checkpoint
 
     out, result = ensemble_run
-    assert "3 members in one program (seeds 0-2)" in result.stdout
-    assert "ensemble (mean probability)" in result.stdout
+    text = " ".join(result.stdout.split())  # rich wraps long lines
+    assert "3 members in one program (seeds 0-2)" in text
+    assert "ensemble (mean probability)" in text
     summary = json.loads((out / "summary.json").read_text())
     assert [m["seed"] for m in summary["members"]] == [0, 1, 2]
     accs = [m["test_accuracy"] for m in summary["members"]]
@@ -48,10 +49,11 @@ def test_evaluate_reports_the_ensemble_and_each_member(ensemble_run, real_data):
     summary = json.loads((out / "summary.json").read_text())
     result = run_cli("evaluate", out, "--members", "--data-dir", real_data.source)
     assert result.returncode == 0, result.stderr
-    assert f"ensemble test accuracy {summary['test_accuracy']:.4f}" in result.stdout
+    text = " ".join(result.stdout.split())  # rich wraps long lines
+    assert f"ensemble test accuracy {summary['test_accuracy']:.4f}" in text
     for m in summary["members"]:
-        assert f"{m['test_accuracy']:.4f}" in result.stdout
-    assert "member 2" in result.stdout
+        assert f"{m['test_accuracy']:.4f}" in text
+    assert "member 2" in text
 
 
 @pytest.mark.slow
@@ -79,7 +81,8 @@ def test_a_sweep_writes_its_table_heatmap_and_all_members(tmp_path, real_data):
         "--out", out, "--data-dir", real_data.source,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "8 members in one program" in result.stdout and "| rank |" in result.stdout
+    text = " ".join(result.stdout.split())  # rich wraps long lines
+    assert "8 members in one program" in text and "| rank |" in text
     for name in ("sweep.md", "sweep.json", "sweep_heatmap.png", "checkpoint.eqx"):
         assert (out / name).is_file(), name
     saved = json.loads((out / "sweep.json").read_text())
@@ -149,7 +152,7 @@ def test_an_interrupted_sweep_resumes_to_the_end(tmp_path, real_data):
     assert 10 <= stopped_at < 3000
     result = run_cli("sweep", "--resume", out, "--data-dir", real_data.source)
     assert result.returncode == 0, result.stderr
-    assert f"resuming at step {stopped_at:,}" in result.stdout
+    assert f"resuming at step {stopped_at:,}" in " ".join(result.stdout.split())
     history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == list(range(10, 3001, 10))
     assert json.loads((out / "sweep.json").read_text())["seeds"] == [0]

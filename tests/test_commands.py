@@ -159,3 +159,31 @@ def test_every_shown_command_runs(page, real_data, tmp_path, monkeypatch):
             ):  # fmt: skip
                 assert row in table and row in printed, row
             assert (tmp_path / "bench" / "throughput.png").read_bytes().startswith(b"\x89PNG")
+
+
+def readme_example() -> str:
+    """The README's ```python block."""
+    return re.search(r"^```python\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)[1]
+
+
+@pytest.mark.slow
+def test_the_readmes_example_runs(real_data, capsys):
+    """The README's example, as written, with every `TrainConfig` shortened to 12 steps
+    of a small model (the quick form): each call it shows returns what it prints."""
+    import types
+
+    import eqx_fmnist as ef
+
+    def quick_config(**fields):
+        return ef.TrainConfig(**fields).with_changes(steps=12, hidden_sizes=(16,))
+
+    quick = types.ModuleType("eqx_fmnist")
+    quick.__dict__.update({**vars(ef), "TrainConfig": quick_config})
+    code = readme_example()
+    assert "import eqx_fmnist as ef\n" in code
+    exec(compile(code.replace("import eqx_fmnist as ef\n", ""), "README.md", "exec"),
+         {"ef": quick})  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == code.count("print(")
+    assert printed[0].split()[1] == "10000"  # result.test.count: every test image
+    assert 0 < float(printed[-1]) < 10  # the ensemble's temperature

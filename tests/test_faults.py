@@ -66,6 +66,7 @@ def test_runs_are_bitwise_deterministic(small):
     ]
 
 
+@pytest.mark.slow  # a CLI process
 def test_cli_reports_a_numerical_fault_and_keeps_the_last_good_checkpoint(tmp_path, real_data):
     out = tmp_path / "run"
     result = run_cli(
@@ -142,6 +143,7 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_d
     assert os.path.exists(out / "summary.json")
 
 
+@pytest.mark.slow  # a CLI process
 def test_a_second_run_refuses_a_folder_in_use_and_takes_over_a_stale_lock(tmp_path, real_data):
     out = tmp_path / "run"
     args = ["--steps", 100000, "--log-every", 10, "--out", out, "--data-dir", real_data.source]

@@ -254,8 +254,9 @@ def run_benchmark(
     **Arguments:**
 
     - `data`: `(train, test)` (60,000 training images for the real benchmark).
-    - `quick`: a smoke-sized run: 4,096 training examples, 2 repeats, short runs.
-        Defaults to `False`.
+    - `quick`: a smoke-sized run: 4,096 training examples, one timed repetition of
+        each variant, one host read's worth of steps, matmuls sampled briefly: it checks
+        that every table is made, not how fast. Defaults to `False`.
     - `repeats`: timed repetitions of each variant. Defaults to `5`.
     - `progress`: called with a description before each measurement.
 
@@ -268,7 +269,7 @@ def run_benchmark(
     if quick:
         train = train.take(jnp.arange(min(len(train), 4096)))
         test = test.take(jnp.arange(min(len(test), 1024)))
-        repeats = 2
+        repeats = 1
     config = TrainConfig(batch_size=512)
     say("machine facts and the bfloat16 matmul ceiling")
     facts = machine_facts()
@@ -282,7 +283,7 @@ def run_benchmark(
     except ImportError:
         skipped.append("pytorch_eager: torch is not installed (pip install torch)")
     say(f"training paths at the codelab's cadence: {', '.join(variants)}")
-    steps = 2 * CODELAB_READ_EVERY if quick else 6 * CODELAB_READ_EVERY
+    steps = CODELAB_READ_EVERY if quick else 6 * CODELAB_READ_EVERY
     main = compare_training(train, config, variants=variants, steps=steps, repeats=repeats)
     say("fit at two logging cadences")
     cadence_config = TrainConfig.codelab(
@@ -306,7 +307,7 @@ def run_benchmark(
         batch_size={f"batch {b}": b for b in batch_sizes},
         repeats=repeats,
     )
-    bounds = [matmul_bound(b) for b in batch_sizes]
+    bounds = [matmul_bound(b, min_seconds=0.01 if quick else 0.2) for b in batch_sizes]
     say("XLA's FLOP count")
     xla_flops = xla_flops_per_example(train, config)
     return BenchmarkReport(

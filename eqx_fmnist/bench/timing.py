@@ -3,7 +3,7 @@ the machine a figure came from, and the matmul bound it is compared with.
 
 Throughput is in **examples/sec**: training images per second through forward,
 backward and the AdamW update. It is also shown as **projected tokens/sec**,
-examples/sec x [`TOKENS_PER_EXAMPLE`][eqx_fmnist.runs.report.TOKENS_PER_EXAMPLE],
+examples/sec x [`TOKENS_PER_EXAMPLE`][eqx_fmnist.runs.TOKENS_PER_EXAMPLE],
 reading a 28 x 28 image as 16 patches of 7 x 7 pixels the way a vision transformer
 would: a projection, not a measurement.
 """
@@ -209,20 +209,21 @@ def _best_seconds(fn: Callable[[], Any], *, min_seconds: float = 0.2, repeats: i
     return min(samples)
 
 
-def time_matmul(m: int, k: int, n: int, backend: str) -> float:
+def time_matmul(m: int, k: int, n: int, backend: str, *, min_seconds: float = 0.2) -> float:
     """Best seconds of one float32 `(m, k) @ (k, n)` with `backend` (`"numpy"` or
-    `"torch"`); raises `ImportError` when torch is missing."""
+    `"torch"`), sampled for about `min_seconds`; raises `ImportError` when torch is
+    missing."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
     out = np.empty((m, n), np.float32)
     if backend == "numpy":
-        return _best_seconds(lambda: np.matmul(a, b, out=out))
+        return _best_seconds(lambda: np.matmul(a, b, out=out), min_seconds=min_seconds)
     if backend == "torch":
         import torch
 
         ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
-        return _best_seconds(lambda: torch.mm(ta, tb, out=tout))
+        return _best_seconds(lambda: torch.mm(ta, tb, out=tout), min_seconds=min_seconds)
     raise ValueError(f"`backend` must be 'numpy' or 'torch', but got {backend!r}.")
 
 
@@ -252,6 +253,8 @@ def matmul_bound(
     batch_size: int,
     hidden: Sequence[int] = (256, 128),
     backends: Sequence[str] = ("numpy", "torch"),
+    *,
+    min_seconds: float = 0.2,
 ) -> MatmulBound:
     """Time every matmul of a training step with each backend and keep the faster.
 
@@ -261,6 +264,7 @@ def matmul_bound(
     - `hidden`: the MLP's hidden sizes. Defaults to `(256, 128)`.
     - `backends`: `"numpy"` and/or `"torch"`; a backend that is not installed is left
         out. Defaults to both.
+    - `min_seconds`: how long each matmul is sampled. Defaults to `0.2`.
 
     **Returns:**
 
@@ -272,7 +276,7 @@ def matmul_bound(
         timed = {}
         for backend in backends:
             try:
-                timed[backend] = time_matmul(*shape, backend)
+                timed[backend] = time_matmul(*shape, backend, min_seconds=min_seconds)
             except ImportError:
                 continue
         if not timed:

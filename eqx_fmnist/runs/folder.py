@@ -20,7 +20,7 @@ A [`RunFolder`][eqx_fmnist.runs.RunFolder] is driven by [`fit`][eqx_fmnist.train
 through its `callback`. Logging and checkpointing are separate: logging every 25 steps
 writes a history line every 25 steps, and a checkpoint only when
 [`CheckpointEvery`][eqx_fmnist.runs.CheckpointEvery] says so. A stop asked for from a
-signal handler ([`request_stop`][eqx_fmnist.runs.RunFolder.request_stop]) takes effect at
+signal handler ([`request_stop`][eqx_fmnist.runs.folder.RunFolder.request_stop]) takes effect at
 the end of the interval, after a checkpoint, so an interrupted run resumes exactly.
 This module never prints; its errors are [`RunError`][eqx_fmnist.runs.RunError]s.
 """
@@ -131,7 +131,7 @@ class RunFolder:
     """One training run's folder, written while [`fit`][eqx_fmnist.train.fit] runs.
 
     Use it as a context manager (it holds the folder's lock) and pass `run.callback` to
-    `fit`; then call [`finish`][eqx_fmnist.runs.RunFolder.finish] with the result.
+    `fit`; then call [`finish`][eqx_fmnist.runs.folder.RunFolder.finish] with the result.
 
     !!! example
 
