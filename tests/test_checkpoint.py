@@ -129,3 +129,32 @@ def test_a_failed_save_keeps_the_previous_checkpoint(small, tmp_path, monkeypatc
     monkeypatch.undo()
     assert path.read_bytes() == blob and [p.name for p in tmp_path.iterdir()] == ["ckpt.eqx"]
     assert int(load_checkpoint(path).state.step) == 0
+
+
+def test_loading_builds_the_skeleton_from_shapes_alone(tmp_path, caplog):
+    """The skeleton comes from `eqx.filter_eval_shape`: loading a checkpoint compiles and
+    runs no initialiser (the state saved here was built op by op, so a compiled
+    initialiser could not come from a cache)."""
+    import logging
+
+    import jax
+    import jax.numpy as jnp
+
+    from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.state import HYPERPARAMS, _build
+
+    config = TrainConfig(steps=4, hidden_sizes=(7,))  # a shape no other test compiles
+    numbers = jnp.array([getattr(config, k) for k in HYPERPARAMS], jnp.float32)
+    state = _build(config, 4, jnp.uint32(0), numbers)
+    save_checkpoint(tmp_path / "c.eqx", state, config, num_train=64)
+    jax.config.update("jax_log_compiles", True)
+    try:
+        with caplog.at_level(logging.WARNING):
+            loaded = load_checkpoint(tmp_path / "c.eqx")
+    finally:
+        jax.config.update("jax_log_compiles", False)
+    compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not any("init" in m for m in compiled), compiled
+    assert int(loaded.state.step) == 0 and loaded.state.model.layers[0].weight.shape == (7, 784)
+    assert bool(jnp.all(loaded.state.model.layers[0].weight == state.model.layers[0].weight))

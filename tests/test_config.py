@@ -5,6 +5,8 @@ import dataclasses
 import json
 import typing
 
+import jax.numpy as jnp
+import jaxtyping
 import numpy as np
 import pytest
 
@@ -205,3 +207,56 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
     state = init_state(config, 16)
     held = {**state.hyperparams, "learning_rate": jnp.float32(1e-2), "weight_decay": jnp.float32(0.2)}
     assert_close(library(eqx.tree_at(lambda s: s.hyperparams, state, held)), by_hand(other))
+
+
+def test_config_round_trips_through_json():
+    from eqx_fmnist.config import TrainConfig
+
+    c = TrainConfig(epochs=3, hidden_sizes=(64, 32), precision="p=f32,c=bf16,o=f32", grad_clip=1.0)
+    again = TrainConfig.from_json(c.to_json())
+    assert again == c and isinstance(again.hidden_sizes, tuple)
+    assert json.loads(c.to_json())["hidden_sizes"] == [64, 32]
+
+
+def test_codelab_config_is_the_reference_run():
+    from eqx_fmnist.config import TrainConfig
+
+    c = TrainConfig.codelab()
+    assert (c.batch_size, c.learning_rate, c.weight_decay, c.steps) == (512, 3e-3, 1e-4, 400)
+    assert c.schedule == "constant" and c.policy.compute_dtype == jnp.float32
+    assert c.epochs is None and c.label_smoothing == 0.0
+    assert TrainConfig().epochs is not None and TrainConfig().steps is None
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(batch_size=0), "batch_size"),
+        (dict(batch_size=-512), "batch_size"),
+        (dict(learning_rate=0.0), "learning_rate"),
+        (dict(learning_rate=float("nan")), "learning_rate"),
+        (dict(weight_decay=-1.0), "weight_decay"),
+        # Under the suite's type checker the `Literal` annotation refuses it first.
+        (dict(schedule="linear"), "schedule"),
+        (dict(epochs=2, steps=10), "epochs"),
+        (dict(steps=0), "steps"),
+        (dict(hidden_sizes=(256, -1)), "hidden_sizes"),
+        (dict(precision="p=f32,c=f8"), "f8"),
+        (dict(label_smoothing=1.5), "label_smoothing"),
+        (dict(log_every=0), "log_every"),
+        (dict(grad_clip=0.0), "grad_clip"),
+        (dict(seed=-1), "seed"),
+    ],
+)
+def test_bad_config_raises_value_error_naming_the_field(kw, field):
+    from eqx_fmnist.config import TrainConfig
+
+    with pytest.raises((ValueError, jaxtyping.TypeCheckError), match=field):
+        TrainConfig(**kw)
+
+
+def test_from_dict_rejects_unknown_fields():
+    from eqx_fmnist.config import TrainConfig
+
+    with pytest.raises(ValueError, match="unknown TrainConfig fields \\['lr'\\]"):
+        TrainConfig.from_dict({"lr": 0.1})

@@ -5,11 +5,8 @@ import dataclasses
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from helpers import tree_allclose
 
 
 def config(**kw):
@@ -38,54 +35,6 @@ def max_diff(a, b) -> float:
 
 
 # ----------------------------------------------------------------------------- init
-
-
-def test_each_initial_member_is_the_single_runs_initial_state_exactly():
-    from eqx_fmnist.state import init_members, init_state, select_members
-
-    configs = [config(seed=s) for s in (3, 0)]
-    stacked = init_members(configs, 256)
-    assert stacked.step.shape == (2,) and stacked.num_members == 2
-    for i, c in enumerate(configs):
-        one = init_state(c, 256)
-        assert one.num_members is None
-        assert same_arrays(select_members(stacked, i), one)
-
-
-def test_the_numbers_are_arrays_in_the_state_for_one_run_and_for_members():
-    from eqx_fmnist.state import init_members, init_state
-
-    configs = [config(learning_rate=1e-3, label_smoothing=0.0), config(learning_rate=2e-3)]
-    stacked = init_members(configs, 256)
-    np.testing.assert_allclose(stacked.hyperparams["learning_rate"], [1e-3, 2e-3])
-    np.testing.assert_allclose(stacked.hyperparams["weight_decay"], [0.05, 0.05])
-    np.testing.assert_allclose(stacked.hyperparams["label_smoothing"], [0.0, 0.1])
-    one = init_state(configs[1], 256)
-    assert {k: float(v) for k, v in one.hyperparams.items()} == pytest.approx(
-        {"learning_rate": 2e-3, "weight_decay": 0.05, "label_smoothing": 0.1}
-    )
-
-
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        (dict(hidden_sizes=(16,)), "hidden_sizes"),
-        (dict(batch_size=16), "batch_size"),
-        (dict(precision="p=f32,c=bf16,o=f32"), "precision"),
-    ],
-)
-def test_members_that_would_change_the_program_are_refused(change, message):
-    from eqx_fmnist.state import check_members
-
-    with pytest.raises(ValueError, match=f"differ in {message}.*only in seed"):
-        check_members([config(), config(**change)])
-
-
-def test_members_and_data_parallelism_are_refused_together():
-    from eqx_fmnist.state import check_members
-
-    with pytest.raises(ValueError, match="devices.*one device"):
-        check_members([config(devices=2, batch_size=32)] * 2)
 
 
 # ----------------------------------------------------------------------------- training
@@ -332,18 +281,6 @@ def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data
     lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert len(lines[-1]["members"]) == 2
     assert lines[-1]["loss"] == pytest.approx(np.mean([m["loss"] for m in lines[-1]["members"]]))
-
-
-def test_select_members_keeps_the_stack_or_takes_one():
-    from eqx_fmnist.state import init_members, init_state, select_members
-
-    stacked = init_members([config(seed=s) for s in range(4)], 256)
-    two = select_members(stacked, [3, 1])
-    assert two.step.shape == (2,) and two.num_members == 2
-    assert same_arrays(select_members(two, 0), select_members(stacked, 3))
-    assert tree_allclose(select_members(two, 1).model, select_members(stacked, 1).model)
-    assert jnp.array_equal(two.key[1], stacked.key[1])
-    assert same_arrays(select_members(stacked, 2), init_state(config(seed=2), 256))
 
 
 def test_the_heatmap_writes_every_cell_and_outlines_the_best():
