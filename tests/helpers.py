@@ -164,6 +164,24 @@ def run_cli(*args, env=None, timeout: float = 300):
     )
 
 
+def run_cli_here(*args):
+    """`eqx-fmnist ARGS` in this process (no interpreter to start, compiled programs
+    shared with the suite), output captured: for commands that stop before training."""
+    import contextlib
+    import io
+    import subprocess
+
+    from eqx_fmnist.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(["--no-compile-cache", *map(str, args)])
+        except SystemExit as e:  # argparse's usage errors exit, as in a shell
+            status = e.code
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
+
+
 def start_cli(*args, quiet: bool = False):
     """`python -m eqx_fmnist ARGS` started in the background (a `Popen`)."""
     import subprocess

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from helpers import run_cli, start_cli
+from helpers import run_cli, run_cli_here, start_cli
 
 
 def test_data_command_shows_the_splits(real_data):
@@ -205,7 +205,7 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
             str(out_dir),
         ],
     }[case]
-    result = run_cli(*args)
+    result = run_cli_here(*args)
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -215,7 +215,7 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
 
 def test_train_refuses_a_folder_with_results(trained_run):
     out, _ = trained_run
-    result = run_cli("train", "--steps", "1", "--out", str(out))
+    result = run_cli_here("train", "--steps", "1", "--out", str(out))
     assert result.returncode == 2 and "--overwrite" in result.stderr
 
 
