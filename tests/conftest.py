@@ -10,10 +10,19 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+@pytest.fixture(scope="session")
+def shared_compile_cache(tmp_path_factory):
+    """One folder of compiled programs for every `eqx-fmnist` process this session (each
+    xdist worker has its own): a command that compiles what an earlier one did loads it."""
+    return tmp_path_factory.mktemp("jax-compile")
+
+
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test gets its own empty user cache and no $EQX_FMNIST_DATA."""
+def isolated_cache(tmp_path_factory, monkeypatch, shared_compile_cache):
+    """Every test gets its own empty user cache and no $EQX_FMNIST_DATA; the CLI's
+    compiled programs are shared (a test of the compile cache sets its own)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("EQX_FMNIST_COMPILE_CACHE", str(shared_compile_cache))
     monkeypatch.delenv("EQX_FMNIST_DATA", raising=False)
 
 
