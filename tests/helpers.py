@@ -77,6 +77,17 @@ def tree_allclose(a, b, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
         for x, y in zip(jtu.tree_leaves(a), jtu.tree_leaves(b), strict=True)
     )
 
+def same_arrays(a, b) -> bool:
+    """Every array leaf equal, bit for bit (static fields such as the optimiser's
+    closures are not compared: each state builds its own)."""
+    import equinox as eqx
+
+    la, lb = (
+        jax.tree.leaves(eqx.filter(a, eqx.is_array)),
+        jax.tree.leaves(eqx.filter(b, eqx.is_array)),
+    )
+    return len(la) == len(lb) and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
+
 
 def feistel_order(round_keys: np.ndarray, n: int) -> np.ndarray:
     """A reference for `eqx_fmnist.dataset.permute` over all of `0..n-1`, written in

@@ -8,6 +8,8 @@ import jax
 import numpy as np
 import pytest
 
+from helpers import same_arrays
+
 
 def config(**kw):
     from eqx_fmnist.config import TrainConfig
@@ -18,16 +20,6 @@ def config(**kw):
 
 def params(model):
     return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))]
-
-
-def same_arrays(a, b) -> bool:
-    """Every array leaf equal, bit for bit (static fields such as the optimiser's
-    closures are not compared: each state builds its own)."""
-    la, lb = (
-        jax.tree.leaves(eqx.filter(a, eqx.is_array)),
-        jax.tree.leaves(eqx.filter(b, eqx.is_array)),
-    )
-    return len(la) == len(lb) and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
 
 
 def max_diff(a, b) -> float:

@@ -1,13 +1,11 @@
 """The training state: one run, or members stacked on a leading axis; its numbers as
 arrays; taking members; what cannot share a program."""
 
-import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import tree_allclose
+from helpers import same_arrays, tree_allclose
 
 
 def config(**kw):
@@ -15,16 +13,6 @@ def config(**kw):
 
     base = dict(steps=12, batch_size=32, hidden_sizes=(32,), log_every=4)
     return TrainConfig(**(base | kw))
-
-
-def same_arrays(a, b) -> bool:
-    """Every array leaf equal, bit for bit (static fields such as the optimiser's
-    closures are not compared: each state builds its own)."""
-    la, lb = (
-        jax.tree.leaves(eqx.filter(a, eqx.is_array)),
-        jax.tree.leaves(eqx.filter(b, eqx.is_array)),
-    )
-    return len(la) == len(lb) and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
 
 
 def test_each_initial_member_is_the_single_runs_initial_state_exactly():
