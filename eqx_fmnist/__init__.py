@@ -12,6 +12,7 @@ from . import (
     ensemble as ensemble,
     evaluation as evaluation,
     export as export,
+    intervals as intervals,
     losses as losses,
     model as model,
     precision as precision,
@@ -73,6 +74,7 @@ from .evaluation import (
     predict_logits as predict_logits,
     predict_proba as predict_proba,
 )
+from .intervals import History as History, NonFiniteError as NonFiniteError
 from .losses import accuracy as accuracy, cross_entropy as cross_entropy
 from .model import MLP as MLP, count_params as count_params, num_members as num_members
 from .precision import (
@@ -97,11 +99,6 @@ from .step import (
     train_step as train_step,
     train_steps as train_steps,
 )
-from .train import (
-    History as History,
-    NonFiniteError as NonFiniteError,
-    TrainResult as TrainResult,
-    fit as fit,
-)
+from .train import TrainResult as TrainResult, fit as fit
 
 __version__ = importlib.metadata.version("eqx_fmnist")

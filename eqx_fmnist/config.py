@@ -93,7 +93,7 @@ class TrainConfig:
         config with either set unless it is given the `Splits` they made.
     - `devices`: data-parallel over this many devices.
     - `on_nonfinite`: `"raise"` stops `fit` with a
-        [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] naming the step and the
+        [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] naming the step and the
         metric, before the bad interval is reported; `"skip"` skips such steps inside
         the compiled loop and counts them in the history's `skipped`. Steps that the
         float16 loss scaler skips are never an error.

@@ -1,9 +1,9 @@
 """`fit`: the one training loop, for one model and for a stack of members alike.
 
-`fit` plans the run once ([`plan_run`][eqx_fmnist.train.plan_run]: total steps and
+`fit` plans the run once ([`plan_run`][eqx_fmnist.intervals.plan_run]: total steps and
 interval ends), runs one compiled chunk per logging interval
 ([`compile_steps`][eqx_fmnist.step.compile_steps]), reads its metrics once, appends a
-[`History`][eqx_fmnist.train.History] record and calls the callbacks. A stacked state
+[`History`][eqx_fmnist.intervals.History] record and calls the callbacks. A stacked state
 ([`init_members`][eqx_fmnist.state.init_members]) is the only difference between one
 run and many: the same loop, the same [`TrainResult`][eqx_fmnist.train.TrainResult].
 Splitting the data ([`split_data`][eqx_fmnist.dataset.split_data]), calibrating
@@ -14,149 +14,23 @@ the caller's ([`eqx_fmnist.runs`](runs.md), the command line).
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import NotRequired, TypedDict
+from collections.abc import Iterator, Sequence
 
 import jax
 import numpy as np
 
 from .config import TrainConfig
 from .data import FashionMNIST, load_fashion_mnist
-from .dataset import ArrayDataset, Splits, split_data, steps_per_epoch
+from .dataset import ArrayDataset, Splits, split_data
 from .evaluation import EvalResult, evaluate
+from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import MLP
 from .parallel import check_divisible, make_mesh, replicate
 from .precision import Policy
-from .state import PER_MEMBER, TrainState, check_members, init_members, init_state
+from .state import TrainState, check_members, init_members, init_state
 from .step import compile_steps
 
 logger = logging.getLogger(__name__)
-
-
-class NonFiniteError(FloatingPointError):
-    """Training produced a NaN or infinite loss or gradient.
-
-    `step` is the first bad step (1-based, as in the history) and `metric` the metric
-    that was not finite. The state of the last completed interval before it is the last
-    good one.
-    """
-
-    def __init__(self, message: str, *, step: int, metric: str):
-        super().__init__(message)
-        self.step = step
-        self.metric = metric
-
-
-class History(TypedDict):
-    """One logging interval of a run, as [`fit`][eqx_fmnist.train.fit] records it."""
-
-    step: int
-    """The global step at the interval's end (1-based count of steps done)."""
-    epoch: float
-    """`step / steps_per_epoch`."""
-    steps: int
-    """Steps in the interval."""
-    loss: float
-    """Mean training objective over the interval's steps (label-smoothed if smoothing)."""
-    accuracy: float
-    """Mean training-batch accuracy over the interval."""
-    grad_norm: float
-    """Mean global gradient norm over the interval."""
-    skipped: int
-    """Steps not applied (float16 overflow, or `on_nonfinite="skip"`)."""
-    learning_rate: float
-    """The learning rate of the interval's last step, as the step used it."""
-    seconds: float
-    """Wall seconds of the interval's compiled call and its one host read."""
-    examples_per_sec: float
-    """Training examples per second over the interval (members x examples for a stack)."""
-    valid_loss: NotRequired[float]
-    """Validation loss at the interval's end, when a validation split is given."""
-    valid_accuracy: NotRequired[float]
-    """Validation accuracy at the interval's end, likewise."""
-    members: NotRequired[list[dict]]
-    """Each member's own record, when many members train as one program (the other
-    fields are then their means, their sum for `skipped`)."""
-
-
-Callback = Callable[[History, TrainState], None]
-"""`callback(record, state)`, called after each logging interval. It may add keys to
-`record` (later callbacks and the history see them); `state` is valid until the next
-interval starts (its buffers are then donated)."""
-
-_MEANS = ("loss", "accuracy", "grad_norm", "learning_rate", "valid_loss", "valid_accuracy")
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """What a run will do, computed once: its length and its intervals.
-
-    Intervals end on multiples of `interval` (and at `total_steps`), so a resumed run
-    logs at the same steps as one that never stopped.
-    """
-
-    total_steps: int
-    steps_per_epoch: int
-    interval: int
-    batch_size: int
-
-    def chunks(self, start: int = 0) -> Iterator[int]:
-        """The sizes of the compiled chunks from global step `start` to the end."""
-        step = start
-        while step < self.total_steps:
-            k = min(self.interval - step % self.interval, self.total_steps - step)
-            yield k
-            step += k
-
-    def intervals(self, start: int = 0) -> int:
-        """How many logging intervals (compiled calls) remain from step `start`."""
-        return sum(1 for _ in self.chunks(start))
-
-    def records(self, step: int, metrics: dict[str, np.ndarray], seconds: float) -> list[History]:
-        """One record per member (one for a single run) of the interval that ended at
-        global step `step`; `metrics` have shape `(members, steps)`."""
-        k = metrics["loss"].shape[-1]
-        return [
-            History(
-                step=step,
-                epoch=step / self.steps_per_epoch,
-                steps=k,
-                loss=float(np.mean(metrics["loss"][i])),
-                accuracy=float(np.mean(metrics["accuracy"][i])),
-                grad_norm=float(np.mean(metrics["grad_norm"][i])),
-                skipped=int(np.sum(metrics["skipped"][i])),
-                learning_rate=float(metrics["learning_rate"][i][-1]),
-                seconds=seconds,
-                examples_per_sec=k * self.batch_size / seconds,
-            )
-            for i in range(len(metrics["loss"]))
-        ]
-
-
-def plan_run(config: TrainConfig, num_train: int) -> Plan:
-    """The [`Plan`][eqx_fmnist.train.Plan] of `config` on `num_train` training examples."""
-    spe = steps_per_epoch(num_train, config.batch_size)
-    return Plan(
-        total_steps=config.total_steps(num_train),
-        steps_per_epoch=spe,
-        interval=config.log_every or spe,
-        batch_size=config.batch_size,
-    )
-
-
-def _interval_record(records: list[History]) -> History:
-    """The record of an interval: one run's own, or the members' means with each
-    member's record under `members`."""
-    if len(records) == 1:
-        return records[0]
-    first = records[0]
-    means = {k: float(np.mean([r[k] for r in records])) for k in _MEANS if k in first}
-    totals = {
-        "skipped": sum(r["skipped"] for r in records),
-        "examples_per_sec": len(records) * first["examples_per_sec"],
-        "members": [dict(r) for r in records],
-    }
-    return History(**{**first, **means, **totals})
 
 
 @dataclasses.dataclass
@@ -168,7 +42,7 @@ class TrainResult:
     - `state`: the final [`TrainState`][eqx_fmnist.state.TrainState] (stacked for
         members).
     - `configs`: each member's config; one for a single run. `config` is the first.
-    - `history`: one [`History`][eqx_fmnist.train.History] record per logging interval
+    - `history`: one [`History`][eqx_fmnist.intervals.History] record per logging interval
         (for members: their means, each member's under `"members"`).
     - `test`: [`EvalResult`][eqx_fmnist.evaluation.EvalResult] on all test images (for
         members: the ensemble's, each member's in `test.members`), or `None` without a
@@ -214,36 +88,6 @@ class TrainResult:
         steps = sum(h["steps"] for h in self.history)
         k = self.num_members or 1
         return k * steps * self.config.batch_size / max(self.train_seconds, 1e-9)
-
-
-def check_finite(
-    metrics: dict[str, np.ndarray], *, first_step: int, configs: Sequence[TrainConfig]
-) -> None:
-    """Raise [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] for the first step whose
-    loss or (unskipped) gradient is NaN or infinite, naming the member when there are
-    several. Skipped steps were not applied, so they are not errors; `metrics` have
-    shape `(members, steps)`."""
-    for i, config in enumerate(configs):
-        if config.on_nonfinite != "raise":
-            continue
-        loss, grad, skipped = metrics["loss"][i], metrics["grad_norm"][i], metrics["skipped"][i]
-        bad_loss, bad_grad = ~np.isfinite(loss), ~np.isfinite(grad) & ~skipped
-        bad = bad_loss | bad_grad
-        if not bad.any():
-            continue
-        j = int(np.argmax(bad))
-        metric = "loss" if bad_loss[j] else "gradient norm"
-        value = loss[j] if bad_loss[j] else grad[j]
-        who = ""
-        if len(configs) > 1:
-            who = f"member {i} ({', '.join(f'{k}={getattr(config, k)}' for k in PER_MEMBER)}): "
-        raise NonFiniteError(
-            f"{who}step {first_step + j}: the {metric} is {value}; training stopped before "
-            "this interval was reported or saved. Lower the learning rate, clip gradients "
-            "(grad_clip), or pass on_nonfinite='skip' to skip such steps.",
-            step=first_step + j,
-            metric=metric,
-        )
 
 
 def run_chunks(
@@ -361,7 +205,7 @@ def fit(
         [`init_members`][eqx_fmnist.state.init_members] (several).
     - `validation`: a validation set evaluated after every interval (`valid_loss`,
         `valid_accuracy` in the history) and at the end. Defaults to the splits'.
-    - `callback`: one or more [`Callback`][eqx_fmnist.train.Callback]s, called as
+    - `callback`: one or more [`Callback`][eqx_fmnist.intervals.Callback]s, called as
         `callback(record, state)` after each logging interval, e.g. to draw a progress
         bar or keep a run folder. Defaults to `None`: none.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
@@ -372,7 +216,7 @@ def fit(
 
     **Raises:**
 
-    [`NonFiniteError`][eqx_fmnist.train.NonFiniteError] (with `on_nonfinite="raise"`,
+    [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] (with `on_nonfinite="raise"`,
     naming the member), before the bad interval is recorded; `ValueError` for a `state`
     past the run's end or of the wrong number of members, or a config that holds out
     images from data that were not split by it.
@@ -418,7 +262,7 @@ def fit(
         if (v := evaluated(valid, state.model)) is not None:
             for r, m in zip(records, v.members or (v,), strict=True):
                 r["valid_loss"], r["valid_accuracy"] = m.loss, m.accuracy
-        history.append(record := _interval_record(records))
+        history.append(record := interval_record(records))
         logger.info("step %d/%d loss %.4f", step, plan.total_steps, record["loss"])
         for cb in callbacks:
             cb(record, state)

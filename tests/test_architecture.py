@@ -31,6 +31,7 @@ LAYERS = [
     "config",
     "state",
     "step",
+    "intervals",
     "train",
     "ensemble",
     "checkpoint",
@@ -52,6 +53,7 @@ ONLY = {
     "config": {"precision", "dataset"},
     "state": {"config", "model", "precision"},
     "step": {"state", "config", "dataset", "losses", "parallel", "precision"},
+    "intervals": {"config", "dataset", "state"},
 }
 ENTRY_POINTS = {"__init__": set(LAYERS) - {"cli"}, "__main__": {"cli"}}
 

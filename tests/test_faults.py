@@ -19,7 +19,8 @@ def config(**kw):
 
 
 def test_a_nan_stops_fit_naming_the_step_and_metric(small):
-    from eqx_fmnist.train import NonFiniteError, fit
+    from eqx_fmnist.intervals import NonFiniteError
+    from eqx_fmnist.train import fit
 
     seen = []
     with pytest.raises(NonFiniteError) as info:

@@ -13,8 +13,8 @@ from rich.table import Table
 
 from .. import data as data_mod
 from ..bench.profile import IntervalProfiler
+from ..intervals import NonFiniteError
 from ..runs import CHECKPOINT_NAME, Interrupted, RunFolder
-from ..train import NonFiniteError
 
 console = Console()
 err_console = Console(stderr=True)

@@ -11,6 +11,7 @@ import jax
 from ..checkpoint import load_checkpoint
 from ..config import TrainConfig
 from ..ensemble import check_memory, grid_configs, grid_of, member_seeds, sweep
+from ..intervals import plan_run
 from ..runs import (
     CHECKPOINT_NAME,
     TOKENS_PER_EXAMPLE,
@@ -21,7 +22,7 @@ from ..runs import (
     train_run,
 )
 from ..state import BATCHED
-from ..train import TrainResult, plan_run
+from ..train import TrainResult
 from .common import (
     UsageError,
     add_data_args,

@@ -16,9 +16,10 @@ from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import ArrayDataset, Splits, split_data
 from ..evaluation import EvalResult, evaluate
 from ..fileio import atomic_write
+from ..intervals import Callback
 from ..plots import plot_heatmap, save_figure
 from ..state import BATCHED, TrainState, select_members
-from ..train import Callback, TrainResult, fit
+from ..train import TrainResult, fit
 from .members import check_memory, member_seeds
 
 

@@ -9,8 +9,9 @@ import jax
 from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import ArrayDataset, Splits
+from ..intervals import Callback
 from ..state import TrainState, state_bytes
-from ..train import Callback, TrainResult, fit
+from ..train import TrainResult, fit
 
 MEMORY_FRACTION = 0.8
 """Members may use at most this fraction of the device's memory (see

@@ -47,6 +47,7 @@ from ..data import FashionMNIST
 from ..ensemble import SweepResult
 from ..evaluation import confusion_matrix, predict_logits
 from ..fileio import FolderInUse, FolderLock, atomic_write
+from ..intervals import History
 from ..parallel import to_local
 from ..plots import (
     plot_confusion_matrix,
@@ -56,7 +57,7 @@ from ..plots import (
     save_figure,
 )
 from ..state import TrainState
-from ..train import History, TrainResult
+from ..train import TrainResult
 from .summary import CHECKPOINT_NAME, RunError, summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"

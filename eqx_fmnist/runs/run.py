@@ -8,9 +8,10 @@ from ..calibration import Calibration, calibrate
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import Splits, split_data
+from ..intervals import Callback
 from ..parallel import to_local
 from ..state import TrainState
-from ..train import Callback, TrainResult, fit
+from ..train import TrainResult, fit
 
 
 def run_splits(config: TrainConfig, data: FashionMNIST) -> Splits:

@@ -1,0 +1,171 @@
+"""A run's logging intervals: the plan (how long, where the intervals end), the record
+of each ([`History`][eqx_fmnist.intervals.History]: one run's, or the members' means with
+each member's), the check that a chunk's numbers are finite, and the callbacks' type.
+[`fit`][eqx_fmnist.train.fit] uses them once per interval, on the host.
+"""
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import NotRequired, TypedDict
+
+import numpy as np
+
+from .config import TrainConfig
+from .dataset import steps_per_epoch
+from .state import PER_MEMBER, TrainState
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced a NaN or infinite loss or gradient.
+
+    `step` is the first bad step (1-based, as in the history) and `metric` the metric
+    that was not finite. The state of the last completed interval before it is the last
+    good one.
+    """
+
+    def __init__(self, message: str, *, step: int, metric: str):
+        super().__init__(message)
+        self.step = step
+        self.metric = metric
+
+
+class History(TypedDict):
+    """One logging interval of a run, as [`fit`][eqx_fmnist.train.fit] records it."""
+
+    step: int
+    """The global step at the interval's end (1-based count of steps done)."""
+    epoch: float
+    """`step / steps_per_epoch`."""
+    steps: int
+    """Steps in the interval."""
+    loss: float
+    """Mean training objective over the interval's steps (label-smoothed if smoothing)."""
+    accuracy: float
+    """Mean training-batch accuracy over the interval."""
+    grad_norm: float
+    """Mean global gradient norm over the interval."""
+    skipped: int
+    """Steps not applied (float16 overflow, or `on_nonfinite="skip"`)."""
+    learning_rate: float
+    """The learning rate of the interval's last step, as the step used it."""
+    seconds: float
+    """Wall seconds of the interval's compiled call and its one host read."""
+    examples_per_sec: float
+    """Training examples per second over the interval (members x examples for a stack)."""
+    valid_loss: NotRequired[float]
+    """Validation loss at the interval's end, when a validation split is given."""
+    valid_accuracy: NotRequired[float]
+    """Validation accuracy at the interval's end, likewise."""
+    members: NotRequired[list[dict]]
+    """Each member's own record, when many members train as one program (the other
+    fields are then their means, their sum for `skipped`)."""
+
+
+Callback = Callable[[History, TrainState], None]
+"""`callback(record, state)`, called after each logging interval. It may add keys to
+`record` (later callbacks and the history see them); `state` is valid until the next
+interval starts (its buffers are then donated)."""
+
+_MEANS = ("loss", "accuracy", "grad_norm", "learning_rate", "valid_loss", "valid_accuracy")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a run will do, computed once: its length and its intervals.
+
+    Intervals end on multiples of `interval` (and at `total_steps`), so a resumed run
+    logs at the same steps as one that never stopped.
+    """
+
+    total_steps: int
+    steps_per_epoch: int
+    interval: int
+    batch_size: int
+
+    def chunks(self, start: int = 0) -> Iterator[int]:
+        """The sizes of the compiled chunks from global step `start` to the end."""
+        step = start
+        while step < self.total_steps:
+            k = min(self.interval - step % self.interval, self.total_steps - step)
+            yield k
+            step += k
+
+    def intervals(self, start: int = 0) -> int:
+        """How many logging intervals (compiled calls) remain from step `start`."""
+        return sum(1 for _ in self.chunks(start))
+
+    def records(self, step: int, metrics: dict[str, np.ndarray], seconds: float) -> list[History]:
+        """One record per member (one for a single run) of the interval that ended at
+        global step `step`; `metrics` have shape `(members, steps)`."""
+        k = metrics["loss"].shape[-1]
+        return [
+            History(
+                step=step,
+                epoch=step / self.steps_per_epoch,
+                steps=k,
+                loss=float(np.mean(metrics["loss"][i])),
+                accuracy=float(np.mean(metrics["accuracy"][i])),
+                grad_norm=float(np.mean(metrics["grad_norm"][i])),
+                skipped=int(np.sum(metrics["skipped"][i])),
+                learning_rate=float(metrics["learning_rate"][i][-1]),
+                seconds=seconds,
+                examples_per_sec=k * self.batch_size / seconds,
+            )
+            for i in range(len(metrics["loss"]))
+        ]
+
+
+def plan_run(config: TrainConfig, num_train: int) -> Plan:
+    """The [`Plan`][eqx_fmnist.intervals.Plan] of `config` on `num_train` training examples."""
+    spe = steps_per_epoch(num_train, config.batch_size)
+    return Plan(
+        total_steps=config.total_steps(num_train),
+        steps_per_epoch=spe,
+        interval=config.log_every or spe,
+        batch_size=config.batch_size,
+    )
+
+
+def interval_record(records: list[History]) -> History:
+    """The record of an interval: one run's own, or the members' means with each
+    member's record under `members`."""
+    if len(records) == 1:
+        return records[0]
+    first = records[0]
+    means = {k: float(np.mean([r[k] for r in records])) for k in _MEANS if k in first}
+    totals = {
+        "skipped": sum(r["skipped"] for r in records),
+        "examples_per_sec": len(records) * first["examples_per_sec"],
+        "members": [dict(r) for r in records],
+    }
+    return History(**{**first, **means, **totals})
+
+
+def check_finite(
+    metrics: dict[str, np.ndarray], *, first_step: int, configs: Sequence[TrainConfig]
+) -> None:
+    """Raise [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] for the first step whose
+    loss or (unskipped) gradient is NaN or infinite, naming the member when there are
+    several. Skipped steps were not applied, so they are not errors; `metrics` have
+    shape `(members, steps)`."""
+    for i, config in enumerate(configs):
+        if config.on_nonfinite != "raise":
+            continue
+        loss, grad, skipped = metrics["loss"][i], metrics["grad_norm"][i], metrics["skipped"][i]
+        bad_loss, bad_grad = ~np.isfinite(loss), ~np.isfinite(grad) & ~skipped
+        bad = bad_loss | bad_grad
+        if not bad.any():
+            continue
+        j = int(np.argmax(bad))
+        metric = "loss" if bad_loss[j] else "gradient norm"
+        value = loss[j] if bad_loss[j] else grad[j]
+        who = ""
+        if len(configs) > 1:
+            who = f"member {i} ({', '.join(f'{k}={getattr(config, k)}' for k in PER_MEMBER)}): "
+        raise NonFiniteError(
+            f"{who}step {first_step + j}: the {metric} is {value}; training stopped before "
+            "this interval was reported or saved. Lower the learning rate, clip gradients "
+            "(grad_clip), or pass on_nonfinite='skip' to skip such steps.",
+            step=first_step + j,
+            metric=metric,
+        )
