@@ -247,7 +247,7 @@ def sweep(
         ```python
         grid = {"learning_rate": [1e-3, 3e-3], "weight_decay": [1e-2, 5e-2]}
         result = ef.sweep(ef.TrainConfig(epochs=10), grid, seeds=2)
-        print(result.to_markdown())
+        table = result.to_markdown()  # the ranked table, as `sweep.md` holds it
         ```
     """
     if not isinstance(validation_size, int) or validation_size <= 0:
