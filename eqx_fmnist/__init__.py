@@ -3,12 +3,14 @@
 import importlib.metadata
 
 from . import (
+    augment as augment,
     cache as cache,
     calibration as calibration,
     checkpoint as checkpoint,
     config as config,
     data as data,
     dataset as dataset,
+    distill as distill,
     ensemble as ensemble,
     evaluation as evaluation,
     export as export,
@@ -21,6 +23,7 @@ from . import (
     step as step,
     train as train,
 )
+from .augment import Augmentation as Augmentation, move_images as move_images
 from .cache import (
     compile_cache_dir as compile_cache_dir,
     enable_compile_cache as enable_compile_cache,
@@ -58,6 +61,7 @@ from .dataset import (
     split_data as split_data,
     to_datasets as to_datasets,
 )
+from .distill import Teacher as Teacher
 from .ensemble import (
     SweepResult as SweepResult,
     fit_ensemble as fit_ensemble,
@@ -65,9 +69,11 @@ from .ensemble import (
 )
 from .evaluation import (
     EvalResult as EvalResult,
+    Robustness as Robustness,
     confusion_matrix as confusion_matrix,
     ensemble_log_probs as ensemble_log_probs,
     evaluate as evaluate,
+    evaluate_robustness as evaluate_robustness,
     member_probabilities as member_probabilities,
     per_class_accuracy as per_class_accuracy,
     predict as predict,

@@ -39,8 +39,9 @@ from .parallel import to_local
 from .state import PER_MEMBER, TrainState, init_members, init_state
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
-FORMAT_VERSION = 2
-"""2: the optimiser's learning rate and weight decay are injected arrays (issue 19)."""
+FORMAT_VERSION = 3
+"""2: the optimiser's learning rate and weight decay are injected arrays (issue 19); 3: the
+state holds an optional weight average (issue 20)."""
 
 
 class CheckpointError(ValueError):

@@ -55,3 +55,26 @@ def accuracy(
     w = _weights(labels, mask)
     correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
     return (correct * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+
+def soft_cross_entropy(
+    logits: Float[Array, "batch classes"],
+    target_log_probs: Float[Array, "batch classes"],
+) -> Float[Array, ""]:
+    """Mean cross-entropy of `logits` against soft targets (distillation).
+
+    **Arguments:**
+
+    - `logits`: the student's logits, shape `(batch, classes)`.
+    - `target_log_probs`: the log of the target probabilities (a teacher's), same
+        shape; each row normalised.
+
+    **Returns:**
+
+    A float32 scalar, `-mean_b sum_c p_bc log softmax(logits)_bc`; its gradient in the
+    logits is `softmax(logits) - p`, so it is least when the student's probabilities
+    are the targets.
+    """
+    log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    p = jnp.exp(target_log_probs.astype(jnp.float32))
+    return -(p * log_q).sum(axis=-1).mean()

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
+from .augment import NONE, Augmentation, augmentation_of
 from .config import BatchedHyperparameter, TrainConfig, make_optimizer, make_schedule
 from .model import MLP, num_members
 from .precision import FLOAT32, DynamicLossScale, LossScale, NoOpLossScale, Policy
@@ -43,10 +44,13 @@ class TrainState(eqx.Module):
     key: PRNGKeyArray
     loss_scale: LossScale
     hyperparams: dict[str, Float[Array, ""]]
+    average: MLP | None
     optimizer: optax.GradientTransformation = eqx.field(static=True)
     schedule: optax.Schedule = eqx.field(static=True)
     policy: Policy = eqx.field(static=True)
     skip_nonfinite: bool = eqx.field(static=True)
+    augmentation: Augmentation = eqx.field(static=True)
+    ema_decay: float = eqx.field(static=True)
 
     def __init__(
         self,
@@ -59,6 +63,8 @@ class TrainState(eqx.Module):
         policy: Policy = FLOAT32,
         loss_scale: LossScale | None = None,
         skip_nonfinite: bool = False,
+        augmentation: Augmentation = NONE,
+        ema_decay: float = 0.0,
     ):
         """**Arguments:**
 
@@ -77,6 +83,10 @@ class TrainState(eqx.Module):
             float16, and to no scaling otherwise.
         - `skip_nonfinite`: skip (do not apply) a step whose loss or gradients are not
             finite. Defaults to `False`; float16 loss scaling skips overflows regardless.
+        - `augmentation`: what each step does to its batch. Defaults to nothing.
+        - `ema_decay`: with a decay in `(0, 1)`, `average` keeps an exponential moving
+            average of the weights, updated after every step. Defaults to `0`: no
+            average (`average` is `None`).
         """
         missing = set(HYPERPARAMS) - set(hyperparams)
         if missing:
@@ -94,12 +104,21 @@ class TrainState(eqx.Module):
         self.schedule = optax.constant_schedule(1.0) if schedule is None else schedule
         self.policy = policy
         self.skip_nonfinite = bool(skip_nonfinite)
+        self.augmentation = augmentation
+        self.ema_decay = float(ema_decay)
+        self.average = model if ema_decay > 0 else None
 
     @property
     def num_members(self) -> int | None:
         """How many members the state holds, or `None` for one run's state (see
         [`num_members`][eqx_fmnist.model.num_members])."""
         return num_members(self.model)
+
+    @property
+    def eval_model(self) -> MLP:
+        """The weights to evaluate, calibrate, export and predict with: the average when
+        the run keeps one (`ema_decay > 0`), else the trained weights."""
+        return self.model if self.average is None else self.average
 
     @property
     def global_step(self) -> int:
@@ -143,6 +162,8 @@ def _build(config: TrainConfig, total_steps: int, seed, numbers) -> TrainState:
         schedule=make_schedule(config, total_steps),
         policy=config.policy,
         skip_nonfinite=config.on_nonfinite == "skip",
+        augmentation=augmentation_of(config),
+        ema_decay=config.ema_decay,
     )
 
 

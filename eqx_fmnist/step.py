@@ -5,17 +5,21 @@
 - [`train_steps`][eqx_fmnist.step.train_steps] /
   [`train_epoch`][eqx_fmnist.step.train_epoch]: the fast path. Many steps in one
   compiled call, as a `lax.scan` in which each step computes its own batch's indices
-  ([`batch_indices`][eqx_fmnist.dataset.batch_indices]) and gathers those rows on the
-  device, with the state's buffers donated. The host reads metrics once per call.
+  ([`batch_indices`][eqx_fmnist.dataset.batch_indices]), gathers those rows on the
+  device and moves, mirrors or erases them as the state's augmentation says
+  ([`augment`][eqx_fmnist.augment.augment]), with the state's buffers donated. The host
+  reads metrics once per call. A [`Teacher`][eqx_fmnist.distill.Teacher] adds its soft
+  targets on the same batch; a state that keeps a weight average updates it every step.
 - [`compile_steps`][eqx_fmnist.step.compile_steps]: the same chunk compiled ahead of
   time, so compiling can be timed apart from running.
 - Given a stacked state (from [`init_members`][eqx_fmnist.state.init_members]), each
   runs under `eqx.filter_vmap`: many models, one compiled program, the training set
   shared.
 
-The batch order is a pure function of the run's key and the global step, so results
-do not depend on how steps are grouped into calls, a resumed run continues exactly
-where it stopped, and a compiled call has no set-up that grows with the data set.
+The batch order and the augmentation are pure functions of the run's key and the global
+step, so results do not depend on how steps are grouped into calls, a resumed run
+continues exactly where it stopped, and a compiled call has no set-up that grows with
+the data set.
 """
 
 from collections.abc import Callable
@@ -24,32 +28,65 @@ from functools import partial
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jax.random as jr
 import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, Int, Shaped
 
+from .augment import augment
 from .dataset import ArrayDataset, batch_indices, normalize, steps_per_epoch
-from .losses import accuracy, cross_entropy
+from .distill import Teacher
+from .losses import accuracy, cross_entropy, soft_cross_entropy
 from .parallel import batch_sharding, check_divisible
 from .precision import NoOpLossScale, all_finite, optax_promotion
 from .state import TrainState
 
 
-def _loss(model, x, y, policy, label_smoothing, loss_scale):
+def _loss(model, x, y, policy, label_smoothing, loss_scale, soft=None):
+    """The scaled loss of normalised images `x`, and `(loss, accuracy)`; `soft` is
+    distillation's `(teacher's log probabilities, temperature, weight)`."""
     # Profiles show these operations as `forward`, and their gradients as
     # `transpose(jvp(forward))`: the backward pass.
     with jax.named_scope("forward"):
-        logits = jax.vmap(partial(model, policy=policy))(normalize(x))
+        logits = jax.vmap(partial(model, policy=policy))(x)
         loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
+        if soft is not None:  # distillation: (teacher's log probabilities, temperature, weight)
+            target, t, w = soft
+            distilled = soft_cross_entropy(logits.astype(jnp.float32) / t, target) * t**2
+            loss = w * distilled + (1.0 - w) * loss
         return loss_scale.scale(loss), (loss, accuracy(logits, y))
 
 
-def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
-    """One optimiser step: the pure function every compiled path is made of."""
+def _averaged(state: TrainState, model):
+    """The weight average after this step: `average + (1 - d) (model - average)`, with
+    the decay `d = min(ema_decay, (1 + t) / (10 + t))` warming up over the first steps
+    (t: the optimiser's count) so that early weights do not linger."""
+    if state.average is None:
+        return None
+    t = state.opt_state.count.astype(jnp.float32)
+    decay = jnp.minimum(state.ema_decay, (1.0 + t) / (10.0 + t))
+    new, old = (
+        eqx.filter(model, eqx.is_inexact_array),
+        eqx.filter(state.average, eqx.is_inexact_array),
+    )
+    averaged = optax.incremental_update(new, old, 1.0 - decay)
+    return eqx.combine(averaged, state.average)
+
+
+def _step(
+    state: TrainState, x, y, teacher: Teacher | None = None
+) -> tuple[TrainState, dict[str, Array]]:
+    """One optimiser step: the pure function every compiled path is made of. `x` are
+    the batch's pixels as gathered (and augmented); a teacher adds its soft targets."""
     grad_fn = eqx.filter_value_and_grad(_loss, has_aux=True)
     hp = state.hyperparams
+    x = normalize(x)
+    soft = None
+    if teacher is not None:
+        with jax.named_scope("teacher"):
+            soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
     (_, (loss, acc)), grads = grad_fn(
-        state.model, x, y, state.policy, hp["label_smoothing"], state.loss_scale
+        state.model, x, y, state.policy, hp["label_smoothing"], state.loss_scale, soft
     )
     with jax.named_scope("optimizer"):
         grads = state.loss_scale.unscale(grads)
@@ -75,10 +112,13 @@ def _step(state: TrainState, x, y) -> tuple[TrainState, dict[str, Array]]:
             (model, opt_state),
             (state.model, state.opt_state),
         )
+    with jax.named_scope("average"):
+        average = _averaged(state, model)
     new_state = eqx.tree_at(
-        lambda s: (s.model, s.opt_state, s.step, s.loss_scale),
+        lambda s: (s.model, s.opt_state, s.step, s.loss_scale, s.average),
         state,
-        (model, opt_state, state.step + 1, state.loss_scale.adjust(finite)),
+        (model, opt_state, state.step + 1, state.loss_scale.adjust(finite), average),
+        is_leaf=lambda x: x is None,
     )
     metrics = {
         "loss": loss,
@@ -130,20 +170,28 @@ def train_step(
 # --------------------------------------------------------------------------- fused steps
 
 
+def augment_key(key):
+    """The key of a run's augmentation stream, apart from its batch order's."""
+    return jr.split(key)[1]
+
+
 def _steps(static, state: TrainState):
-    dataset, batch_size, num_steps, mesh = static
+    dataset, batch_size, num_steps, mesh, teacher = static
     n = len(dataset)
 
     def body(st, _):
         with jax.named_scope("gather"):
             idx = batch_indices(st.key, st.step, n, batch_size)
             x, y = dataset.images[idx], dataset.labels[idx]
+        with jax.named_scope("augment"):
+            x = augment(jr.fold_in(augment_key(st.key), st.step), x, st.augmentation)
+        with jax.named_scope("gather"):
             if mesh is not None:
                 # Split the batch over the devices; the state is replicated, so XLA's
                 # SPMD partitioner all-reduces the gradients.
                 x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
                 y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
-        return _step(st, x, y)
+        return _step(st, x, y, teacher)
 
     return jax.lax.scan(body, state, length=num_steps)
 
@@ -169,6 +217,7 @@ def train_steps(
     batch_size: int,
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
+    teacher: Teacher | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """`num_steps` training steps in one compiled call: the library's fast path.
 
@@ -186,6 +235,8 @@ def train_steps(
     - `mesh`: a [`make_mesh`][eqx_fmnist.parallel.make_mesh] mesh to split each batch
         over (data parallel; `state` and `dataset` should be replicated on it). Defaults
         to `None`: wherever the arrays are.
+    - `teacher`: a [`Teacher`][eqx_fmnist.distill.Teacher] whose soft targets on each
+        step's batch the loss adds (distillation). Defaults to `None`.
 
     A stacked `state` (from [`init_members`][eqx_fmnist.state.init_members]) runs every
     member's own steps on its own batches, all in one program (`eqx.filter_vmap` of the
@@ -197,7 +248,7 @@ def train_steps(
     `(members, num_steps)` for a stacked state.
     """
     _check_chunk(state, dataset, batch_size, num_steps, mesh)
-    return _chunk_fn(state)((dataset, batch_size, num_steps, mesh), state)
+    return _chunk_fn(state)((dataset, batch_size, num_steps, mesh, teacher), state)
 
 
 def _check_chunk(state, dataset: ArrayDataset, batch_size: int, num_steps: int, mesh) -> None:
@@ -219,6 +270,7 @@ def compile_steps(
     batch_size: int,
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
+    teacher: Teacher | None = None,
 ) -> Callable[[TrainState], tuple[TrainState, dict[str, Array]]]:
     """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
     shaped like `state`.
@@ -235,7 +287,7 @@ def compile_steps(
     `run.compiled.cost_analysis()["flops"]` or `run.compiled.as_text()`.
     """
     _check_chunk(state, dataset, batch_size, num_steps, mesh)
-    static = (dataset, batch_size, num_steps, mesh)
+    static = (dataset, batch_size, num_steps, mesh, teacher)
     compiled = _chunk_fn(state).lower(static, state).compile()
 
     def run(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
@@ -251,8 +303,11 @@ def train_epoch(
     *,
     batch_size: int,
     mesh: jax.sharding.Mesh | None = None,
+    teacher: Teacher | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One epoch (`len(dataset) // batch_size` steps) in one compiled call; see
     [`train_steps`][eqx_fmnist.step.train_steps]."""
     spe = steps_per_epoch(len(dataset), batch_size)
-    return train_steps(state, dataset, batch_size=batch_size, num_steps=spe, mesh=mesh)
+    return train_steps(
+        state, dataset, batch_size=batch_size, num_steps=spe, mesh=mesh, teacher=teacher
+    )

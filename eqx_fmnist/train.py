@@ -22,6 +22,7 @@ import numpy as np
 from .config import TrainConfig
 from .data import FashionMNIST, load_fashion_mnist
 from .dataset import ArrayDataset, Splits, split_data
+from .distill import Teacher
 from .evaluation import EvalResult, evaluate
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import MLP
@@ -69,8 +70,9 @@ class TrainResult:
 
     @property
     def model(self) -> MLP:
-        """The trained model (stacked for members)."""
-        return self.state.model
+        """The trained model (stacked for members): the weight average when the run kept
+        one (`ema_decay`), as evaluation used."""
+        return self.state.eval_model
 
     @property
     def policy(self) -> Policy:
@@ -97,6 +99,7 @@ def run_chunks(
     seconds: dict[str, float],
     *,
     mesh: jax.sharding.Mesh | None = None,
+    teacher: Teacher | None = None,
 ) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
     """Run the plan's chunks from the state's step, one compiled call and one host read
     each.
@@ -122,7 +125,12 @@ def run_chunks(
         if k not in compiled:  # compiled ahead of time, so compiling is timed on its own
             t = time.perf_counter()
             compiled[k] = compile_steps(
-                state, train, batch_size=plan.batch_size, num_steps=k, mesh=mesh
+                state,
+                train,
+                batch_size=plan.batch_size,
+                num_steps=k,
+                mesh=mesh,
+                teacher=teacher,
             )
             seconds["compile"] += time.perf_counter() - t
         t = time.perf_counter()
@@ -182,6 +190,7 @@ def fit(
     state: TrainState | None = None,
     validation: ArrayDataset | None = None,
     callback: Callback | Sequence[Callback] | None = None,
+    teacher: MLP | None = None,
     eval_batch_size: int = 1000,
 ) -> TrainResult:
     """Train one model, or many members as one compiled program, and evaluate on the
@@ -208,6 +217,12 @@ def fit(
     - `callback`: one or more [`Callback`][eqx_fmnist.intervals.Callback]s, called as
         `callback(record, state)` after each logging interval, e.g. to draw a progress
         bar or keep a run folder. Defaults to `None`: none.
+    - `teacher`: a trained model, or a stack of members (say, a
+        [`fit_ensemble`][eqx_fmnist.ensemble.fit_ensemble] result's `model`), to distil:
+        every step adds the cross-entropy against its mean probability on the step's
+        batch, softened by the config's `distill_temperature` and weighted by its
+        `distill_weight` (see [`Teacher`][eqx_fmnist.distill.Teacher]). It must have
+        the student's architecture. Defaults to `None`: the labels alone.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
 
     **Returns:**
@@ -245,7 +260,11 @@ def fit(
             f"{len(configs) if stacked else 'one config'} was given; pass the configs it "
             "was trained with (a checkpoint's `members`)."
         )
-    mesh, (train, valid, test, state) = _place(configs[0], (train, valid, test, state))
+    if teacher is not None:
+        teacher = Teacher.for_student(teacher, configs[0], policy=state.policy)
+    mesh, (train, valid, test, state, teacher) = _place(
+        configs[0], (train, valid, test, state, teacher)
+    )
     load_seconds = time.perf_counter() - start
     plan = plan_run(configs[0], len(train))
     callbacks = [callback] if callable(callback) else list(callback or ())
@@ -256,10 +275,11 @@ def fit(
         return evaluate(model, ds, policy=state.policy, batch_size=eval_batch_size, mesh=mesh)
 
     history, seconds, v = [], {"compile": 0.0, "train": 0.0}, None
-    for state, step, metrics, elapsed in run_chunks(state, train, plan, seconds, mesh=mesh):  # noqa: B020
+    chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=teacher)
+    for state, step, metrics, elapsed in chunks:  # noqa: B020
         check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
         records = plan.records(step, metrics, elapsed)
-        if (v := evaluated(valid, state.model)) is not None:
+        if (v := evaluated(valid, state.eval_model)) is not None:
             for r, m in zip(records, v.members or (v,), strict=True):
                 r["valid_loss"], r["valid_accuracy"] = m.loss, m.accuracy
         history.append(record := interval_record(records))
@@ -267,8 +287,8 @@ def fit(
         for cb in callbacks:
             cb(record, state)
     if v is None:  # no interval ran (a state already at the end)
-        v = evaluated(valid, state.model)
+        v = evaluated(valid, state.eval_model)
     return TrainResult(
-        state, configs, history, evaluated(test, state.model), v,
+        state, configs, history, evaluated(test, state.eval_model), v,
         seconds["compile"], seconds["train"], load_seconds,
     )  # fmt: skip

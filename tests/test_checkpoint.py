@@ -19,13 +19,15 @@ def config(**kw):
     return TrainConfig(**(dict(steps=16, batch_size=32, hidden_sizes=(32,)) | kw))
 
 
-def test_save_load_continue_equals_straight_through(small, tmp_path):
+@pytest.mark.parametrize("extra", [{}, {"ema_decay": 0.9, "shift": 2, "erase": 0.5}])
+def test_save_load_continue_equals_straight_through(small, tmp_path, extra):
+    """Exact, with the augmentation's choices and the weight average too."""
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import train_steps
     from eqx_fmnist.train import fit
 
-    c = config()
+    c = config(**extra)
     straight = fit(c, (small, small))
     state = init_state(c, len(small))
     state, _ = train_steps(state, small, batch_size=32, num_steps=10)
@@ -34,13 +36,16 @@ def test_save_load_continue_equals_straight_through(small, tmp_path):
     assert ckpt.step == 10 and ckpt.config == c and ckpt.num_train == 256
     assert tree_allclose(ckpt.state.model, state.model, rtol=0, atol=0)
     assert tree_allclose(ckpt.state.opt_state, state.opt_state, rtol=0, atol=0)
+    assert (ckpt.state.average is None) == (state.average is None) == ("ema_decay" not in extra)
+    if state.average is not None:
+        assert tree_allclose(ckpt.state.average, state.average, rtol=0, atol=0)
     resumed = fit(ckpt.config, (small, small), state=ckpt.state)
     assert int(resumed.state.step) == 16
     assert tree_allclose(resumed.model, straight.model, rtol=1e-5, atol=1e-6)
     from eqx_fmnist.checkpoint import read_header
 
     meta, _ = read_header(path)
-    assert meta["versions"]["jax"] and meta["format_version"] == 2
+    assert meta["versions"]["jax"] and meta["format_version"] == 3
 
 
 def _saved(small, tmp_path, **kw):

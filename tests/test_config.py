@@ -26,7 +26,9 @@ def test_every_field_has_help_a_flag_and_round_trips_through_json():
         steps=7, batch_size=64, learning_rate=1e-3, weight_decay=0.0, schedule="cosine",
         warmup_steps=3, hidden_sizes=(8, 4), precision="p=f32,c=bf16,o=f32", seed=3,
         log_every=2, grad_clip=1.0, label_smoothing=0.2, validation_size=100, devices=1,
-        on_nonfinite="skip", calibration_size=50,
+        on_nonfinite="skip", calibration_size=50, shift=3, mirror=not TrainConfig().mirror,
+        erase=0.25 + TrainConfig().erase, ema_decay=0.5 + TrainConfig().ema_decay / 2,
+        distill_temperature=2.5, distill_weight=0.5, shift_distribution="triangular",
     )  # fmt: skip
     for f in _fields():
         assert f.metadata["help"], f.name
@@ -58,6 +60,8 @@ def test_choices_come_from_the_literal_types():
         ("hidden_sizes", [256, "x"], "a list of ints"),
         ("grad_clip", [1], "a number or null"),
         ("epochs", True, "an int or null"),
+        ("mirror", 1, "true or false"),
+        ("shift", 1.5, "an int"),
     ],
 )
 def test_json_values_of_the_wrong_type_name_the_field(field, value, message):
@@ -65,6 +69,34 @@ def test_json_values_of_the_wrong_type_name_the_field(field, value, message):
 
     with pytest.raises(ValueError, match=f"`{field}` must be {message}"):
         TrainConfig.from_dict({field: value})
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"shift": 28}, "`shift` must be in 0..27 pixels"),
+        ({"shift": -1}, "`shift` must be in 0..27 pixels"),
+        ({"erase": 1.5}, "`erase` must be a probability"),
+        ({"ema_decay": 1.0}, "`ema_decay` must be below 1"),
+        ({"distill_temperature": 0.0}, "`distill_temperature` must be a finite number > 0"),
+        ({"distill_weight": 2.0}, "`distill_weight` must be a finite number >= 0"),
+    ],
+)
+def test_augmentation_average_and_distillation_choices_are_checked(changes, message):
+    from eqx_fmnist.config import TrainConfig
+
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**changes)
+
+
+def test_mirror_is_a_yes_no_flag():
+    from eqx_fmnist.cli import build_parser
+    from eqx_fmnist.cli.flags import config_from_args
+
+    parser = build_parser()
+    on = config_from_args(parser.parse_args(["train", "--mirror", "--shift", "2"]))
+    off = config_from_args(parser.parse_args(["train", "--no-mirror", "--shift", "0"]))
+    assert (on.mirror, on.shift, off.mirror, off.shift) == (True, 2, False, 0)
 
 
 def test_state_fields_are_those_marked_and_include_the_model():
@@ -102,6 +134,9 @@ def test_flags_are_generated_from_the_fields_with_their_aliases():
     assert parse("--lr", 0.02, "--hidden", "16").hidden_sizes == (16,)
     assert parse("--steps", 10) == TrainConfig(steps=10)
     assert parse("--codelab", "--steps", 10) == TrainConfig.codelab(steps=10)
+    assert parse("--best", "--seed", 2) == TrainConfig.best(seed=2)
+    with pytest.raises(ValueError, match="one of --config, --codelab and --best, not --codelab"):
+        parse("--codelab", "--best")
     with pytest.raises(SystemExit):  # argparse refuses a value outside the Literal
         parse("--on-nonfinite", "ignore")
 
@@ -205,7 +240,11 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
     assert_close(library(init_state(config, 16)), by_hand(config))
     other = config.with_changes(learning_rate=1e-2, weight_decay=0.2)
     state = init_state(config, 16)
-    held = {**state.hyperparams, "learning_rate": jnp.float32(1e-2), "weight_decay": jnp.float32(0.2)}
+    held = {
+        **state.hyperparams,
+        "learning_rate": jnp.float32(1e-2),
+        "weight_decay": jnp.float32(0.2),
+    }
     assert_close(library(eqx.tree_at(lambda s: s.hyperparams, state, held)), by_hand(other))
 
 
@@ -225,7 +264,10 @@ def test_codelab_config_is_the_reference_run():
     assert (c.batch_size, c.learning_rate, c.weight_decay, c.steps) == (512, 3e-3, 1e-4, 400)
     assert c.schedule == "constant" and c.policy.compute_dtype == jnp.float32
     assert c.epochs is None and c.label_smoothing == 0.0
+    assert (c.shift, c.mirror, c.erase, c.ema_decay) == (0, False, 0.0, 0.0)  # as the codelab
     assert TrainConfig().epochs is not None and TrainConfig().steps is None
+    assert (TrainConfig().shift, TrainConfig().mirror) == (1, True)
+    assert TrainConfig.best().epochs > TrainConfig().epochs
 
 
 @pytest.mark.parametrize(

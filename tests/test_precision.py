@@ -82,7 +82,7 @@ def test_training_dtypes_follow_the_policy(compute):
     import jax.tree_util as jtu
 
     from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.dataset import ArrayDataset
+    from eqx_fmnist.dataset import ArrayDataset, normalize
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import _loss, train_step
 
@@ -98,7 +98,8 @@ def test_training_dtypes_follow_the_policy(compute):
     logits = jax.vmap(lambda v: state.model(v.astype(jnp.float32) / 255.0, policy=state.policy))(x)
     assert logits.dtype == jnp.dtype(compute)
     grads = eqx.filter_grad(
-        lambda m: _loss(m, x, y, state.policy, 0.0, state.loss_scale)[0], has_aux=False
+        lambda m: _loss(m, normalize(x), y, state.policy, 0.0, state.loss_scale)[0],
+        has_aux=False,
     )(state.model)
     assert {g.dtype for g in jtu.tree_leaves(grads)} == {jnp.dtype("float32")}
     new, _ = train_step(state, x, y)

@@ -108,8 +108,9 @@ def compare_training(
     **Arguments:**
 
     - `dataset`: the training set.
-    - `config`: batch size, hidden sizes, optimiser, precision. Defaults to
-        `TrainConfig()`.
+    - `config`: batch size, hidden sizes, optimiser, precision, augmentation (the
+        library's paths only: the codelab's and PyTorch's loops do not augment). Defaults
+        to `TrainConfig()`.
     - `variants`: names from [`TRAINERS`][eqx_fmnist.bench.suite.TRAINERS].
     - `read_every`: steps between host reads of the loss, for every variant. Defaults
         to `25`, the codelab's logging cadence.
@@ -231,7 +232,7 @@ def time_to_accuracy(
     reached: dict[float, float | None] = dict.fromkeys(targets)
 
     def callback(entry, state):
-        accuracy = evaluate(state.model, test, policy=state.policy).accuracy
+        accuracy = evaluate(state.eval_model, test, policy=state.policy).accuracy
         now = time.perf_counter() - start
         for t in targets:
             if reached[t] is None and accuracy >= t:
@@ -270,7 +271,8 @@ def run_benchmark(
         train = train.take(jnp.arange(min(len(train), 4096)))
         test = test.take(jnp.arange(min(len(test), 1024)))
         repeats = 1
-    config = TrainConfig(batch_size=512)
+    # The codelab's loop and PyTorch's do not augment: the library's paths do the same work.
+    config = TrainConfig(batch_size=512, shift=0, mirror=False)
     say("machine facts and the bfloat16 matmul ceiling")
     facts = machine_facts()
     bf16_ceiling = bf16_matmul_speedup(256 if quick else 1024)

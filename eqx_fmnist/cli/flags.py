@@ -27,7 +27,8 @@ def _float_list(text: str) -> list[float]:
 
 
 def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] = ()) -> None:
-    """Add a flag for every field to `parser`, and `--config FILE` and `--codelab`.
+    """Add a flag for every field to `parser`, and `--config FILE`, `--codelab` and
+    `--best`.
 
     Every flag defaults to `None`, so [`config_from_args`][eqx_fmnist.cli.flags.config_from_args]
     can tell the flags given from those left out. The number fields named in `lists`
@@ -45,6 +46,8 @@ def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] 
         options: dict[str, typing.Any] = {"dest": name, "default": None, "help": help_text}
         if literal_choices(name):
             options["choices"] = literal_choices(name)
+        elif kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(kind) is tuple:
             options |= {"type": _int_tuple, "metavar": "N,N"}
         elif name in lists:
@@ -55,13 +58,17 @@ def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] 
         group.add_argument(f"--{name.replace('_', '-')}", *f.metadata["flags"], **options)
     group.add_argument("--config", type=Path, help="start from a JSON config (flags override it)")
     group.add_argument("--codelab", action="store_true", help="start from the codelab's run")
+    group.add_argument(
+        "--best", action="store_true", help="start from the strongest recipe (about 10 minutes)"
+    )
 
 
 def given_flags(args: argparse.Namespace) -> list[str]:
     """The config flags given on the command line, as `--names`."""
     given = [f"--{n.replace('_', '-')}" for n in _FIELDS if getattr(args, n, None) is not None]
     given += ["--config"] * (getattr(args, "config", None) is not None)
-    return given + ["--codelab"] * bool(getattr(args, "codelab", False))
+    given += ["--codelab"] * bool(getattr(args, "codelab", False))
+    return given + ["--best"] * bool(getattr(args, "best", False))
 
 
 def read_config_file(path: str | os.PathLike) -> TrainConfig:
@@ -78,11 +85,15 @@ def read_config_file(path: str | os.PathLike) -> TrainConfig:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The config the flags describe: the codelab's run, a config file or the recipe,
+    """The config the flags describe: the codelab's run, the best recipe, a config file
+    or the recipe,
     with every field flag given on top (`--steps` replaces the base's `epochs`)."""
-    if args.config is not None and args.codelab:
-        raise ValueError("give --config or --codelab, not both.")
+    bases = [f for f, on in (("--config", args.config is not None), ("--codelab", args.codelab),
+                             ("--best", getattr(args, "best", False))) if on]  # fmt: skip
+    if len(bases) > 1:
+        raise ValueError(f"give one of --config, --codelab and --best, not {' and '.join(bases)}.")
     base = TrainConfig.codelab() if args.codelab else TrainConfig()
+    base = TrainConfig.best() if getattr(args, "best", False) else base
     if args.config is not None:
         base = read_config_file(args.config)
     given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name) is not None}

@@ -1,0 +1,219 @@
+"""On-device augmentation: shifts, mirrors and erased patches, inside the compiled step.
+
+Every item of Fashion-MNIST is centred on its canvas and every shoe points left, so a
+model trained on the images as they are learns that too, and is wrong on a picture
+moved by two pixels or mirrored. Training on moved and mirrored copies fixes that.
+
+An augmented batch is one more gather, not a pipeline: each output pixel of each image
+names the pixel it comes from ([`pixel_sources`][eqx_fmnist.augment.pixel_sources]),
+and pixels that fall outside the canvas, or inside an erased patch, are zero (the
+background). The same index map serves the fixed moves that robustness evaluation
+makes ([`move_images`][eqx_fmnist.augment.move_images]).
+
+The random choices of a step are a pure function of the run's key, the global step and
+the example's place in the batch ([`augment`][eqx_fmnist.augment.augment]): results do
+not depend on how steps are grouped, a resumed run is exact, and members draw their
+own.
+"""
+
+import dataclasses
+import math
+import typing
+from typing import Literal
+
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Bool, Int, PRNGKeyArray, Shaped
+
+SIDE = 28
+"""Height and width of an image, in pixels."""
+ERASE_SIZES = (4, 14)
+"""Smallest and largest side, in pixels, of an erased patch (random erasing)."""
+
+ShiftDistribution = Literal["uniform", "triangular"]
+"""How a move's size is drawn: uniform in `-shift..shift`, or the sum of two uniform
+moves of half the range each (small moves more often than large ones)."""
+
+_ROWS = [i // SIDE for i in range(SIDE * SIDE)]
+_COLS = [i % SIDE for i in range(SIDE * SIDE)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Augmentation:
+    """Which random changes a training step makes to its batch (a static part of the
+    compiled step, made from a config by
+    [`augmentation_of`][eqx_fmnist.augment.augmentation_of]).
+
+    **Fields:**
+
+    - `shift`: each image moves by up to this many pixels in x and in y (each a
+        uniform integer in `-shift..shift`), the uncovered pixels zero. `0`: none.
+    - `mirror`: each image is mirrored left-right with probability 1/2.
+    - `erase`: the probability that a random rectangle of each image (sides of
+        `ERASE_SIZES` pixels) is set to zero. `0`: never.
+    - `shift_distribution`: how each move in x and y is drawn (see
+        [`random_shifts`][eqx_fmnist.augment.random_shifts]).
+    """
+
+    shift: int = 0
+    mirror: bool = False
+    erase: float = 0.0
+    shift_distribution: ShiftDistribution = "uniform"
+
+    def __post_init__(self):
+        if isinstance(self.shift, bool) or not isinstance(self.shift, int):
+            raise ValueError(f"`shift` must be an int number of pixels, but got {self.shift!r}.")
+        if not 0 <= self.shift < SIDE:
+            raise ValueError(
+                f"`shift` must be in 0..{SIDE - 1} pixels (the images are {SIDE} wide), "
+                f"but got {self.shift}; 1 or 2 is what helps."
+            )
+        if not isinstance(self.mirror, bool):
+            raise ValueError(f"`mirror` must be True or False, but got {self.mirror!r}.")
+        ok = isinstance(self.erase, int | float) and not isinstance(self.erase, bool)
+        if not (ok and math.isfinite(self.erase) and 0.0 <= self.erase <= 1.0):
+            raise ValueError(f"`erase` must be a probability in [0, 1], but got {self.erase!r}.")
+        choices = typing.get_args(ShiftDistribution)
+        if self.shift_distribution not in choices:
+            raise ValueError(
+                f"`shift_distribution` must be one of {', '.join(choices)}, but got "
+                f"{self.shift_distribution!r}."
+            )
+
+    @property
+    def active(self) -> bool:
+        """Whether a step changes its batch at all."""
+        return self.shift > 0 or self.mirror or self.erase > 0
+
+
+NONE = Augmentation()
+"""No augmentation: the batch as gathered."""
+
+
+def augmentation_of(config) -> Augmentation:
+    """The [`Augmentation`][eqx_fmnist.augment.Augmentation] a `TrainConfig` asks for."""
+    return Augmentation(
+        shift=config.shift, mirror=config.mirror, erase=config.erase,
+        shift_distribution=config.shift_distribution,
+    )  # fmt: skip
+
+
+def pixel_sources(
+    dx: Int[Array, " batch"],
+    dy: Int[Array, " batch"],
+    flip: Bool[Array, " batch"],
+    erase_box: Int[Array, "batch 4"] | None = None,
+) -> tuple[Int[Array, "batch 784"], Bool[Array, "batch 784"]]:
+    """The index map of a batch of moves: for each image and each output pixel, the
+    flat index of the input pixel it shows, and whether it shows one at all.
+
+    Image `b` is mirrored left-right if `flip[b]`, then moved right by `dx[b]` and down
+    by `dy[b]` pixels (negative: left, up). Output pixel `(r, c)` shows input pixel
+    `(r - dy, c - dx)` of the (mirrored) image; a source outside the canvas, or an
+    output pixel inside `erase_box[b] = (top, left, height, width)`, shows nothing.
+
+    **Returns:**
+
+    `(sources, keep)`, both of shape `(batch, 784)`: `sources` in `0..783` (clipped
+    where `keep` is `False`).
+    """
+    rows = jnp.asarray(_ROWS, jnp.int32)[None]
+    cols = jnp.asarray(_COLS, jnp.int32)[None]
+    src_r = rows - dy[:, None]
+    src_c = cols - dx[:, None]
+    src_c = jnp.where(flip[:, None], SIDE - 1 - src_c, src_c)
+    keep = (src_r >= 0) & (src_r < SIDE) & (src_c >= 0) & (src_c < SIDE)
+    if erase_box is not None:
+        top, left, h, w = (erase_box[:, i : i + 1] for i in range(4))
+        inside = (rows >= top) & (rows < top + h) & (cols >= left) & (cols < left + w)
+        keep = keep & ~inside
+    sources = jnp.clip(src_r, 0, SIDE - 1) * SIDE + jnp.clip(src_c, 0, SIDE - 1)
+    return sources, keep
+
+
+def remap(
+    images: Shaped[Array, "batch 784"],
+    sources: Int[Array, "batch 784"],
+    keep: Bool[Array, "batch 784"],
+) -> Shaped[Array, "batch 784"]:
+    """Apply an index map from [`pixel_sources`][eqx_fmnist.augment.pixel_sources]: one
+    gather within each image, zero where `keep` is `False`."""
+    moved = jnp.take_along_axis(images, sources, axis=1)
+    return jnp.where(keep, moved, jnp.zeros((), images.dtype))
+
+
+def random_shifts(
+    key: PRNGKeyArray, batch: int, shift: int, distribution: ShiftDistribution = "uniform"
+) -> Int[Array, "2 batch"]:
+    """Moves `(dx, dy)` of `batch` images, each in `-shift..shift`.
+
+    `"uniform"`: every value equally likely. `"triangular"`: the sum of a uniform move in
+    `-(shift // 2)..shift // 2` and one in `-(shift - shift // 2)..shift - shift // 2`,
+    so that small moves come more often (for `shift = 2`: 0 with probability 1/3, ±1
+    with 2/9 each, ±2 with 1/9 each).
+    """
+    if distribution == "uniform" or shift < 2:
+        return jr.randint(key, (2, batch), -shift, shift + 1)
+    half = shift // 2
+    k1, k2 = jr.split(key)
+    rest = shift - half
+    return jr.randint(k1, (2, batch), -half, half + 1) + jr.randint(k2, (2, batch), -rest, rest + 1)
+
+
+def random_moves(
+    key: PRNGKeyArray, batch: int, augmentation: Augmentation
+) -> tuple[Int[Array, "batch 784"], Bool[Array, "batch 784"]]:
+    """The random index map of one step's batch of `batch` images (see
+    [`augment`][eqx_fmnist.augment.augment])."""
+    k_shift, k_flip, k_erase, k_size, k_place = jr.split(key, 5)
+    s = augmentation.shift
+    zeros = jnp.zeros((batch,), jnp.int32)
+    shifts = random_shifts(k_shift, batch, s, augmentation.shift_distribution)
+    dx, dy = shifts if s else (zeros, zeros)
+    flip = jr.bernoulli(k_flip, 0.5, (batch,)) if augmentation.mirror else zeros.astype(bool)
+    box = None
+    if augmentation.erase > 0:
+        low, high = ERASE_SIZES
+        erased = jr.bernoulli(k_erase, augmentation.erase, (batch,))
+        size = jr.randint(k_size, (2, batch), low, high + 1) * erased.astype(jnp.int32)[None]
+        place = jr.uniform(k_place, (2, batch))
+        corner = jnp.floor(place * (SIDE + 1 - size).astype(jnp.float32)).astype(jnp.int32)
+        box = jnp.stack([corner[0], corner[1], size[0], size[1]], axis=1)
+    return pixel_sources(dx, dy, flip, box)
+
+
+def augment(
+    key: PRNGKeyArray, images: Shaped[Array, "batch 784"], augmentation: Augmentation
+) -> Shaped[Array, "batch 784"]:
+    """A randomly moved, mirrored and erased copy of a batch, as
+    `augmentation` says; the batch itself when it says nothing.
+
+    The choices for image `b` depend only on `key` and `b`: the training step passes
+    `jr.fold_in(stream_key, step)`, so they are a pure function of the run's key, the
+    global step and the example's place in the batch.
+
+    **Arguments:**
+
+    - `key`: the step's PRNG key.
+    - `images`: pixels of shape `(batch, 784)` (`uint8`, or floats).
+    - `augmentation`: what to do.
+
+    **Returns:**
+
+    Pixels of the same shape and dtype.
+    """
+    if not augmentation.active:
+        return images
+    return remap(images, *random_moves(key, images.shape[0], augmentation))
+
+
+def move_images(
+    images: Shaped[Array, "n 784"], *, dx: int = 0, dy: int = 0, mirror: bool = False
+) -> Shaped[Array, "n 784"]:
+    """Every image mirrored left-right (if `mirror`), then moved `dx` pixels right and
+    `dy` down (negative: left, up), the uncovered pixels zero: the fixed moves of
+    robustness evaluation."""
+    n = images.shape[0]
+    full = jnp.full((n,), 1, jnp.int32)
+    sources, keep = pixel_sources(full * dx, full * dy, jnp.full((n,), mirror))
+    return remap(images, sources, keep)

@@ -1,0 +1,193 @@
+"""On-device augmentation: moves and mirrors against numpy, the random choices within
+their bounds and pure in (key, step), the step's batch is the augmented gather, the
+weight average against a hand-computed one, distillation's loss and its checks."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from helpers import tree_allclose
+
+
+def np_move(images, dx=0, dy=0, mirror=False):
+    """Mirror (optional), then move right by dx and down by dy, zero fill: numpy."""
+    x = images.reshape(-1, 28, 28)
+    x = x[:, :, ::-1] if mirror else x
+    out = np.zeros_like(x)
+    rs, rd = (slice(0, 28 - dy), slice(dy, 28)) if dy >= 0 else (slice(-dy, 28), slice(0, 28 + dy))
+    cs, cd = (slice(0, 28 - dx), slice(dx, 28)) if dx >= 0 else (slice(-dx, 28), slice(0, 28 + dx))
+    out[:, rd, cd] = x[:, rs, cs]
+    return out.reshape(len(x), 784)
+
+
+@pytest.fixture
+def images():
+    rng = np.random.default_rng(0)
+    return rng.integers(1, 256, (64, 784), dtype=np.uint8)  # no zero pixel: moves show
+
+
+@pytest.mark.parametrize(
+    "dx, dy, mirror", [(2, 0, False), (-3, 1, False), (0, -2, True), (1, 1, True)]
+)
+def test_fixed_moves_match_numpy(images, dx, dy, mirror):
+    from eqx_fmnist.augment import move_images
+
+    got = np.asarray(move_images(jnp.asarray(images), dx=dx, dy=dy, mirror=mirror))
+    np.testing.assert_array_equal(got, np_move(images, dx, dy, mirror))
+
+
+def test_random_moves_stay_in_bounds_use_both_mirrors_and_are_pure(images):
+    from eqx_fmnist.augment import Augmentation, augment
+
+    aug = Augmentation(shift=2, mirror=True)
+    key = jr.PRNGKey(3)
+    out = np.asarray(augment(key, jnp.asarray(images), aug))
+    np.testing.assert_array_equal(out, np.asarray(augment(key, jnp.asarray(images), aug)))
+    assert not np.array_equal(out, np.asarray(augment(jr.PRNGKey(4), jnp.asarray(images), aug)))
+    moves = [(dx, dy, m) for dx in range(-2, 3) for dy in range(-2, 3) for m in (False, True)]
+    found = []
+    for b in range(len(images)):
+        hits = [mv for mv in moves if np.array_equal(out[b], np_move(images[b : b + 1], *mv)[0])]
+        assert len(hits) == 1, b  # exactly one allowed move explains each image
+        found.append(hits[0])
+    flips = [m for _, _, m in found]
+    assert 10 < sum(flips) < 54  # about half mirrored
+    assert len({(dx, dy) for dx, dy, _ in found}) > 10
+
+
+@pytest.mark.parametrize(
+    "shift, distribution, probs",
+    [
+        (2, "uniform", [1 / 5] * 5),
+        (2, "triangular", [1 / 9, 2 / 9, 3 / 9, 2 / 9, 1 / 9]),
+        (3, "triangular", [1 / 15, 2 / 15, 3 / 15, 3 / 15, 3 / 15, 2 / 15, 1 / 15]),
+    ],
+)
+def test_moves_are_drawn_as_their_distribution_says(shift, distribution, probs):
+    from eqx_fmnist.augment import random_shifts
+
+    d = np.asarray(random_shifts(jr.PRNGKey(0), 60_000, shift, distribution))
+    counts = np.array([(d == v).mean() for v in range(-shift, shift + 1)])
+    assert d.min() == -shift and d.max() == shift
+    np.testing.assert_allclose(counts, probs, atol=0.006)  # 120,000 draws: ~0.0015 sd
+
+
+def test_erasing_zeroes_one_rectangle_of_the_chosen_images(images):
+    from eqx_fmnist.augment import ERASE_SIZES, Augmentation, augment
+
+    out = np.asarray(augment(jr.PRNGKey(0), jnp.asarray(images), Augmentation(erase=0.5)))
+    erased = 0
+    for b in range(len(images)):
+        zero = (out[b] == 0).reshape(28, 28)
+        assert np.array_equal(out[b][~zero.reshape(-1)], images[b][~zero.reshape(-1)])
+        if zero.any():
+            erased += 1
+            rows, cols = np.nonzero(zero.any(1))[0], np.nonzero(zero.any(0))[0]
+            h, w = rows[-1] - rows[0] + 1, cols[-1] - cols[0] + 1
+            assert zero.sum() == h * w  # one full rectangle
+            assert ERASE_SIZES[0] <= h <= ERASE_SIZES[1] and ERASE_SIZES[0] <= w <= ERASE_SIZES[1]
+    assert 16 < erased < 48
+
+
+def test_the_step_trains_on_the_augmented_gather(small):
+    """One fused step equals a hand-made batch: the run's indices, gathered, moved by
+    the step's key, then one `train_step`."""
+    from eqx_fmnist.augment import augment
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.dataset import batch_indices
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import augment_key, train_step, train_steps
+
+    config = TrainConfig(steps=4, batch_size=32, hidden_sizes=(16,), shift=2, mirror=True)
+    fused, _ = train_steps(init_state(config, len(small)), small, batch_size=32, num_steps=2)
+    by_hand = init_state(config, len(small))
+    key = jnp.array(np.asarray(by_hand.key))
+    for step in range(2):
+        idx = batch_indices(key, step, len(small), 32)
+        x = augment(jr.fold_in(augment_key(key), step), small.images[idx], by_hand.augmentation)
+        by_hand, _ = train_step(by_hand, x, small.labels[idx])
+    assert tree_allclose(fused.model, by_hand.model, rtol=1e-5, atol=1e-6)
+    plain = init_state(config.with_changes(shift=0, mirror=False), len(small))
+    plain, _ = train_steps(plain, small, batch_size=32, num_steps=2)
+    assert not tree_allclose(plain.model, fused.model, rtol=1e-3, atol=1e-4)
+
+
+def test_augmented_runs_do_not_depend_on_chunking(small):
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_steps
+
+    config = TrainConfig(
+        steps=6, batch_size=32, hidden_sizes=(16,), shift=1, mirror=True, erase=0.5
+    )
+    one, _ = train_steps(init_state(config, len(small)), small, batch_size=32, num_steps=6)
+    two = init_state(config, len(small))
+    for k in (2, 4):
+        two, _ = train_steps(two, small, batch_size=32, num_steps=k)
+    assert tree_allclose(one.model, two.model, rtol=0, atol=0)
+
+
+def test_the_weight_average_is_the_hand_computed_ema(small):
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_step, train_steps
+
+    config = TrainConfig(steps=5, batch_size=32, hidden_sizes=(16,), ema_decay=0.5)
+    state = init_state(config, len(small))
+    params = lambda m: [np.asarray(p) for p in jax.tree.leaves(eqx.filter(m, eqx.is_inexact_array))]  # noqa: E731
+    average = params(state.model)
+    x, y = small.images[:32], small.labels[:32]
+    for t in range(5):
+        state, _ = train_step(state, x, y)
+        d = min(0.5, (1 + t) / (10 + t))
+        average = [d * a + (1 - d) * p for a, p in zip(average, params(state.model), strict=True)]
+    for got, want in zip(params(state.average), average, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert state.eval_model is state.average
+    fused, _ = train_steps(init_state(config, len(small)), small, batch_size=32, num_steps=2)
+    assert fused.average is not None and not tree_allclose(fused.average, fused.model)
+    assert init_state(config.with_changes(ema_decay=0.0), len(small)).average is None
+
+
+def test_soft_cross_entropy_matches_numpy():
+    from eqx_fmnist.losses import soft_cross_entropy
+
+    rng = np.random.default_rng(1)
+    logits, t = rng.normal(size=(6, 10)), rng.normal(size=(6, 10))
+    p = np.exp(t) / np.exp(t).sum(1, keepdims=True)
+    log_q = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    got = soft_cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(np.log(p), jnp.float32))
+    assert float(got) == pytest.approx(-(p * log_q).sum(1).mean(), rel=1e-5)
+
+
+def test_a_student_that_is_its_teacher_gets_no_gradient(small):
+    """At weight 1 the loss is the cross-entropy against the teacher's probabilities,
+    whose gradient vanishes where the student's probabilities are the teacher's."""
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.distill import Teacher
+    from eqx_fmnist.state import init_state, select_members
+    from eqx_fmnist.step import train_steps
+
+    config = TrainConfig(steps=2, batch_size=32, hidden_sizes=(16,), distill_temperature=2.0)
+    state = init_state(config, len(small))
+    twin = jax.tree.map(lambda a: a[None], state.model)  # the same model, as a stack of one
+    teacher = Teacher.for_student(select_members(twin, [0, 0]), config)
+    _, m = train_steps(state, small, batch_size=32, num_steps=1, teacher=teacher)
+    assert float(m["grad_norm"][0]) < 1e-5
+    other = init_state(config.with_changes(seed=1), len(small))
+    _, m = train_steps(other, small, batch_size=32, num_steps=1, teacher=teacher)
+    assert float(m["grad_norm"][0]) > 1e-3
+
+
+def test_a_teacher_of_another_architecture_is_refused():
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.distill import Teacher
+    from eqx_fmnist.model import MLP
+
+    with pytest.raises(ValueError, match=r"hidden layers are \(8,\).*--hidden 8"):
+        Teacher.for_student(MLP(hidden_sizes=(8,), key=jr.PRNGKey(0)), TrainConfig())
+    with pytest.raises(ValueError, match="maps 784 inputs to 5 classes"):
+        Teacher(MLP(hidden_sizes=(8,), out_size=5, key=jr.PRNGKey(0)))
