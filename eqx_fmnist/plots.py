@@ -264,6 +264,39 @@ def plot_reliability(
     return fig
 
 
+def plot_robustness(
+    shifts: Sequence[int],
+    shifted: Sequence[float],
+    *,
+    mirrored: float,
+    title: str = "Accuracy on moved test images",
+) -> Figure:
+    """Accuracy against the shift, in pixels (0: the images as they are), with the
+    mirrored images' accuracy as a dashed line.
+
+    **Arguments:**
+
+    - `shifts`: pixel distances, `0` first.
+    - `shifted`: the accuracy at each.
+    - `mirrored`: the accuracy on mirrored images.
+    - `title`: the figure's title.
+    """
+    fig = _figure(5.5, 4.0)
+    ax = fig.subplots()
+    ax.plot(list(shifts), list(shifted), marker="o", label="shifted (mean of 4 directions)")
+    ax.axhline(mirrored, color="tab:orange", linestyle="--", label=f"mirrored: {mirrored:.3f}")
+    for x, y in zip(shifts, shifted, strict=True):
+        ax.annotate(f"{y:.3f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center")
+    ax.set_xticks(list(shifts))
+    ax.set_xlabel("shift (pixels)")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left")
+    ax.set_title(title)
+    return fig
+
+
 def plot_throughput(
     names: Sequence[str],
     values: Sequence[float],

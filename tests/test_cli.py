@@ -133,7 +133,9 @@ def test_train_writes_a_complete_run_folder(trained_run):
             assert im.size[0] >= min_size[0] and im.size[1] >= min_size[1], (name, im.size)
             pixels = np.asarray(im.convert("L"))
         assert pixels.std() > 10, f"{name} looks blank"
-    assert "Test results (10,000 images)" in result.stdout and "tokens/sec projected" in result.stdout
+    assert (
+        "Test results (10,000 images)" in result.stdout and "tokens/sec projected" in result.stdout
+    )
 
 
 def test_evaluate_reproduces_the_summary(trained_run, real_data):
@@ -180,6 +182,10 @@ def test_predict_classifies_a_png_of_a_test_image(trained_run, real_data, tmp_pa
         "negative batch size",
         "bad hidden",
         "resume with flags",
+        "shift larger than the image",
+        "teacher of another architecture",
+        "teacher not a run",
+        "teacher missing",
     ],
 )
 def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, trained_run):
@@ -195,6 +201,18 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
         "bad precision": ["train", "--precision", "p=f32,c=f8", "--out", str(out_dir)],
         "negative batch size": ["train", "--batch-size", "-5", "--out", str(out_dir)],
         "bad hidden": ["train", "--hidden", "256,x", "--out", str(out_dir)],
+        "shift larger than the image": ["train", "--shift", "30", "--out", str(out_dir)],
+        "teacher of another architecture": [
+            "train",
+            "--teacher",
+            str(trained_run[0]),
+            "--hidden",
+            "16",
+            "--out",
+            str(out_dir),
+        ],
+        "teacher not a run": ["train", "--teacher", str(junk), "--out", str(out_dir)],
+        "teacher missing": ["train", "--teacher", str(tmp_path / "nope"), "--out", str(out_dir)],
         "resume with flags": [
             "train",
             "--resume",
@@ -289,3 +307,20 @@ def test_an_internal_type_error_is_a_bug_with_a_traceback_not_a_usage_error(monk
     monkeypatch.setattr(cli, "cmd_data", broken)
     with pytest.raises(TypeError, match="unsupported operand"):
         cli.main(["--no-compile-cache", "data"])
+
+
+def test_a_resumed_distillation_finds_its_teacher_in_the_run_folder(trained_run, tmp_path):
+    import argparse
+    import json
+
+    from eqx_fmnist.cli.train import TEACHER_FILE, _teacher_of
+    from eqx_fmnist.config import TrainConfig
+
+    teacher_run, _ = trained_run
+    folder = tmp_path / "student"
+    folder.mkdir()
+    args = argparse.Namespace(teacher=None, resume=str(folder / "checkpoint.eqx"))
+    assert _teacher_of(args, TrainConfig(), folder) == (None, None)  # not distilled
+    (folder / TEACHER_FILE).write_text(json.dumps({"teacher": str(teacher_run)}))
+    path, model = _teacher_of(args, TrainConfig(), folder)
+    assert path == teacher_run / "checkpoint.eqx" and model.hidden_sizes == (256, 128)

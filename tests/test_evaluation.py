@@ -90,6 +90,32 @@ def test_one_evaluation_for_a_model_and_for_a_stack_of_members(small):
         probs.append(e / e.sum(1, keepdims=True))
     mean, labels = np.mean(probs, axis=0), np.asarray(small.labels)
     assert result.accuracy == pytest.approx(np.mean(mean.argmax(1) == labels))
-    assert result.loss == pytest.approx(-np.log(mean[np.arange(len(labels)), labels]).mean(), rel=1e-5)
+    assert result.loss == pytest.approx(
+        -np.log(mean[np.arange(len(labels)), labels]).mean(), rel=1e-5
+    )
     np.testing.assert_allclose(ef.predict_proba(stack, small.images), mean, rtol=1e-5, atol=1e-7)
     assert result.accuracy_mean == pytest.approx(np.mean([m.accuracy for m in result.members]))
+
+
+def test_robustness_matches_a_numpy_forward_pass_on_numpy_moved_images(trained, real_data):
+    from test_augment import np_move
+    from test_model import reference_mlp, reference_params
+
+    from eqx_fmnist.dataset import ArrayDataset
+    from eqx_fmnist.evaluation import evaluate_robustness
+
+    n = 2000
+    images, labels = real_data.test_images[:n].reshape(n, 784), real_data.test_labels[:n]
+    r = evaluate_robustness(trained.model, ArrayDataset(images, labels), shifts=(2,))
+
+    def acc(x):
+        logits = reference_mlp(reference_params(trained.model), jnp.asarray(x / 255.0, jnp.float32))
+        return float((np.asarray(logits).argmax(1) == labels).mean())
+
+    assert r.clean == pytest.approx(acc(images), abs=1e-4)
+    assert r.mirrored == pytest.approx(acc(np_move(images, mirror=True)), abs=1e-4)
+    moves = [(2, 0), (-2, 0), (0, 2), (0, -2)]
+    want = np.mean([acc(np_move(images, dx, dy)) for dx, dy in moves])
+    assert r.shifted[2] == pytest.approx(want, abs=1e-4)
+    assert r.mirrored < r.clean - 0.1  # the codelab's model is not robust: the test can tell
+    assert [name for name, _ in r.rows()][:2] == ["as they are", "mirrored left-right"]

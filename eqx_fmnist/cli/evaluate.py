@@ -1,5 +1,5 @@
 """`eqx-fmnist evaluate`: a run's (or an ensemble's) test metrics, per-class table,
-calibration and confusion matrix."""
+robustness to moved images, calibration and confusion matrix."""
 
 import argparse
 from pathlib import Path
@@ -13,11 +13,13 @@ from ..dataset import split_data
 from ..evaluation import (
     confusion_matrix,
     evaluate,
+    evaluate_robustness,
     most_confused,
     per_class_accuracy,
     predict_logits,
 )
 from ..plots import plot_confusion_matrix, save_figure
+from ..runs.folder import robustness_figure
 from ..state import BATCHED
 from .common import add_data_args, checkpoint_path, console, load_data, table
 
@@ -41,8 +43,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run)
     ckpt, fm = load_checkpoint(path), load_data(args)
     test, state = split_data(fm).test, ckpt.state
-    result = evaluate(state.model, test, policy=state.policy)
-    logits = np.asarray(predict_logits(state.model, test.images, policy=state.policy), np.float32)
+    model = state.eval_model
+    result = evaluate(model, test, policy=state.policy)
+    logits = np.asarray(predict_logits(model, test.images, policy=state.policy), np.float32)
     who = f"{len(result.members)} members: ensemble test" if result.members else "test"
     line = (
         f"checkpoint {path} (step {ckpt.step:,}): {who} accuracy [bold]{result.accuracy:.4f}[/], "
@@ -60,6 +63,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         console.print(
             table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
         )
+    robust = evaluate_robustness(model, test, policy=state.policy)
+    rows = [(name, f"{acc:.4f}") for name, acc in robust.rows()]
+    console.print(table("Robustness: the test images moved", ("test images", "accuracy"), rows))
     calibration = load_calibration(path)
     cm = np.asarray(confusion_matrix(fm.test_labels, logits.argmax(-1)))
     names, (other, share) = data_mod.CLASS_NAMES, most_confused(cm)
@@ -79,7 +85,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         console.print("(not calibrated: train with --calibrate 5000 to fit a temperature)")
     out = args.out or path.parent
     out.mkdir(parents=True, exist_ok=True)
-    for name, figure in (("confusion_matrix.png", plot_confusion_matrix(cm)),
-                         ("reliability.png", reliability)):  # fmt: skip
+    figures = (
+        ("confusion_matrix.png", plot_confusion_matrix(cm)),
+        ("reliability.png", reliability),
+        ("robustness.png", robustness_figure(robust)),
+    )
+    for name, figure in figures:  # fmt: skip
         console.print(f"wrote {save_figure(figure, out / name)}")
     return 0

@@ -37,12 +37,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     ckpt, fm = load_checkpoint(path), load_data(args)
     out = args.out or path.parent / f"model{SUFFIXES[args.format]}"
     test, state = split_data(fm).test, ckpt.state
-    test_result = evaluate(state.model, test, policy=state.policy)
+    test_result = evaluate(state.eval_model, test, policy=state.policy)
     calibration = load_calibration(path)
     temperature = calibration.temperature if calibration else 1.0
     with console.status(f"exporting and checking on {len(test):,} test images ..."):
         manifest = export_model(
-            state.model, state.policy, ckpt.config, out, format=args.format,
+            state.eval_model, state.policy, ckpt.config, out, format=args.format,
             temperature=temperature,
             check_images=fm.test_images.reshape(len(fm.test_images), -1),
             extra={"test_accuracy": test_result.accuracy, "step": ckpt.step},

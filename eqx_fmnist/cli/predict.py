@@ -55,7 +55,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:
         checkpoint, path = True, checkpoint_path(args.checkpoint)
         ckpt, calibration = load_checkpoint(path), load_calibration(path)
-        model, policy = ckpt.state.model, ckpt.state.policy
+        model, policy = ckpt.state.eval_model, ckpt.state.policy
         # One model's probabilities, or the ensemble's: the mean of its members'.
         raw = np.asarray(predict_proba(model, jnp.asarray(flat), policy=policy))
         probs = _rescale(raw, calibration.temperature if calibration else 1.0)

@@ -2,6 +2,7 @@
 sweep` (a grid x seeds as one program): one way to make a run folder for both."""
 
 import argparse
+import json
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -10,7 +11,9 @@ import jax
 
 from ..checkpoint import load_checkpoint
 from ..config import TrainConfig
+from ..distill import Teacher
 from ..ensemble import check_memory, grid_configs, grid_of, member_seeds, sweep
+from ..fileio import atomic_write
 from ..intervals import plan_run
 from ..runs import (
     CHECKPOINT_NAME,
@@ -57,6 +60,12 @@ def add_train_parser(sub) -> None:
     r = add_run_folder_flags(p)
     seeds = "train N members (seeds SEED to SEED+N-1) as one program: an ensemble"
     r.add_argument("--seeds", type=int, metavar="N", help=seeds)
+    r.add_argument(
+        "--teacher",
+        metavar="RUN_DIR",
+        help="distil: learn from this run's (or ensemble's) probabilities too "
+        "(see --distill-temperature, --distill-weight)",
+    )
     r.add_argument(
         "--tensorboard", action="store_true", help="TensorBoard scalars in RUN/tensorboard"
     )
@@ -141,6 +150,37 @@ def _in_folder(
     return result
 
 
+TEACHER_FILE = "teacher.json"
+"""Where a distilled run's folder names its teacher, so that a resume finds it."""
+
+
+def load_teacher(arg: str, config: TrainConfig) -> tuple[Path, object]:
+    """`(checkpoint, model)` of the run `--teacher` names (its weight average, if it kept
+    one), checked against the student's config before anything is written."""
+    try:
+        path = checkpoint_path(arg)
+    except UsageError as e:
+        raise UsageError(f"--teacher: {e}") from None
+    try:
+        ckpt = load_checkpoint(path)
+    except (ValueError, OSError) as e:
+        raise UsageError(f"--teacher {arg} is not a run this library wrote: {e}") from None
+    model = ckpt.state.eval_model
+    try:
+        Teacher.for_student(model, config)
+    except ValueError as e:
+        raise UsageError(f"--teacher {arg}: {e}") from None
+    return path, model
+
+
+def _teacher_of(args: argparse.Namespace, config: TrainConfig, out: Path):
+    """The teacher given by `--teacher`, or (resuming) the one the run folder names."""
+    arg = args.teacher
+    if arg is None and args.resume and (out / TEACHER_FILE).is_file():
+        arg = json.loads((out / TEACHER_FILE).read_text())["teacher"]
+    return (None, None) if arg is None else load_teacher(arg, config)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     resume = None
     if args.resume:
@@ -151,6 +191,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         config, out = config_from_args(args), args.out or default_folder()
         seeds = None if args.seeds is None else member_seeds(config, args.seeds)
         members = None if seeds is None else [config.with_changes(seed=s) for s in seeds]
+    teacher_path, teacher = _teacher_of(args, config, out)
 
     def describe(total: int) -> str:
         length = (
@@ -162,11 +203,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         held = f", {config.calibration_size:,} images held out to calibrate" * bool(
             config.calibration_size
         )
-        return f"{length}, {config.precision}, {who}{held}"
+        taught = f", distilled from {teacher_path}" * (teacher is not None)
+        return f"{length}, {config.precision}, {who}{held}{taught}"
 
     def train(splits, callbacks):
         state = resume.state if resume else None
-        return train_run(members or config, splits, state=state, callback=callbacks)
+        if teacher is not None:
+            named = json.dumps({"teacher": str(teacher_path.resolve())}) + "\n"
+            with atomic_write(out / TEACHER_FILE, "w") as f:
+                f.write(named)
+        return train_run(
+            members or config, splits, state=state, callback=callbacks, teacher=teacher
+        )
 
     run = _in_folder(
         args, config, members, out, train, command="train", describe=describe,

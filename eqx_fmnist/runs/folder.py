@@ -9,6 +9,7 @@ runs/20261201-021500/
   checkpoint.eqx       every `checkpoint_every`, at the end, and when asked to stop
   summary.json         test metrics, throughput, per-class accuracy, the config
   examples.png  training_curve.png  predictions.png  confusion_matrix.png
+  reliability.png  robustness.png   calibration; accuracy on moved test images
   tensorboard/         scalars and hyperparameters, with `tensorboard=True`
   sweep.md  sweep.json  sweep_heatmap.png      for a sweep
 ```
@@ -44,8 +45,9 @@ from ..calibration import CALIBRATION_FILE, Calibration, calibration_report
 from ..checkpoint import save_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
+from ..dataset import ArrayDataset
 from ..ensemble import SweepResult
-from ..evaluation import confusion_matrix, predict_logits
+from ..evaluation import Robustness, confusion_matrix, evaluate_robustness, predict_logits
 from ..fileio import FolderInUse, FolderLock, atomic_write
 from ..intervals import History
 from ..parallel import to_local
@@ -53,6 +55,7 @@ from ..plots import (
     plot_confusion_matrix,
     plot_examples,
     plot_predictions,
+    plot_robustness,
     plot_training_curve,
     save_figure,
 )
@@ -63,7 +66,7 @@ from .summary import CHECKPOINT_NAME, RunError, summarise, tensorboard_writer
 LOCK_NAME = ".eqx-fmnist.lock"
 FIGURES = (
     "examples.png", "training_curve.png", "predictions.png", "confusion_matrix.png",
-    "reliability.png",
+    "reliability.png", "robustness.png",
 )  # fmt: skip
 RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME, *FIGURES)
 SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
@@ -113,6 +116,15 @@ class CheckpointEvery:
 def default_folder() -> Path:
     """`runs/<YYYYmmdd-HHMMSS>` under the working folder."""
     return Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def robustness_figure(robust: Robustness):
+    """The figure of accuracy against shift (and mirrored) of a
+    [`Robustness`][eqx_fmnist.evaluation.Robustness]."""
+    shifts = (0, *robust.shifted)
+    return plot_robustness(
+        shifts, (robust.clean, *robust.shifted.values()), mirrored=robust.mirrored
+    )
 
 
 def read_history(folder: str | os.PathLike) -> list[History]:
@@ -302,7 +314,13 @@ class RunFolder:
         report, reliability = calibration_report(logits, data.test_labels, calibration)
         if calibration is not None:
             calibration.save(self.folder / CALIBRATION_FILE)
-        summary = {**summarise(result, cm, calibration), "calibration": report}
+        test = ArrayDataset(images, jnp.asarray(data.test_labels))
+        robust = evaluate_robustness(to_local(result.model), test, policy=result.policy)
+        summary = {
+            **summarise(result, cm, calibration),
+            "calibration": report,
+            "robustness": robust.to_dict(),
+        }
         _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
         figures = {
             "reliability.png": reliability,
@@ -310,6 +328,7 @@ class RunFolder:
             "training_curve.png": self._curve(),
             "predictions.png": plot_predictions(data.test_images, data.test_labels, pred),
             "confusion_matrix.png": plot_confusion_matrix(cm),
+            "robustness.png": robustness_figure(robust),
         }
         for name, figure in figures.items():
             save_figure(figure, self.folder / name)

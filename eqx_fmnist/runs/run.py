@@ -9,6 +9,7 @@ from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import Splits, split_data
 from ..intervals import Callback
+from ..model import MLP
 from ..parallel import to_local
 from ..state import TrainState
 from ..train import TrainResult, fit
@@ -37,11 +38,13 @@ def train_run(
     *,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
+    teacher: MLP | None = None,
 ) -> RunResult:
     """Train on `splits` ([`fit`][eqx_fmnist.train.fit]: one run, or members) and then,
     if the splits hold a calibration set, calibrate the model or the ensemble on it
-    ([`calibrate`][eqx_fmnist.calibration.calibrate])."""
-    result = fit(configs, splits, state=state, callback=callback)
+    ([`calibrate`][eqx_fmnist.calibration.calibrate]). A `teacher` is distilled (see
+    `fit`)."""
+    result = fit(configs, splits, state=state, callback=callback, teacher=teacher)
     calibration = None
     if splits.calibration is not None:
         model = to_local(result.model)
