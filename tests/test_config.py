@@ -28,7 +28,7 @@ def test_every_field_has_help_a_flag_and_round_trips_through_json():
         log_every=2, grad_clip=1.0, label_smoothing=0.2, validation_size=100, devices=1,
         on_nonfinite="skip", calibration_size=50, shift=3, mirror=not TrainConfig().mirror,
         erase=0.25 + TrainConfig().erase, ema_decay=0.5 + TrainConfig().ema_decay / 2,
-        distill_temperature=2.5, distill_weight=0.5, shift_distribution="triangular",
+        distill_temperature=2.5, distill_weight=0.5, shift_distribution="uniform",
     )  # fmt: skip
     for f in _fields():
         assert f.metadata["help"], f.name
@@ -266,7 +266,7 @@ def test_codelab_config_is_the_reference_run():
     assert c.epochs is None and c.label_smoothing == 0.0
     assert (c.shift, c.mirror, c.erase, c.ema_decay) == (0, False, 0.0, 0.0)  # as the codelab
     assert TrainConfig().epochs is not None and TrainConfig().steps is None
-    assert (TrainConfig().shift, TrainConfig().mirror) == (1, True)
+    assert (TrainConfig().shift, TrainConfig().mirror) == (2, True)
     assert TrainConfig.best().epochs > TrainConfig().epochs
 
 

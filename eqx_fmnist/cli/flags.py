@@ -59,7 +59,9 @@ def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] 
     group.add_argument("--config", type=Path, help="start from a JSON config (flags override it)")
     group.add_argument("--codelab", action="store_true", help="start from the codelab's run")
     group.add_argument(
-        "--best", action="store_true", help="start from the strongest recipe (about 10 minutes)"
+        "--best",
+        action="store_true",
+        help="start from the strongest recipe, TrainConfig.best() (400 epochs)",
     )
 
 
