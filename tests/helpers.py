@@ -214,3 +214,49 @@ def wait_for(path: Path, timeout: float = 120, poll: float = 0.05) -> bool:
             return True
         time.sleep(poll)
     return False
+
+
+def numpy_reference(model, images, *, calibration=None, temperature=1.0):
+    """An export's outputs written here from the definitions, in float64 numpy: the
+    forward pass of each member (GELU in its tanh form), the log of the mean probability
+    for a stack, `softmax(logits / T)`, and the trust flag as a direct Mahalanobis
+    distance `(f - m)' P (f - m)` (no whitening) plus the ink and contrast checks."""
+    import numpy as np
+
+    x0 = np.asarray(images, np.float64).reshape(len(images), -1) / 255.0
+    stacked = np.asarray(model.layers[0].bias).ndim == 2
+    k = np.asarray(model.layers[0].bias).shape[0] if stacked else 1
+    log_probs, scores = [], []
+    for m in range(k):
+        x, hidden = x0, []
+        for i, layer in enumerate(model.layers):
+            w, b = np.asarray(layer.weight, np.float64), np.asarray(layer.bias, np.float64)
+            w, b = (w[m], b[m]) if stacked else (w, b)
+            x = x @ w.T + b
+            if i < len(model.layers) - 1:
+                x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+                hidden.append(x)
+        z = x - x.max(1, keepdims=True)
+        log_probs.append(z - np.log(np.exp(z).sum(1, keepdims=True)))
+        if calibration is not None:
+            t = calibration.trust
+            means = np.asarray(t.means, np.float64).reshape(k, *t.means.shape[-2:])[m]
+            prec = np.asarray(t.precision, np.float64).reshape(k, *t.precision.shape[-2:])[m]
+            d = np.concatenate(hidden, 1)[:, None, :] - means[None]
+            scores.append(np.einsum("nch,hj,ncj->nc", d, prec, d).min(1))
+    if stacked:
+        logits = np.log(np.mean(np.exp(np.stack(log_probs)), axis=0))
+    else:
+        logits = x
+    if calibration is not None:
+        temperature = calibration.temperature
+    z = logits / temperature
+    e = np.exp(z - z.max(1, keepdims=True))
+    out = {"logits": logits, "probabilities": e / e.sum(1, keepdims=True)}
+    if calibration is not None:
+        t, score = calibration.trust, np.mean(scores, 0)
+        ink, spread = x0.mean(1), x0.std(1)
+        out["trust_score"] = score
+        out["unusual"] = ((ink < t.ink_range[0]) | (ink > t.ink_range[1])
+                          | (spread < t.min_contrast) | (score > t.threshold))
+    return out

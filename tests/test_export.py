@@ -160,14 +160,15 @@ def test_safetensors_load_into_the_equivalent_pytorch_sequential(trained, test_i
 
 def test_an_export_that_fails_its_check_writes_nothing(trained, test_images, tmp_path, monkeypatch):
     from eqx_fmnist import export
+    from eqx_fmnist.export import stablehlo
 
-    real = export.run_stablehlo
+    real = stablehlo.run_stablehlo
 
     def wrong(blob, images):
-        logits, probs = real(blob, images)
-        return logits[:, ::-1], probs  # another class for most images
+        out = real(blob, images)
+        return out | {"logits": out["logits"][:, ::-1]}  # another class for most images
 
-    monkeypatch.setattr(export, "run_stablehlo", wrong)
+    monkeypatch.setattr(stablehlo, "run_stablehlo", wrong)
     with pytest.raises(export.ExportError, match=r"another class .* of 10,000 images"):
         export.export_model(trained.model, trained.state.policy, trained.config,
                             tmp_path / "m.stablehlo", check_images=test_images)  # fmt: skip
@@ -226,8 +227,10 @@ def test_the_export_command_then_predict_with_the_artifact(cli_run, real_data, t
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("export", "RUN", "--format", "onnx"), "invalid choice: 'onnx'"),
+        (("export", "RUN", "--format", "tflite"), "invalid choice: 'tflite'"),
         (("export", "no/such/run"), "no checkpoint"),
+        pytest.param(("export", "CLI_RUN", "--format", "onnx", "--out", "OUT"),
+                     "needs the optional extra 'onnx'", marks=pytest.mark.slow),
         pytest.param(("predict", "ART", "IMG"), "SHA-256", marks=pytest.mark.slow),
     ],
 )
@@ -242,10 +245,52 @@ def test_bad_export_input_is_one_line_status_2(args, message, tmp_path, real_dat
         assert exported.returncode == 0, exported.stderr
         art.write_bytes(art.read_bytes()[:-10])
         Image.fromarray(real_data.test_images[0]).save(tmp_path / "i.png")
-    swap = {"RUN": run, "ART": art, "IMG": tmp_path / "i.png"}
+    env = None
+    if "CLI_RUN" in args:  # a Python in which `import onnx` fails, as without the extra
+        run = request.getfixturevalue("cli_run")
+        (tmp_path / "blocked").mkdir()
+        (tmp_path / "blocked" / "onnx.py").write_text(
+            "raise ImportError(\"No module named 'onnx'\", name='onnx')\n"
+        )
+        env = {"PYTHONPATH": str(tmp_path / "blocked")}
+    swap = {"RUN": run, "CLI_RUN": run, "ART": art, "IMG": tmp_path / "i.png",
+            "OUT": tmp_path / "m.onnx"}  # fmt: skip
     before = sorted(p.name for p in run.iterdir())
     data = ("--data-dir", real_data.source) if args[0] == "export" else ()
-    out = run_cli(*(swap.get(a, a) for a in args), *data)
+    out = run_cli(*(swap.get(a, a) for a in args), *data, env=env)
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in run.iterdir()) == before
+    assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.fixture(scope="module")
+def calibrated(trained, real_data):
+    """The trained model's calibration, fitted on 2,000 training images it held out."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.dataset import ArrayDataset
+
+    flat = real_data.train_images.reshape(len(real_data.train_images), -1)
+    train = ArrayDataset(flat[:8000], real_data.train_labels[:8000])
+    held_out = ArrayDataset(flat[-2000:], real_data.train_labels[-2000:])
+    return ef.calibrate(trained.model, train, held_out)
+
+
+def test_the_stablehlo_artifact_carries_the_trust_flag(trained, calibrated, test_images, tmp_path):
+    from eqx_fmnist.export import export_model, load_artifact
+
+    from helpers import numpy_reference
+
+    path = tmp_path / "t.stablehlo"
+    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
+                            check_images=test_images, calibration=calibrated)  # fmt: skip
+    assert manifest["parity"]["flag_mismatches"] == 0
+    assert manifest["outputs"][-2:] == ["trust_score float32[b]", "unusual bool[b]"]
+    out = load_artifact(path).run(test_images)
+    ref = numpy_reference(trained.model, test_images, calibration=calibrated)
+    np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-4)
+    np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)
+    assert np.array_equal(out["unusual"], ref["unusual"]) and 0 < ref["unusual"].sum() < 2000
+    # Flat, blank and noise frames are flagged, as the library flags them.
+    odd = np.stack([np.zeros(784), np.full(784, 128), np.random.default_rng(0).integers(0, 256, 784)])
+    assert load_artifact(path).run(odd.astype(np.uint8))["unusual"].all()

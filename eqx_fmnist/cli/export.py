@@ -19,7 +19,8 @@ from .evaluate import load_calibration
 def add_export_parser(sub) -> None:
     p = sub.add_parser(
         "export",
-        help="write the model as StableHLO or safetensors, checked on the test set first",
+        help="write the model as StableHLO, safetensors, ONNX or a web page, checked on the "
+        "test set first",
         description="The model (or ensemble) of a run as an artifact with a JSON manifest "
         "beside it. The artifact must predict the same class as the library on all 10,000 "
         "test images, or nothing is written.",
@@ -27,7 +28,9 @@ def add_export_parser(sub) -> None:
     p.set_defaults(func=cmd_export)
     p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
     p.add_argument("--format", choices=typing.get_args(Format), default="stablehlo",
-                   help="stablehlo (runs with jax alone; default) or safetensors (weights)")  # fmt: skip
+                   help="stablehlo (runs with jax alone; default), safetensors (weights), onnx "
+                   "(onnxruntime; pip install 'eqx_fmnist[onnx]') or html (one page that runs "
+                   "in a browser, offline)")  # fmt: skip
     p.add_argument("--out", type=Path, help="the artifact (default: RUN/model.<format>)")
     add_data_args(p)
 
@@ -38,14 +41,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = args.out or path.parent / f"model{SUFFIXES[args.format]}"
     test, state = split_data(fm).test, ckpt.state
     test_result = evaluate(state.eval_model, test, policy=state.policy)
-    calibration = load_calibration(path)
-    temperature = calibration.temperature if calibration else 1.0
     with console.status(f"exporting and checking on {len(test):,} test images ..."):
         manifest = export_model(
             state.eval_model, state.policy, ckpt.config, out, format=args.format,
-            temperature=temperature,
+            calibration=load_calibration(path),
             check_images=fm.test_images.reshape(len(fm.test_images), -1),
-            extra={"test_accuracy": test_result.accuracy, "step": ckpt.step},
+            extra={"test_accuracy": test_result.accuracy, "step": ckpt.step,
+                   "trained": f"{ckpt.step:,} steps"},
         )  # fmt: skip
     parity = manifest["parity"]
     console.print(
@@ -55,6 +57,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"{manifest['export_seconds']:.1f} s",
         highlight=False,
     )
+    if parity["flag_mismatches"] is not None:
+        console.print(
+            f"the trust flag: {parity['flag_mismatches']} verdicts differ, largest relative "
+            f"score difference {parity['max_score_difference']:.1e}", highlight=False,
+        )  # fmt: skip
+    if args.format == "html":
+        console.print(f"open it in a browser: {out.resolve().as_uri()}", highlight=False)
     return 0
 
 
@@ -63,13 +72,13 @@ def is_artifact(path: str) -> bool:
     return Path(path).is_file() and manifest_path(path).is_file()
 
 
-def predict_with_artifact(path: str, flat: np.ndarray) -> np.ndarray:
-    """Probabilities from a StableHLO artifact; only `jax` is needed to run it."""
+def predict_with_artifact(path: str, flat: np.ndarray) -> dict[str, np.ndarray]:
+    """Every output of a StableHLO artifact (probabilities and, for a calibrated run,
+    the trust flag); only `jax` is needed to run it."""
     manifest = json.loads(manifest_path(path).read_text())
     if manifest.get("format") != "stablehlo":
         raise ValueError(
-            f"{path} holds {manifest.get('format')} weights; predict runs a StableHLO "
+            f"{path} is a {manifest.get('format')} export; predict runs a StableHLO "
             "artifact or a run folder."
         )
-    _, probs = load_artifact(path)(np.asarray(flat))
-    return probs
+    return load_artifact(path).run(np.asarray(flat))

@@ -13,6 +13,7 @@ from .. import data as data_mod
 from ..calibration import features
 from ..checkpoint import load_checkpoint
 from ..evaluation import member_probabilities, predict_proba
+from ..export import manifest_path
 from .common import checkpoint_path, console
 from .evaluate import load_calibration
 from .export import is_artifact, predict_with_artifact
@@ -50,8 +51,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
     each, flags, scores, calibration, checkpoint = None, None, None, None, False
+    threshold = None
     if is_artifact(args.checkpoint):  # an exported model: no checkpoint, no model code
-        probs = predict_with_artifact(args.checkpoint, flat)
+        outputs = predict_with_artifact(args.checkpoint, flat)
+        probs, scores, flags = (outputs.get(k) for k in ("probabilities", "trust_score", "unusual"))
+        trust = json.loads(manifest_path(args.checkpoint).read_text()).get("trust")
+        threshold = trust["threshold"] if trust else None
     else:
         checkpoint, path = True, checkpoint_path(args.checkpoint)
         ckpt, calibration = load_checkpoint(path), load_calibration(path)
@@ -69,6 +74,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             feats = features(model, jnp.asarray(flat), policy=policy)
             scores = calibration.trust.scores(feats)
             flags = calibration.trust.flags(feats, flat)
+            threshold = calibration.trust.threshold
     if args.show is not None:
         args.show.mkdir(parents=True, exist_ok=True)
     for i, (path, p) in enumerate(zip(args.images, probs, strict=True)):
@@ -76,10 +82,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         record = {
             "path": str(path),
             "top": [{"class": data_mod.CLASS_NAMES[c], "probability": float(p[c])} for c in top],
-            "calibrated": calibration is not None,
+            "calibrated": threshold is not None,
             "unusual": None if flags is None else bool(flags[i]),
             "score": None if scores is None else float(scores[i]),
-            "threshold": None if calibration is None else calibration.trust.threshold,
+            "threshold": threshold,
             "inverted": prepared[i].inverted,
         }
         if args.show is not None:

@@ -1,0 +1,229 @@
+"""`export_model`: build an artifact, check it against the library on the images it is
+given, and only then write it and its manifest."""
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..calibration import Calibration, features
+from ..config import TrainConfig
+from ..data import CLASS_NAMES, IMAGE_SIZE
+from ..evaluation import predict_logits
+from ..fileio import atomic_write
+from ..model import MLP, num_members
+from ..parallel import to_local
+from ..precision import FLOAT32, Policy
+from . import onnx_graph, stablehlo, web_page, weights
+from .manifest import ExportError, manifest_path
+from .portable import numpy_serve, to_portable
+
+Format = Literal["stablehlo", "safetensors", "onnx", "html"]
+"""The export formats."""
+SUFFIXES = {"stablehlo": ".stablehlo", "safetensors": ".safetensors", "onnx": ".onnx",
+            "html": ".html"}  # fmt: skip
+SCORE_TOLERANCE = 1e-4
+"""Relative: an image whose trust score is this close to the threshold may fall on
+either side of it in float32; any other disagreement on the flag fails the check."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Parity:
+    """How an export agrees with the library on the check images.
+
+    **Fields:** `images`, `mismatches` (images whose class differs), and
+    `max_logit_difference`, `max_probability_difference`; for a calibrated model
+    `flag_mismatches` (images the trust flag judges otherwise) and
+    `max_score_difference` (relative to the library's score), else `None`.
+    """
+
+    images: int
+    mismatches: int
+    max_logit_difference: float
+    max_probability_difference: float
+    flag_mismatches: int | None = None
+    max_score_difference: float | None = None
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def check_parity(
+    ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], *, threshold: float | None = None
+) -> tuple[Parity, int]:
+    """Compare the library's outputs with an artifact's on the same images: the
+    [`Parity`][eqx_fmnist.export.check.Parity] and the number of flag disagreements not
+    explained by a score within `SCORE_TOLERANCE` of the threshold."""
+    a, b = ours["logits"], theirs["logits"]
+    mismatches = int(np.sum(a.argmax(-1) != b.argmax(-1)))
+    prob = float(np.max(np.abs(ours["probabilities"] - theirs["probabilities"])))
+    parity = Parity(len(a), mismatches, float(np.max(np.abs(a - b))), prob)
+    if "unusual" not in ours or "unusual" not in theirs:
+        return parity, 0
+    differ = ours["unusual"] != theirs["unusual"]
+    score = ours["trust_score"]
+    near = np.abs(score - threshold) <= SCORE_TOLERANCE * abs(threshold)
+    relative = np.abs(score - theirs["trust_score"]) / np.maximum(np.abs(score), 1e-12)
+    parity = dataclasses.replace(
+        parity, flag_mismatches=int(differ.sum()), max_score_difference=float(relative.max())
+    )
+    return parity, int((differ & ~near).sum())
+
+
+def library_outputs(
+    models: MLP, images: np.ndarray, policy: Policy, temperature: float,
+    calibration: Calibration | None,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """The library's own answer for `images`: what an artifact must reproduce."""
+    x = jnp.asarray(images)
+    logits = np.asarray(predict_logits(models, x, policy=policy), np.float64)
+    out = {"logits": logits, "probabilities": _softmax(logits / temperature)}
+    if calibration is not None:
+        feats = features(models, x, policy=policy)
+        out["trust_score"] = calibration.trust.scores(feats)
+        out["unusual"] = calibration.trust.flags(feats, images)
+    return out
+
+
+def export_model(
+    models: MLP,
+    policy: Policy,
+    config: TrainConfig,
+    path: str | os.PathLike,
+    *,
+    check_images: np.ndarray,
+    format: Format = "stablehlo",
+    calibration: Calibration | None = None,
+    temperature: float = 1.0,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Export, check on `check_images`, and only then write the artifact and its manifest.
+
+    **Arguments:**
+
+    - `models`: the model, or the stacked model of an ensemble.
+    - `policy`: the precision policy of the forward pass (StableHLO keeps it; the other
+        formats hold float32 weights and are checked against the library in float32).
+    - `config`: the run's config (into the manifest and the safetensors metadata).
+    - `path`: the artifact to write; the manifest goes to `PATH.manifest.json`.
+    - `check_images`: `uint8` images of shape `(n, 784)` to check on, e.g. all 10,000
+        test images.
+    - `format`: `"stablehlo"`, `"safetensors"`, `"onnx"` (needs the extra `onnx`) or
+        `"html"` (a one-file web page). Defaults to `"stablehlo"`.
+    - `calibration`: the run's [`Calibration`][eqx_fmnist.calibration.Calibration]:
+        its temperature scales the probabilities, and StableHLO, ONNX and the page
+        compute its trust flag too (`trust_score` and `unusual`), checked against the
+        library's on every check image. Defaults to `None`: raw probabilities, no flag.
+    - `temperature`: a temperature without a calibration. Defaults to `1`: raw.
+    - `extra`: more manifest entries, e.g. the run's test accuracy (the page shows
+        `test_accuracy`).
+
+    **Returns:**
+
+    The manifest, as written.
+
+    **Raises:**
+
+    `ExportError` if the artifact predicts a different class from the library for any
+    check image, or judges an image's trust otherwise; nothing is written then.
+    """
+    if format not in SUFFIXES:
+        raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(SUFFIXES)}.")
+    if format == "onnx":
+        onnx_graph.require_onnx()  # before any work: a missing extra is one clear line
+    if calibration is not None and temperature != 1.0:
+        raise ExportError("give a calibration or a temperature, not both.")
+    path, start = Path(path), time.perf_counter()
+    images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
+    models = to_local(models)
+    portable = to_portable(models, calibration=calibration, temperature=temperature)
+    trust = calibration if format != "safetensors" else None
+    # Only StableHLO keeps the run's policy; the other formats hold float32 weights and
+    # are checked as a consumer runs them, in float32.
+    checked = policy if format == "stablehlo" else FLOAT32
+    ours = library_outputs(models, images, checked, portable.temperature, trust)
+    info: dict[str, Any] = {}
+    if format == "stablehlo":
+        blob = stablehlo.to_stablehlo(models, policy, temperature=portable.temperature,
+                                      trust=portable.trust)  # fmt: skip
+        theirs = stablehlo.run_stablehlo(blob, images)
+        info = {"platforms": list(stablehlo.PLATFORMS)}
+    elif format == "safetensors":
+        from safetensors.numpy import load
+
+        blob = weights.to_safetensors(models, config)
+        logits = weights.numpy_forward(load(blob), images)
+        theirs = {"logits": logits, "probabilities": _softmax(logits / portable.temperature)}
+    elif format == "onnx":
+        blob, gelu = onnx_graph.to_onnx(portable)
+        theirs = onnx_graph.run_onnx(blob, images)
+        import onnxruntime
+
+        info = {"opset": onnx_graph.OPSETS[gelu], "gelu": gelu,
+                "checked_by": f"onnxruntime {onnxruntime.__version__}"}  # fmt: skip
+    else:
+        about = {k: v for k, v in (extra or {}).items() if k in ("test_accuracy", "trained")}
+        blob = web_page.to_html(portable, about=about)
+        node = web_page.node_version()
+        if node is not None:
+            theirs = web_page.run_page(blob, images)
+            info = {"checked_by": f"node {node} (the page's own JavaScript)"}
+        else:  # the page's embedded arrays, decoded back, in numpy
+            theirs = numpy_serve(web_page.portable_of_page(blob), images)
+            info = {"checked_by": "numpy on the page's embedded arrays (node not found)"}
+    threshold = calibration.trust.threshold if trust is not None else None
+    parity, unexplained = check_parity(ours, theirs, threshold=threshold)
+    if parity.mismatches or unexplained:
+        what = (f"another class than the library for {parity.mismatches} of "
+                f"{parity.images:,} images" if parity.mismatches else
+                f"another trust verdict than the library for {unexplained} of "
+                f"{parity.images:,} images")  # fmt: skip
+        raise ExportError(
+            f"the {format} export predicts {what} (largest logit difference "
+            f"{parity.max_logit_difference:.2e}); nothing was written."
+        )
+    outputs = ["logits float32[b, 10]", "probabilities float32[b, 10]"]
+    if format == "onnx" and portable.ensemble:
+        outputs.append(f"member_probabilities float32[{portable.num_members}, b, 10]")
+    if trust is not None:
+        outputs += ["trust_score float32[b]", "unusual bool[b]"]
+    manifest = {
+        "format": format,
+        "artifact": path.name,
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "bytes": len(blob),
+        "class_names": list(CLASS_NAMES),
+        "input": {"name": "images", "dtype": "uint8", "shape": ["b", IMAGE_SIZE],
+                  "meaning": "28 x 28 pixels row by row, 0-255, light item on dark"},
+        "outputs": None if format == "safetensors" else outputs,
+        "members": num_members(models),
+        "precision": config.precision,
+        "checked_with": str(checked),  # the policy the library ran the check in
+        "temperature": portable.temperature,
+        "trust": None if trust is None else {
+            "threshold": calibration.trust.threshold,
+            "ink_sum_range": list(portable.trust.ink_sum_range),
+            "min_contrast": calibration.trust.min_contrast,
+        },
+        **info,
+        "config": config.to_dict(),
+        "parity": dataclasses.asdict(parity),
+        "export_seconds": time.perf_counter() - start,
+        "versions": {"jax": jax.__version__, "equinox": eqx.__version__},
+        **(extra or {}),
+    }  # fmt: skip
+    with atomic_write(path) as f:
+        f.write(blob)
+    with atomic_write(manifest_path(path), "w") as f:
+        f.write(json.dumps(manifest, indent=2) + "\n")
+    return manifest

@@ -1,0 +1,156 @@
+"""The model as every artifact holds it: float32 numpy arrays, one set per member, and
+the trust flag rewritten as a whitening matrix, so that ONNX, JavaScript and StableHLO
+compute it with a matmul and a distance (no float64, no matrix inverse at run time).
+
+The trust score of [`Trust`][eqx_fmnist.calibration.Trust] is the smallest
+`(f - m_c)' P (f - m_c)` over the class means `m_c`, for the hidden activations `f`.
+With `P = L L'` (a Cholesky factor), that is `|f L - m_c L|^2`: an artifact multiplies
+`f` by `whiten = L` and measures plain squared distances to `centres = m L`.
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from ..calibration import Calibration, Trust
+from ..data import IMAGE_SIZE
+from ..model import MLP, num_members
+from ..parallel import to_local
+from .manifest import ExportError
+
+
+@dataclasses.dataclass(frozen=True)
+class PortableTrust:
+    """The trust flag in the form artifacts compute it.
+
+    **Fields:** `whiten` (`(members, hidden, hidden)`), `centres` (`(members, 10,
+    hidden)`), `threshold` (on the members' mean score), `ink_sum_range` (the training
+    images' smallest and largest sum of the 784 pixel values, 0-255 each: whole numbers,
+    so every artifact compares them exactly), `min_contrast` (the pixels' standard
+    deviation, on the 0-1 scale, below which an image is flagged as flat).
+    """
+
+    whiten: np.ndarray
+    centres: np.ndarray
+    threshold: float
+    ink_sum_range: tuple[int, int]
+    min_contrast: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Portable:
+    """A model (or an ensemble) as float32 arrays.
+
+    **Fields:** `layers` (per member, per layer, `(weight (out, in), bias (out,))`, as
+    PyTorch's `nn.Linear` holds them), `ensemble` (whether the model was a stack of
+    members: its logits are then the log of the mean probability), `temperature` (the
+    calibrated temperature the probabilities are divided by), `trust` (a
+    [`PortableTrust`][eqx_fmnist.export.portable.PortableTrust], or `None` for an uncalibrated
+    run).
+    """
+
+    layers: list[list[tuple[np.ndarray, np.ndarray]]]
+    ensemble: bool
+    temperature: float
+    trust: PortableTrust | None
+
+    @property
+    def num_members(self) -> int:
+        return len(self.layers)
+
+    @property
+    def sizes(self) -> list[int]:
+        """`[784, hidden..., 10]`."""
+        first = self.layers[0]
+        return [first[0][0].shape[1]] + [w.shape[0] for w, _ in first]
+
+
+def portable_trust(trust: Trust, members: int) -> PortableTrust:
+    """A [`Trust`][eqx_fmnist.calibration.Trust] as whitening matrices and centres."""
+    means = np.asarray(trust.means, np.float64).reshape(members, *trust.means.shape[-2:])
+    precision = np.asarray(trust.precision, np.float64).reshape(
+        members, *trust.precision.shape[-2:]
+    )
+    whiten = np.stack([np.linalg.cholesky(p) for p in precision])  # P = L L'
+    centres = np.einsum("kch,khj->kcj", means, whiten)
+    low, high = trust.ink_range
+    scale = IMAGE_SIZE * 255.0
+    return PortableTrust(
+        whiten.astype(np.float32), centres.astype(np.float32), float(trust.threshold),
+        (round(low * scale), round(high * scale)), float(trust.min_contrast),
+    )  # fmt: skip
+
+
+def to_portable(
+    models: MLP, *, calibration: Calibration | None = None, temperature: float = 1.0
+) -> Portable:
+    """The float32 arrays of `models` (one model or a stack) and, when given, of its
+    calibration (whose temperature then replaces `temperature`).
+
+    **Raises:**
+
+    `ExportError` for a model whose activation is not `jax.nn.gelu` (the tanh form every
+    artifact writes).
+    """
+    if models.activation is not jax.nn.gelu:
+        raise ExportError(
+            f"exports write GELU (tanh form, jax.nn.gelu), but the model's activation is "
+            f"{getattr(models.activation, '__name__', models.activation)!r}."
+        )
+    models = to_local(models)
+    k = num_members(models)
+    layers = [
+        [
+            (np.asarray(layer.weight, np.float32), np.asarray(layer.bias, np.float32))
+            if k is None
+            else (np.asarray(layer.weight[m], np.float32), np.asarray(layer.bias[m], np.float32))
+            for layer in models.layers
+        ]
+        for m in range(k or 1)
+    ]
+    trust = None if calibration is None else portable_trust(calibration.trust, k or 1)
+    if calibration is not None:
+        temperature = calibration.temperature
+    return Portable(layers, k is not None, float(temperature), trust)
+
+
+def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]:
+    """Every output of an artifact, computed from `portable` with numpy alone (float64):
+    `logits`, `probabilities` and, for a calibrated model, `trust_score` and `unusual`.
+
+    What an artifact must reproduce; [`export_model`][eqx_fmnist.export.check.export_model]
+    checks the web page's embedded arrays with it when `node` is not installed.
+    """
+    pixels = np.asarray(images, np.uint8).reshape(len(images), IMAGE_SIZE)
+    x0 = pixels.astype(np.float64) / 255.0
+    log_probs, scores = [], []
+    for m, member in enumerate(portable.layers):
+        x, hidden = x0, []
+        for i, (w, b) in enumerate(member):
+            x = x @ w.T.astype(np.float64) + b
+            if i < len(member) - 1:
+                x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+                hidden.append(x)
+        z = x - x.max(1, keepdims=True)
+        log_probs.append(z - np.log(np.exp(z).sum(1, keepdims=True)))
+        if portable.trust is not None:
+            g = np.concatenate(hidden, 1) @ portable.trust.whiten[m].astype(np.float64)
+            d = ((g[:, None, :] - portable.trust.centres[m][None]) ** 2).sum(-1)
+            scores.append(d.min(1))
+    if portable.ensemble:
+        lp = np.stack(log_probs)
+        top = lp.max(0)
+        logits = top + np.log(np.exp(lp - top).mean(0))
+    else:
+        logits = x
+    z = logits / portable.temperature
+    e = np.exp(z - z.max(1, keepdims=True))
+    out = {"logits": logits, "probabilities": e / e.sum(1, keepdims=True)}
+    if portable.trust is not None:
+        t = portable.trust
+        score, sums = np.mean(scores, 0), pixels.sum(1, dtype=np.int64)
+        flat = x0.std(1) < t.min_contrast
+        ink = (sums < t.ink_sum_range[0]) | (sums > t.ink_sum_range[1])
+        out |= {"trust_score": score, "unusual": ink | flat | (score > t.threshold)}
+    return out

@@ -1,0 +1,174 @@
+"""StableHLO through `jax.export`: the whole forward pass, `uint8` pixels in, with a
+symbolic batch size, lowered for CPU and CUDA, that runs with `jax` alone."""
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..data import IMAGE_SIZE
+from ..dataset import normalize
+from ..evaluation import ensemble_log_probs
+from ..model import MLP, num_members
+from ..parallel import to_local
+from ..precision import Policy
+from .manifest import ExportError, manifest_path
+from .portable import PortableTrust
+
+PLATFORMS = ("cpu", "cuda")
+OUTPUTS = ("logits", "probabilities", "trust_score", "unusual")
+"""The artifact's outputs, in order; an uncalibrated model's stop after the first two."""
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def trust_outputs(
+    feats: jax.Array, pixels: jax.Array, trust: PortableTrust
+) -> tuple[jax.Array, jax.Array]:
+    """`(score, unusual)` from each member's hidden activations `feats` (`(members, b,
+    hidden)`, float32) and the `uint8` pixels, as
+    [`Trust.flags`][eqx_fmnist.calibration.Trust.flags] computes them."""
+    # Full float32 products: a GPU would otherwise multiply float32 in TF32.
+    g = jnp.einsum("kbh,khj->kbj", feats, jnp.asarray(trust.whiten), precision=HIGHEST)
+    d = jnp.sum((g[:, :, None, :] - jnp.asarray(trust.centres)[:, None]) ** 2, axis=-1)
+    score = jnp.mean(jnp.min(d, axis=-1), axis=0)
+    sums = jnp.sum(pixels.astype(jnp.int32), axis=-1)  # exact, as the thresholds are
+    low, high = trust.ink_sum_range
+    flat = jnp.std(normalize(pixels), axis=-1) < jnp.float32(trust.min_contrast)
+    unusual = (sums < low) | (sums > high) | flat | (score > jnp.float32(trust.threshold))
+    return score, unusual
+
+
+def serving_function(
+    models: MLP,
+    policy: Policy,
+    *,
+    temperature: float = 1.0,
+    trust: PortableTrust | None = None,
+):
+    """`images uint8[b, 784] -> (logits f32[b, 10], probabilities f32[b, 10])`, and with a
+    `trust`, `trust_score f32[b]` and `unusual bool[b]` after them.
+
+    The probabilities are `softmax(logits / temperature)` (a run's calibrated
+    temperature; `1` leaves them raw). For an ensemble (a stacked model) the "logits"
+    are the log of the mean of the members' probabilities
+    ([`ensemble_log_probs`][eqx_fmnist.evaluation.ensemble_log_probs]).
+    """
+
+    def one(model, images):
+        def forward(x):  # XLA computes the hidden layers once for both
+            feats = jnp.concatenate(model.hidden(x, policy=policy)).astype(jnp.float32)
+            return model(x, policy=policy).astype(jnp.float32), feats
+
+        return jax.vmap(forward)(normalize(images))
+
+    def serve(images):
+        if num_members(models) is None:
+            logits, feats = one(models, images)
+            feats = feats[None]
+        else:
+            each, feats = eqx.filter_vmap(one, in_axes=(0, None))(models, images)
+            logits = ensemble_log_probs(each)
+        probs = jax.nn.softmax(logits / jnp.float32(temperature), axis=-1)
+        if trust is None:
+            return logits, probs
+        return logits, probs, *trust_outputs(feats, images, trust)
+
+    return serve
+
+
+def to_stablehlo(
+    models: MLP,
+    policy: Policy,
+    *,
+    temperature: float = 1.0,
+    trust: PortableTrust | None = None,
+) -> bytes:
+    """The serialised `jax.export` of the
+    [`serving_function`][eqx_fmnist.export.stablehlo.serving_function], with a symbolic batch,
+    lowered for CPU and CUDA."""
+    (batch,) = jax.export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct((batch, IMAGE_SIZE), jnp.uint8)
+    serve = serving_function(to_local(models), policy, temperature=temperature, trust=trust)
+    return bytes(jax.export.export(jax.jit(serve), platforms=PLATFORMS)(spec).serialize())
+
+
+def run_stablehlo(blob: bytes, images: np.ndarray) -> dict[str, np.ndarray]:
+    """Run a serialised artifact on `uint8` images of shape `(n, 784)`: its outputs by
+    name (`OUTPUTS`)."""
+    exported = jax.export.deserialize(bytearray(blob))
+    return dict(zip(OUTPUTS, map(np.asarray, exported.call(jnp.asarray(images))), strict=False))
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+    """A loaded StableHLO artifact and its manifest; call it on `uint8` images."""
+
+    path: Path
+    manifest: dict[str, Any]
+    exported: Any
+
+    def run(self, images: np.ndarray) -> dict[str, np.ndarray]:
+        """Every output by name for `uint8` images of shape `(n, 784)` or `(n, 28, 28)`:
+        `logits`, `probabilities` and, when the run was calibrated, `trust_score` and
+        `unusual`.
+
+        **Raises:**
+
+        `ValueError` naming the expected shape and dtype.
+        """
+        images = np.asarray(images)
+        if images.dtype != np.uint8 or images.ndim not in (2, 3):
+            raise ValueError(
+                f"{self.path.name} takes uint8 images of shape (n, 784) or (n, 28, 28), "
+                f"but got {images.dtype} of shape {images.shape}."
+            )
+        flat = images.reshape(len(images), -1)
+        if flat.shape[1] != IMAGE_SIZE:
+            raise ValueError(
+                f"{self.path.name} takes 28 x 28 images (784 pixels), but got shape "
+                f"{images.shape}; resize them first (eqx_fmnist.data.load_image does)."
+            )
+        outputs = self.exported.call(jnp.asarray(flat))
+        return dict(zip(OUTPUTS, map(np.asarray, outputs), strict=False))
+
+    def __call__(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`(logits, probabilities)`; see [`run`][eqx_fmnist.export.stablehlo.Artifact.run]."""
+        out = self.run(images)
+        return out["logits"], out["probabilities"]
+
+
+def load_artifact(path: str | os.PathLike) -> Artifact:
+    """Load a StableHLO artifact, checking it against its manifest's SHA-256.
+
+    **Raises:**
+
+    `ExportError` for a missing artifact or manifest, a checksum that differs, or a
+    file that is not a StableHLO export.
+    """
+    path = Path(path)
+    try:
+        blob = path.read_bytes()
+        manifest = json.loads(manifest_path(path).read_text())
+    except FileNotFoundError as e:
+        raise ExportError(f"{e.filename} does not exist; export the model first.") from None
+    except (OSError, ValueError) as e:
+        raise ExportError(f"cannot read the artifact {path} or its manifest: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != "stablehlo":
+        raise ExportError(f"{manifest_path(path)} is not the manifest of a StableHLO export.")
+    if hashlib.sha256(blob).hexdigest() != manifest.get("sha256"):
+        raise ExportError(
+            f"{path} does not match the SHA-256 in its manifest: the file is corrupt or "
+            "was replaced; export it again."
+        )
+    try:
+        exported = jax.export.deserialize(bytearray(blob))
+    except Exception as e:  # flatbuffers raises several kinds for a bad file
+        raise ExportError(f"{path} is not a StableHLO export ({type(e).__name__}).") from None
+    return Artifact(path, manifest, exported)
