@@ -17,6 +17,7 @@ from . import (
     intervals as intervals,
     losses as losses,
     model as model,
+    parallel as parallel,
     precision as precision,
     runs as runs,
     state as state,
@@ -83,6 +84,7 @@ from .evaluation import (
 from .intervals import History as History, NonFiniteError as NonFiniteError
 from .losses import accuracy as accuracy, cross_entropy as cross_entropy
 from .model import MLP as MLP, count_params as count_params, num_members as num_members
+from .parallel import jax_subprocess_env as jax_subprocess_env
 from .precision import (
     FLOAT32 as FLOAT32,
     MIXED_BF16 as MIXED_BF16,

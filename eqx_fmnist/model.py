@@ -88,6 +88,37 @@ class MLP(eqx.Module):
         x = policy.matmul(last.weight, x) + last.bias.astype(policy.accumulate_dtype)
         return x.astype(policy.output_dtype)
 
+    def forward_batch(
+        self, x: Float[Array, "batch in_size"], *, policy: Policy = FLOAT32
+    ) -> Float[Array, "batch out_size"]:
+        """Logits for a whole batch, as training computes them.
+
+        With a float32 policy this is `jax.vmap(model)(x)`, exactly. With a bfloat16 or
+        float16 compute dtype each layer's matmul is written for the batch
+        ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]), so that the backward
+        pass multiplies in the compute dtype too, and each gradient stays one matmul
+        over the batch. (A hand-written gradient on the one-example matmul would, under
+        `vmap`, turn the weight gradient into per-example outer products.) The
+        activation must act elementwise, as GELU does.
+
+        **Arguments:**
+
+        - `x`: flattened images, shape `(batch, 784)`, pixels in `[0, 1]`.
+        - `policy`: the precision policy, as for `__call__`. Defaults to float32.
+
+        **Returns:**
+
+        The logits, shape `(batch, 10)`, in `policy.output_dtype`.
+        """
+        if not policy.lowers_matmuls:
+            return jax.vmap(lambda e: self(e, policy=policy))(x)
+        acc = policy.accumulate_dtype
+        for layer in self.layers[:-1]:
+            x = self.activation(policy.dense(x, layer.weight) + layer.bias.astype(acc)[None])
+        last = self.layers[-1]
+        x = policy.dense(x, last.weight) + last.bias.astype(acc)[None]
+        return x.astype(policy.output_dtype)
+
     def hidden(
         self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
     ) -> list[Float[Array, " _"]]:

@@ -5,14 +5,19 @@ A [`Policy`][eqx_fmnist.precision.Policy] says which dtype parameters are stored
 come out in (`output_dtype`). A matmul in a lower-precision compute dtype accumulates
 and returns float32 ([`Policy.matmul`][eqx_fmnist.precision.Policy.matmul]), so biases,
 activations and the loss stay in float32. Parameters and optimiser state stay in the
-parameter dtype; only the forward pass is cast, so gradients come back in the
-parameter dtype.
+parameter dtype; only the matmuls are cast, so gradients come back in the parameter
+dtype. In training, [`Policy.dense`][eqx_fmnist.precision.Policy.dense] writes each
+layer's matmul for the whole batch with its own backward pass, so that the gradient
+matmuls multiply in the compute dtype too (JAX would otherwise transpose a dot that
+accumulates in float32 into float32 x float32 dots).
 
 float16 has a narrow exponent range, so small gradients underflow to zero. A loss
 scale multiplies the loss before differentiation and divides the gradients after;
 [`DynamicLossScale`][eqx_fmnist.precision.DynamicLossScale] finds the largest scale
 that does not overflow. Every scale is a JAX array, so changing it never recompiles.
 """
+
+import functools
 
 import equinox as eqx
 import jax
@@ -165,10 +170,61 @@ class Policy(eqx.Module):
         return jnp.matmul(a, b, preferred_element_type=preferred)
 
     @property
+    def lowers_matmuls(self) -> bool:
+        """Whether the matmuls multiply in a narrower dtype than they accumulate in (a
+        bfloat16 or float16 compute dtype)."""
+        return self.accumulate_dtype != self.compute_dtype
+
+    def dense(
+        self, x: Float[Array, "batch in_size"], weight: Float[Array, "out_size in_size"]
+    ) -> Float[Array, "batch out_size"]:
+        """`x @ weight.T` for a whole batch, forward **and backward** in the compute
+        dtype, accumulating in [`accumulate_dtype`][eqx_fmnist.precision.Policy.accumulate_dtype].
+
+        Its gradient is written by hand (a `jax.custom_vjp`): the incoming gradient is
+        cast to the compute dtype, and the input gradient `g @ weight` and the weight
+        gradient `g.T @ x` are two matmuls of compute-dtype operands that accumulate in
+        float32, each one matmul over the batch. (Left to autodiff, the transpose of a
+        dot with `preferred_element_type=float32` multiplies the float32 gradient by a
+        float32 copy of the operand.) With a float32 policy it is an ordinary matmul.
+        """
+        if not self.lowers_matmuls:
+            return jnp.matmul(self.cast_to_compute(x), self.cast_to_compute(weight).T)
+        return _dense(x, weight, self.compute_dtype, self.accumulate_dtype)
+
+    @property
     def needs_loss_scale(self) -> bool:
         """Whether the compute dtype is float16, whose gradients need a loss scale."""
         return self.compute_dtype == jnp.float16 or self.param_dtype == jnp.float16
 
+
+_CONTRACT_LAST = (((1,), (1,)), ((), ()))  # (b, i) x (o, i) -> (b, o)
+_CONTRACT_OUT = (((1,), (0,)), ((), ()))  # (b, o) x (o, i) -> (b, i)
+_CONTRACT_BATCH = (((0,), (0,)), ((), ()))  # (b, o) x (b, i) -> (o, i)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _dense(x, weight, compute, accumulate):
+    return _dense_fwd(x, weight, compute, accumulate)[0]
+
+
+def _dense_fwd(x, weight, compute, accumulate):
+    xc, wc = x.astype(compute), weight.astype(compute)
+    out = jax.lax.dot_general(xc, wc, _CONTRACT_LAST, preferred_element_type=accumulate)
+    # The residuals are the compute-dtype copies: half the memory of float32 ones. A
+    # zero-size array of each input's dtype tells the backward pass what to return.
+    return out, (xc, wc, jnp.zeros((0,), x.dtype), jnp.zeros((0,), weight.dtype))
+
+
+def _dense_bwd(compute, accumulate, residuals, g):
+    xc, wc, x_kind, w_kind = residuals
+    gc = g.astype(compute)
+    dx = jax.lax.dot_general(gc, wc, _CONTRACT_OUT, preferred_element_type=accumulate)
+    dw = jax.lax.dot_general(gc, xc, _CONTRACT_BATCH, preferred_element_type=accumulate)
+    return dx.astype(x_kind.dtype), dw.astype(w_kind.dtype)
+
+
+_dense.defvjp(_dense_fwd, _dense_bwd)
 
 FLOAT32 = Policy("float32")
 """Everything float32: the default, and the codelab's."""

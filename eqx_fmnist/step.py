@@ -23,7 +23,6 @@ the data set.
 """
 
 from collections.abc import Callable
-from functools import partial
 
 import equinox as eqx
 import jax
@@ -48,7 +47,8 @@ def _loss(model, x, y, policy, label_smoothing, loss_scale, soft=None):
     # Profiles show these operations as `forward`, and their gradients as
     # `transpose(jvp(forward))`: the backward pass.
     with jax.named_scope("forward"):
-        logits = jax.vmap(partial(model, policy=policy))(x)
+        # One batch-level forward: with bf16/f16 its backward multiplies in that dtype too.
+        logits = model.forward_batch(x, policy=policy)
         loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
         if soft is not None:  # distillation: (teacher's log probabilities, temperature, weight)
             target, t, w = soft

@@ -1,9 +1,14 @@
 import os
 
-import jax
-import pytest
+# On a GPU, JAX takes 75% of its memory per process by default, and this suite starts
+# JAX subprocesses (the CLI, workers) while it holds device arrays: allocate on demand
+# instead, unless the user chose otherwise. Set before JAX starts a backend.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from helpers import DEBIAN_DIR
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+from helpers import DEBIAN_DIR  # noqa: E402
 
 # As Equinox's own suite runs: no silent float/int or rank promotion anywhere.
 jax.config.update("jax_numpy_dtype_promotion", "strict")

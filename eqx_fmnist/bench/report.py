@@ -19,9 +19,12 @@ def _facts_line(facts: dict[str, Any]) -> str:
     flags = ", ".join(facts["flags"]) or "none of them"
     line = (
         f"Machine: {facts['cpu']}, {facts['cores']} cores (flags: {flags}); "
-        f"{facts['backend']} backend, {facts['devices']}; jax {facts['jax']}, "
+        f"{facts['backend']} backend, {facts['devices']}, matmul precision "
+        f"{facts.get('matmul_precision', 'default')}; jax {facts['jax']}, "
         f"jaxlib {facts['jaxlib']}, Python {facts['python']}"
     )
+    if facts.get("torch_device"):
+        line += f"; PyTorch on {facts['torch_device']}"
     if facts.get("XLA_FLAGS"):
         line += f"; XLA_FLAGS={facts['XLA_FLAGS']}"
     return line + "."
@@ -129,9 +132,12 @@ class BenchmarkReport:
             f"`cost_analysis()` of the compiled chunk counts {self.xla_flops_per_example:,.0f} "
             "(every floating-point operation it emits, elementwise work included).",
             "",
-            "The matmul bound times each of the step's eight matmul shapes on its own with "
-            "numpy and PyTorch (the best of nine timings each) and takes the faster: a step "
-            "made of nothing else would run at that rate.",
+            "The matmul bound times each of the step's eight matmul shapes on its own (on a "
+            "CPU with numpy and PyTorch, taking the faster; on another backend with "
+            "`jnp.matmul` on the device at the matmul precision in use), the best of nine "
+            "timings each: a step made of nothing else would run at that rate. "
+            "`@ highest` runs float32 under `jax.default_matmul_precision(\"highest\")` "
+            "(a GPU's default lets float32 matmuls use TF32).",
             f"Tokens/sec is a projection: examples/sec x {TOKENS_PER_EXAMPLE} (7 x 7 "
             "patches per image), not a measurement.",
         ]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..runs import TOKENS_PER_EXAMPLE
@@ -125,7 +126,10 @@ def machine_facts() -> dict[str, Any]:
 
     A dict with `cpu`, `cores` (usable by this process), `flags` (those of
     [`CPU_FLAGS`][eqx_fmnist.bench.timing.CPU_FLAGS] the CPU has), `backend`,
-    `devices`, `jax`, `jaxlib`, `python` and `XLA_FLAGS`.
+    `devices` (count and kind, e.g. `1 x NVIDIA H200`), `matmul_precision` (JAX's
+    `jax_default_matmul_precision`: on a GPU, `"default"` lets float32 matmuls run in
+    TF32), `torch_device` (where the PyTorch row runs, or `None` without torch), `jax`,
+    `jaxlib`, `python` and `XLA_FLAGS`.
     """
     import jaxlib
 
@@ -149,11 +153,21 @@ def machine_facts() -> dict[str, Any]:
         "flags": [f for f in CPU_FLAGS if f in flags],
         "backend": jax.default_backend(),
         "devices": f"{jax.device_count()} x {device.device_kind}",
+        "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
+        "torch_device": _torch_device(),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "python": platform.python_version(),
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
     }
+
+
+def _torch_device() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
 
 
 # --------------------------------------------------------------------------- the bound
@@ -210,13 +224,18 @@ def _best_seconds(fn: Callable[[], Any], *, min_seconds: float = 0.2, repeats: i
 
 
 def time_matmul(m: int, k: int, n: int, backend: str, *, min_seconds: float = 0.2) -> float:
-    """Best seconds of one float32 `(m, k) @ (k, n)` with `backend` (`"numpy"` or
-    `"torch"`), sampled for about `min_seconds`; raises `ImportError` when torch is
-    missing."""
+    """Best seconds of one float32 `(m, k) @ (k, n)` with `backend` (`"numpy"`,
+    `"torch"` or `"jax"`: `jnp.matmul` compiled for JAX's default device, at the matmul
+    precision in use), sampled for about `min_seconds`; raises `ImportError` when torch
+    is missing."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
     out = np.empty((m, n), np.float32)
+    if backend == "jax":
+        ja, jb = jax.device_put(a), jax.device_put(b)
+        mm = jax.jit(jnp.matmul)
+        return _best_seconds(lambda: mm(ja, jb).block_until_ready(), min_seconds=min_seconds)
     if backend == "numpy":
         return _best_seconds(lambda: np.matmul(a, b, out=out), min_seconds=min_seconds)
     if backend == "torch":
@@ -224,7 +243,7 @@ def time_matmul(m: int, k: int, n: int, backend: str, *, min_seconds: float = 0.
 
         ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
         return _best_seconds(lambda: torch.mm(ta, tb, out=tout), min_seconds=min_seconds)
-    raise ValueError(f"`backend` must be 'numpy' or 'torch', but got {backend!r}.")
+    raise ValueError(f"`backend` must be 'numpy', 'torch' or 'jax', but got {backend!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +271,7 @@ class MatmulBound:
 def matmul_bound(
     batch_size: int,
     hidden: Sequence[int] = (256, 128),
-    backends: Sequence[str] = ("numpy", "torch"),
+    backends: Sequence[str] | None = None,
     *,
     min_seconds: float = 0.2,
 ) -> MatmulBound:
@@ -262,14 +281,18 @@ def matmul_bound(
 
     - `batch_size`: the step's batch.
     - `hidden`: the MLP's hidden sizes. Defaults to `(256, 128)`.
-    - `backends`: `"numpy"` and/or `"torch"`; a backend that is not installed is left
-        out. Defaults to both.
+    - `backends`: `"numpy"`, `"torch"` and/or `"jax"`; a backend that is not installed
+        is left out. Defaults to numpy and torch on a CPU, and to `"jax"` on any other
+        backend: the bound is then the device's own matmuls at the precision in use, not
+        the host's.
     - `min_seconds`: how long each matmul is sampled. Defaults to `0.2`.
 
     **Returns:**
 
     A [`MatmulBound`][eqx_fmnist.bench.timing.MatmulBound].
     """
+    if backends is None:
+        backends = ("numpy", "torch") if jax.default_backend() == "cpu" else ("jax",)
     shapes = matmul_shapes(batch_size, hidden=tuple(hidden))
     seconds, winners = [], []
     for shape in shapes:
