@@ -260,3 +260,16 @@ def numpy_reference(model, images, *, calibration=None, temperature=1.0):
         out["unusual"] = ((ink < t.ink_range[0]) | (ink > t.ink_range[1])
                           | (spread < t.min_contrast) | (score > t.threshold))
     return out
+
+
+def calibrate_on_training_images(model, real_data):
+    """`ef.calibrate(model, ...)` on the first 8,000 training images and the last 2,000
+    (a model trained for a few steps has not learnt them apart): a calibration for the
+    export tests to carry into artifacts."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.dataset import ArrayDataset
+
+    flat = real_data.train_images.reshape(len(real_data.train_images), -1)
+    train = ArrayDataset(flat[:8000], real_data.train_labels[:8000])
+    held_out = ArrayDataset(flat[-2000:], real_data.train_labels[-2000:])
+    return ef.calibrate(model, train, held_out)

@@ -266,14 +266,9 @@ def test_bad_export_input_is_one_line_status_2(args, message, tmp_path, real_dat
 
 @pytest.fixture(scope="module")
 def calibrated(trained, real_data):
-    """The trained model's calibration, fitted on 2,000 training images it held out."""
-    import eqx_fmnist as ef
-    from eqx_fmnist.dataset import ArrayDataset
+    from helpers import calibrate_on_training_images
 
-    flat = real_data.train_images.reshape(len(real_data.train_images), -1)
-    train = ArrayDataset(flat[:8000], real_data.train_labels[:8000])
-    held_out = ArrayDataset(flat[-2000:], real_data.train_labels[-2000:])
-    return ef.calibrate(trained.model, train, held_out)
+    return calibrate_on_training_images(trained.model, real_data)
 
 
 def test_the_stablehlo_artifact_carries_the_trust_flag(trained, calibrated, test_images, tmp_path):

@@ -28,13 +28,9 @@ def test_images(real_data):
 
 @pytest.fixture(scope="module")
 def calibrated(trained, real_data):
-    import eqx_fmnist as ef
-    from eqx_fmnist.dataset import ArrayDataset
+    from helpers import calibrate_on_training_images
 
-    flat = real_data.train_images.reshape(len(real_data.train_images), -1)
-    train = ArrayDataset(flat[:8000], real_data.train_labels[:8000])
-    held_out = ArrayDataset(flat[-2000:], real_data.train_labels[-2000:])
-    return ef.calibrate(trained.model, train, held_out)
+    return calibrate_on_training_images(trained.model, real_data)
 
 
 @pytest.fixture(scope="module")

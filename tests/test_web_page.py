@@ -34,13 +34,11 @@ def require_browser():
 @pytest.fixture(scope="module")
 def trained(real_data):
     import eqx_fmnist as ef
-    from eqx_fmnist.dataset import ArrayDataset
+
+    from helpers import calibrate_on_training_images
 
     result = ef.fit(ef.TrainConfig(steps=60, hidden_sizes=(64, 32)), ef.to_datasets(real_data))
-    flat = real_data.train_images.reshape(len(real_data.train_images), -1)
-    train = ArrayDataset(flat[:8000], real_data.train_labels[:8000])
-    held_out = ArrayDataset(flat[-2000:], real_data.train_labels[-2000:])
-    return result, ef.calibrate(result.model, train, held_out)
+    return result, calibrate_on_training_images(result.model, real_data)
 
 
 @pytest.fixture(scope="module")
