@@ -17,6 +17,7 @@ from . import (
     intervals as intervals,
     losses as losses,
     model as model,
+    optim as optim,
     parallel as parallel,
     precision as precision,
     runs as runs,
@@ -37,8 +38,6 @@ from .calibration import (
 from .checkpoint import load_checkpoint as load_checkpoint, save_checkpoint as save_checkpoint
 from .config import (
     TrainConfig as TrainConfig,
-    make_optimizer as make_optimizer,
-    make_schedule as make_schedule,
 )
 from .data import (
     CLASS_NAMES as CLASS_NAMES,
@@ -84,6 +83,7 @@ from .evaluation import (
 from .intervals import History as History, NonFiniteError as NonFiniteError
 from .losses import accuracy as accuracy, cross_entropy as cross_entropy
 from .model import MLP as MLP, count_params as count_params, num_members as num_members
+from .optim import make_optimizer as make_optimizer, make_schedule as make_schedule
 from .parallel import jax_subprocess_env as jax_subprocess_env
 from .precision import (
     FLOAT32 as FLOAT32,

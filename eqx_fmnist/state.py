@@ -22,8 +22,9 @@ import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .augment import NONE, Augmentation, augmentation_of
-from .config import BatchedHyperparameter, TrainConfig, make_optimizer, make_schedule
+from .config import BatchedHyperparameter, TrainConfig
 from .model import MLP, num_members
+from .optim import make_optimizer, make_schedule
 from .precision import FLOAT32, DynamicLossScale, LossScale, NoOpLossScale, Policy
 
 
@@ -70,13 +71,13 @@ class TrainState(eqx.Module):
 
         - `model`: the model; its inexact arrays are the trained parameters.
         - `optimizer`: an Optax transformation made by
-            [`make_optimizer`][eqx_fmnist.config.make_optimizer] (its `learning_rate`
+            [`make_optimizer`][eqx_fmnist.optim.make_optimizer] (its `learning_rate`
             and `weight_decay` injected), initialised here on the parameters.
         - `key`: the run's PRNG key (it orders the batches).
         - `hyperparams`: `learning_rate` (the peak), `weight_decay` and
             `label_smoothing`, as float32 scalar arrays.
         - `schedule`: the learning rate's multiplier as a function of the optimiser's
-            step count (see [`make_schedule`][eqx_fmnist.config.make_schedule]).
+            step count (see [`make_schedule`][eqx_fmnist.optim.make_schedule]).
             Defaults to a constant `1`.
         - `policy`: the precision policy. Defaults to float32.
         - `loss_scale`: defaults to a dynamic loss scale when the policy computes in

@@ -78,8 +78,8 @@ def test_select_members_keeps_the_stack_or_takes_one():
 def test_a_state_needs_its_numbers_and_says_how_many_members_it_holds():
     import jax.random as jr
 
-    from eqx_fmnist.config import make_optimizer
     from eqx_fmnist.model import MLP, num_members
+    from eqx_fmnist.optim import make_optimizer
     from eqx_fmnist.state import init_members
 
     with pytest.raises(ValueError, match="needs label_smoothing, learning_rate, weight_decay"):

@@ -57,7 +57,8 @@ def test_fit_resumes_from_a_state_exactly(small):
 
 
 def test_schedules_reach_zero_and_warm_up():
-    from eqx_fmnist.config import TrainConfig, make_optimizer, make_schedule
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.optim import make_optimizer, make_schedule
 
     c = TrainConfig(steps=100, schedule="warmup_cosine", warmup_steps=10, learning_rate=1e-2)
     unit = make_schedule(c, 100)

@@ -1,0 +1,50 @@
+"""The learning-rate schedule and the optimiser a [`TrainConfig`][eqx_fmnist.config.TrainConfig]
+asks for: one optimiser path, AdamW with its learning rate and weight decay injected as
+arrays (`optax.inject_hyperparams`), for one run and for every member of a sweep alike."""
+
+import optax
+
+from .config import TrainConfig
+
+
+def make_schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
+    """The learning rate as a function of the step, from the config's `schedule`, for
+    a peak of `1`: the rate of step `t` is `learning_rate * schedule(t)`, where the peak
+    `learning_rate` is an array of the training state (so that members of a sweep may
+    differ in it inside one program).
+
+    **Arguments:**
+
+    - `config`: the run's config (its `schedule` and `warmup_steps`).
+    - `total_steps`: the run's length, over which `"cosine"` and `"warmup_cosine"` decay.
+    """
+    if config.schedule == "constant":
+        return optax.constant_schedule(1.0)
+    if config.schedule == "cosine":
+        return optax.cosine_decay_schedule(1.0, total_steps)
+    warmup = config.warmup_steps or max(1, round(0.05 * total_steps))
+    return optax.warmup_cosine_decay_schedule(
+        0.0, 1.0, min(warmup, total_steps), total_steps, end_value=0.0
+    )
+
+
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    """AdamW (with optional global-norm clipping first), its learning rate and weight
+    decay injected: they live as arrays in the optimiser's state
+    (`opt_state.hyperparams`), and each training step writes the rate of that step
+    there before the update ([`train_step`][eqx_fmnist.step.train_step]). One path for
+    one run and for the members of a sweep, whose numbers differ.
+
+    **Returns:**
+
+    An Optax `GradientTransformation`, initialised with the config's peak learning rate
+    and weight decay.
+    """
+    clip = () if config.grad_clip is None else (optax.clip_by_global_norm(config.grad_clip),)
+
+    def adamw(learning_rate, weight_decay):
+        return optax.chain(*clip, optax.adamw(learning_rate, weight_decay=weight_decay))
+
+    return optax.inject_hyperparams(adamw)(
+        learning_rate=config.learning_rate, weight_decay=config.weight_decay
+    )
