@@ -72,13 +72,14 @@ def is_artifact(path: str) -> bool:
     return Path(path).is_file() and manifest_path(path).is_file()
 
 
-def predict_with_artifact(path: str, flat: np.ndarray) -> dict[str, np.ndarray]:
+def predict_with_artifact(path: str, flat: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:
     """Every output of a StableHLO artifact (probabilities and, for a calibrated run,
-    the trust flag); only `jax` is needed to run it."""
+    the trust flag) and its manifest; only `jax` is needed to run it."""
     manifest = json.loads(manifest_path(path).read_text())
     if manifest.get("format") != "stablehlo":
         raise ValueError(
             f"{path} is a {manifest.get('format')} export; predict runs a StableHLO "
             "artifact or a run folder."
         )
-    return load_artifact(path).run(np.asarray(flat))
+    artifact = load_artifact(path)
+    return artifact.run(np.asarray(flat)), artifact.manifest

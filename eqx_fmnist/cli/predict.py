@@ -13,7 +13,6 @@ from .. import data as data_mod
 from ..calibration import features
 from ..checkpoint import load_checkpoint
 from ..evaluation import member_probabilities, predict_proba
-from ..export import manifest_path
 from .common import checkpoint_path, console
 from .evaluate import load_calibration
 from .export import is_artifact, predict_with_artifact
@@ -53,10 +52,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     each, flags, scores, calibration, checkpoint = None, None, None, None, False
     threshold = None
     if is_artifact(args.checkpoint):  # an exported model: no checkpoint, no model code
-        outputs = predict_with_artifact(args.checkpoint, flat)
+        outputs, manifest = predict_with_artifact(args.checkpoint, flat)
         probs, scores, flags = (outputs.get(k) for k in ("probabilities", "trust_score", "unusual"))
-        trust = json.loads(manifest_path(args.checkpoint).read_text()).get("trust")
-        threshold = trust["threshold"] if trust else None
+        threshold = manifest["trust"]["threshold"] if manifest.get("trust") else None
     else:
         checkpoint, path = True, checkpoint_path(args.checkpoint)
         ckpt, calibration = load_checkpoint(path), load_calibration(path)
