@@ -73,6 +73,7 @@ const E = box.EqxFmnist;
     return out.stdout
 
 
+@pytest.mark.slow
 @needs_node
 def test_the_javascript_forward_pass_agrees_on_every_test_image(page, trained, test_images):
     import eqx_fmnist as ef
@@ -91,6 +92,7 @@ def test_the_javascript_forward_pass_agrees_on_every_test_image(page, trained, t
     assert np.array_equal(out["unusual"], ref["unusual"])
 
 
+@pytest.mark.slow
 def test_the_page_is_one_file_with_nothing_to_fetch(page):
     html = page[0].read_text()
     assert "http://" not in html and "https://" not in html
@@ -125,6 +127,7 @@ def photos(real_data, folder):
     return [*made, folder / "item.png"]
 
 
+@pytest.mark.slow
 @needs_node
 def test_the_javascript_photo_preparation_matches_python(page, real_data, tmp_path):
     from eqx_fmnist.data import prepare_image
