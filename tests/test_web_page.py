@@ -255,3 +255,22 @@ def test_a_calibrated_stablehlo_artifact_flags_in_predict(cli_page, real_data, t
     for a, b in zip(from_art, from_run, strict=True):
         assert a["score"] == pytest.approx(b["score"], rel=1e-4)
         assert a["top"][0]["probability"] == pytest.approx(b["top"][0]["probability"], abs=1e-5)
+
+
+def test_without_node_the_export_checks_the_pages_own_arrays(trained, test_images, tmp_path, monkeypatch):
+    """The fallback check: the arrays decoded back from the page, run by numpy, against a
+    reference written here."""
+    from eqx_fmnist.export import export_model, numpy_serve, portable_of_page, web_page
+
+    result, calibration = trained
+    monkeypatch.setattr(web_page, "node_version", lambda: None)
+    path = tmp_path / "m.html"
+    manifest = export_model(result.model, result.state.policy, result.config, path,
+                            check_images=test_images[:2000], format="html",
+                            calibration=calibration)  # fmt: skip
+    assert manifest["checked_by"].startswith("numpy") and manifest["parity"]["mismatches"] == 0
+    out = numpy_serve(portable_of_page(path.read_bytes()), test_images[:2000])
+    ref = numpy_reference(result.model, test_images[:2000], calibration=calibration)
+    np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)
+    np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-4)
+    assert np.array_equal(out["unusual"], ref["unusual"])

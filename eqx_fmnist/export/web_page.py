@@ -85,7 +85,8 @@ def to_html(portable: Portable, *, about: dict[str, Any] | None = None) -> bytes
 def embedded_spec(html: bytes | str) -> dict[str, Any]:
     """The JSON a page embeds (what [`page_spec`][eqx_fmnist.export.web_page.page_spec] wrote)."""
     text = html.decode("utf-8") if isinstance(html, bytes) else html
-    start = text.index('<script id="model" type="application/json">') + 44
+    opening = '<script id="model" type="application/json">'
+    start = text.index(opening) + len(opening)
     return json.loads(text[start : text.index("</script>", start)].replace("<\\/", "</"))
 
 
