@@ -8,8 +8,6 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-from helpers import DEBIAN_DIR  # noqa: E402
-
 # As Equinox's own suite runs: no silent float/int or rank promotion anywhere.
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -31,29 +29,43 @@ def isolated_cache(tmp_path_factory, monkeypatch, shared_compile_cache):
     monkeypatch.delenv("EQX_FMNIST_DATA", raising=False)
 
 
-def _require_real_data():
-    if not all((DEBIAN_DIR / f).is_file() for f in _REAL_FILES):
-        message = f"the Debian package dataset-fashion-mnist is not installed ({DEBIAN_DIR})"
-        if os.environ.get("CI"):
-            pytest.fail(message + "; .ci/run must install it")
-        pytest.skip(message)
+# The environment the suite was started in: `isolated_cache` gives each test an empty user
+# cache, but the real data are looked for where the user has them.
+_START_ENV = {name: os.environ.get(name) for name in ("EQX_FMNIST_DATA", "XDG_CACHE_HOME")}
 
 
-_REAL_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-)
+def real_data_dir():
+    """The folder the library's search order finds the four files in, in the user's own
+    environment (`$EQX_FMNIST_DATA`, the user cache, Debian's folder), or `None`."""
+    from eqx_fmnist.data.store import candidate_dirs, files_in
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in _START_ENV.items():
+            if value is None:
+                mp.delenv(name, raising=False)
+            else:
+                mp.setenv(name, value)
+        searched = candidate_dirs()
+    return next((folder for _, folder in searched if files_in(folder)), None), searched
 
 
 @pytest.fixture(scope="session")
 def real_data():
-    """The real Fashion-MNIST as numpy (Debian package), loaded once per session."""
-    _require_real_data()
+    """The real Fashion-MNIST as numpy, found as the library finds it, loaded once per
+    session. Without it the test skips and says where it looked (in CI it fails)."""
+    folder, searched = real_data_dir()
+    if folder is None:
+        where = "; ".join(f"{source} {path}" for source, path in searched)
+        message = (
+            f"no Fashion-MNIST found (looked in: {where}); run `eqx-fmnist data` to "
+            "download it, or `apt-get install dataset-fashion-mnist`"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run must install it")
+        pytest.skip(message)
     import eqx_fmnist as ef  # imported here so that the jaxtyping hook runs first
 
-    return ef.load_fashion_mnist(DEBIAN_DIR, download=False, verify=False)
+    return ef.load_fashion_mnist(folder, download=False, verify=False)
 
 
 @pytest.fixture(scope="session")
@@ -73,3 +85,18 @@ def small():
 
     a = synthetic_arrays(n_train=256)
     return ArrayDataset(a["train_images"], a["train_labels"])
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say how many tests skipped, and why, in one place at the end of every run."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    terminalreporter.section(f"{len(skipped)} skipped, and why")
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{count:4d}  {reason}")

@@ -11,8 +11,6 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
-
 
 def idx_bytes(array: np.ndarray) -> bytes:
     """An unsigned-byte IDX file holding `array`, written independently of the library."""
@@ -65,6 +63,62 @@ def specs_for(arrays: dict[str, np.ndarray], gz_blobs: dict[str, bytes]):
             len(raw),
         )
     return specs
+
+
+# float32's unit roundoff: each float32 operation returns the exact result times (1 + d)
+# with |d| <= F32_U.
+F32_U = float(np.finfo(np.float32).eps) / 2
+# How many of the typical rounding error a tolerance allows (see `f32_sum_atol`).
+SAFETY = 4.0
+
+
+def f32_sum_atol(k: int, magnitude: float) -> float:
+    """A tolerance for two float32 evaluations of one `k`-term sum whose terms' magnitudes
+    add up to `magnitude`, whatever the order or blocking of their additions (batched vs
+    alone, vmapped vs looped, chunked vs whole), on any CPU or kernel.
+
+    Each evaluation is within `k u` times `magnitude` of the exact sum (the worst case,
+    Higham, *Accuracy and Stability of Numerical Algorithms*, eq. 3.5), but its rounding
+    errors have independent signs, so the typical error grows as `sqrt(k) u` (Higham's
+    rule of thumb, section 3.1): the tolerance is `SAFETY` times that, for two
+    evaluations. It depends on the size of the computation and nothing else.
+    """
+    return SAFETY * 2 * np.sqrt(k) * F32_U * magnitude
+
+
+def f32_matmul_atol(a, b) -> float:
+    """`f32_sum_atol` for every entry of `a @ b`: `k` is the contraction length and the
+    magnitude of an entry's terms is that entry of `|a| @ |b|` (the largest is used)."""
+    a, b = np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64))
+    return f32_sum_atol(a.shape[-1], float((a @ b).max()))
+
+
+GELU_SLOPE = 1.13  # the steepest slope of GELU, exact or tanh form (1.1289 at x = 1.5)
+
+
+def mlp_logits_atol(model, images) -> float:
+    """A tolerance for two float32 evaluations of one MLP's logits on `images` (uint8,
+    `(n, 784)`), however each orders its sums (batched vs alone, vmapped vs looped).
+
+    The rounding is followed through the layers in float64, as `f32_sum_atol` reasons:
+    each layer's matmul and bias add contribute `sqrt(k) u` times their terms'
+    magnitudes (`|W| |h| + |b|`); an error coming in from the layer below passes through
+    `W` with independent signs (root-sum-square over `W`'s rows) and through GELU at a
+    slope of at most `GELU_SLOPE`. The largest logit's figure, times `SAFETY`, for two
+    evaluations.
+    """
+    h = np.asarray(images, np.float64).reshape(len(images), -1) / 255.0
+    err = np.zeros_like(h)
+    layers = model.layers
+    for i, layer in enumerate(layers):
+        w, b = np.asarray(layer.weight, np.float64), np.asarray(layer.bias, np.float64)
+        own = np.sqrt(w.shape[1] + 1) * F32_U * (np.abs(h) @ np.abs(w).T + np.abs(b))
+        err = np.sqrt((err**2) @ (w**2).T + own**2)
+        z = h @ w.T + b
+        if i < len(layers) - 1:
+            h = z * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+            err = GELU_SLOPE * err + 4 * F32_U * np.abs(h)
+    return SAFETY * 2 * float(err.max())
 
 
 def tree_allclose(a, b, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:

@@ -9,10 +9,14 @@ from reference_runs import CONFIGS, REFERENCE, machine, run
 
 def test_runs_reproduce_the_stored_reference(real_data):
     stored = json.loads(REFERENCE.read_text())
-    exact = machine() == stored["machine"]  # the same XLA kernels: bit for bit
+    same_machine = machine() == stored["machine"]
     for name in CONFIGS:
         got, want = run(name, real_data), stored["runs"][name]
-        if exact:
+        # float32 on the same CPU kind and jax: the same XLA kernels, bit for bit. A
+        # bfloat16 dot's kernel depends on more of the CPU than the recorded flags: two
+        # AMD EPYCs that both report avx512_bf16 rounded codelab_bf16 differently (each
+        # bitwise repeatable), so bfloat16 runs are held to the tolerance below.
+        if same_machine and "bf16" not in str(CONFIGS[name].get("precision", "")):
             assert got == want, name
             continue
         # Another CPU kind or jax version: the same computation, rounded differently.
