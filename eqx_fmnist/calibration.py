@@ -227,7 +227,7 @@ class Trust:
         members, its mean over the members)."""
         means, precision = _with_members(self.means, 2), _with_members(self.precision, 2)
         feats = _with_members(np.asarray(feats, np.float64), 2)
-        total = 0.0
+        total = np.zeros(feats.shape[1])
         for f, m, p in zip(feats, means, precision, strict=True):
             # (f - m)' P (f - m) = f'Pf - 2 f'Pm + m'Pm, for every row and class at once.
             fp = f @ p

@@ -274,6 +274,7 @@ class TrainConfig:
         """Optimiser steps of the whole run for a training set of `num_train` examples."""
         if self.steps is not None:
             return self.steps
+        assert self.epochs is not None, "a TrainConfig has `steps` or `epochs`"
         return self.epochs * steps_per_epoch(num_train, self.batch_size)
 
     @classmethod
@@ -357,7 +358,7 @@ def coerce(name: str, value: Any) -> Any:
         return value
     if kind is int and is_int:
         return value
-    if kind is float and (is_int or isinstance(value, float)):
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         try:
             return float(value)
         except OverflowError:
@@ -369,7 +370,9 @@ def coerce(name: str, value: Any) -> Any:
     if typing.get_origin(kind) is tuple and isinstance(value, tuple | list):
         if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return tuple(value)
-    expected = {bool: "true or false", int: "an int", float: "a number", str: "a string"}.get(kind)
+    expected = {bool: "true or false", int: "an int", float: "a number", str: "a string"}.get(
+        kind, str(kind)
+    )
     if typing.get_origin(kind) is Literal:
         expected = "one of " + ", ".join(map(repr, typing.get_args(kind)))
     elif typing.get_origin(kind) is tuple:

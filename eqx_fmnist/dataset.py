@@ -82,7 +82,7 @@ class ArrayDataset(eqx.Module):
         return self.labels.shape[0]
 
     @property
-    def devices(self) -> set[jax.Device]:
+    def devices(self) -> set[jax.Device]:  # pyright: ignore[reportInvalidTypeForm]
         """The devices the arrays live on."""
         return set(self.images.devices()) | set(self.labels.devices())
 

@@ -5,6 +5,7 @@ each member's), the check that a chunk's numbers are finite, and the callbacks' 
 """
 
 import dataclasses
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from typing import NotRequired, TypedDict
 
@@ -132,7 +133,8 @@ def interval_record(records: list[History]) -> History:
     if len(records) == 1:
         return records[0]
     first = records[0]
-    means = {k: float(np.mean([r[k] for r in records])) for k in _MEANS if k in first}
+    rows = [typing.cast(dict[str, float], r) for r in records]
+    means = {k: float(np.mean([r[k] for r in rows])) for k in _MEANS if k in first}
     totals = {
         "skipped": sum(r["skipped"] for r in records),
         "examples_per_sec": len(records) * first["examples_per_sec"],

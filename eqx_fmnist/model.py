@@ -85,7 +85,7 @@ class MLP(eqx.Module):
         """
         last = self.layers[-1]
         x = self.hidden(x, policy=policy)[-1]
-        x = policy.matmul(last.weight, x) + last.bias.astype(policy.accumulate_dtype)
+        x = policy.matmul(last.weight, x) + _bias(last).astype(policy.accumulate_dtype)
         return x.astype(policy.output_dtype)
 
     def forward_batch(
@@ -114,9 +114,9 @@ class MLP(eqx.Module):
             return jax.vmap(lambda e: self(e, policy=policy))(x)
         acc = policy.accumulate_dtype
         for layer in self.layers[:-1]:
-            x = self.activation(policy.dense(x, layer.weight) + layer.bias.astype(acc)[None])
+            x = self.activation(policy.dense(x, layer.weight) + _bias(layer).astype(acc)[None])
         last = self.layers[-1]
-        x = policy.dense(x, last.weight) + last.bias.astype(acc)[None]
+        x = policy.dense(x, last.weight) + _bias(last).astype(acc)[None]
         return x.astype(policy.output_dtype)
 
     def hidden(
@@ -128,9 +128,15 @@ class MLP(eqx.Module):
         for layer in self.layers[:-1]:
             # Multiply in the compute dtype, accumulate in float32 (for bf16/f16), and
             # keep the bias, the activation and the next layer's input sum there.
-            x = self.activation(policy.matmul(layer.weight, x) + layer.bias.astype(acc))
+            x = self.activation(policy.matmul(layer.weight, x) + _bias(layer).astype(acc))
             out.append(x)
         return out
+
+
+def _bias(layer: eqx.nn.Linear) -> Array:
+    """A layer's bias: every layer of an `MLP` has one (`eqx.nn.Linear` types it optional)."""
+    assert layer.bias is not None, "an MLP layer without a bias"
+    return layer.bias
 
 
 def count_params(model: PyTree) -> int:
@@ -145,5 +151,5 @@ def num_members(model: "MLP") -> int | None:
     This is the library's one way to ask "is this a stack of members?": a state, a
     checkpoint, an export and an evaluation all ask it of their model.
     """
-    bias = model.layers[0].bias
+    bias = _bias(model.layers[0])
     return None if bias.ndim == 1 else int(bias.shape[0])

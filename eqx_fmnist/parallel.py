@@ -36,7 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 AXIS = "data"
 
 
-def make_mesh(devices: int | Sequence[jax.Device] | None = None) -> Mesh:
+def make_mesh(devices: int | Sequence[jax.Device] | None = None) -> Mesh:  # pyright: ignore[reportInvalidTypeForm]
     """A 1-D mesh with axis `"data"`.
 
     **Arguments:**
@@ -52,7 +52,9 @@ def make_mesh(devices: int | Sequence[jax.Device] | None = None) -> Mesh:
     available = jax.devices()
     if devices is None:
         chosen = available
-    elif isinstance(devices, int) and not isinstance(devices, bool):
+    elif isinstance(devices, bool):
+        raise TypeError(f"`devices` must be a count or a list of devices, but got {devices}.")
+    elif isinstance(devices, int):
         if not 1 <= devices <= len(available):
             raise ValueError(
                 f"asked for {devices} devices, but {len(available)} exist "
@@ -82,7 +84,7 @@ def check_divisible(batch_size: int, mesh: Mesh) -> None:
 
 def batch_sharding(mesh: Mesh, ndim: int = 2, axis: int = 0) -> NamedSharding:
     """Split dimension `axis` of an `ndim`-dimensional array over the devices."""
-    spec = [None] * ndim
+    spec: list[str | None] = [None] * ndim
     spec[axis] = AXIS
     return NamedSharding(mesh, PartitionSpec(*spec))
 

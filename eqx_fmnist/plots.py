@@ -197,6 +197,7 @@ def plot_heatmap(
     col_name: str,
     title: str,
     value_name: str = "validation accuracy",
+    min_span: float = 0.0,
 ) -> Figure:
     """A grid of numbers (e.g. a sweep's validation accuracy over two hyperparameters),
     each written in its cell, the best outlined.
@@ -206,12 +207,19 @@ def plot_heatmap(
     - `values`: shape `(rows, cols)`; NaN cells are left blank.
     - `row_labels`, `col_labels`: the tick labels; `row_name`, `col_name`: the axes.
     - `title`: the figure's title; `value_name`: the colour bar's label.
+    - `min_span`: the colour scale spans at least this much around the values' middle,
+        so that differences smaller than the noise do not look like the whole range.
+        Defaults to `0.0`: the values' own range.
     """
     values = np.asarray(values, dtype=float)
     rows, cols = values.shape
     fig = _figure(1.6 + 1.3 * cols, 1.4 + 0.75 * rows)
     ax = fig.subplots()
-    image = ax.imshow(values, cmap="viridis", aspect="auto")
+    low, high = (np.nanmin(values), np.nanmax(values)) if np.isfinite(values).any() else (0, 1)
+    if high - low < min_span:
+        centre = (high + low) / 2
+        low, high = centre - min_span / 2, centre + min_span / 2
+    image = ax.imshow(values, cmap="viridis", aspect="auto", vmin=low, vmax=high)
     ax.set_xticks(np.arange(cols), col_labels)
     ax.set_yticks(np.arange(rows), row_labels)
     ax.set_xlabel(col_name)
@@ -322,7 +330,7 @@ def plot_throughput(
     ax.invert_yaxis()
     top = max([*values, bound or 0.0])
     for yi, v in zip(y, values, strict=True):
-        ax.text(v + 0.01 * top, yi, f"{v:,.0f} {unit}", va="center", fontsize=9)
+        ax.text(v + 0.01 * top, float(yi), f"{v:,.0f} {unit}", va="center", fontsize=9)
     if bound is not None:
         ax.axvline(bound, color="tab:red", linestyle="--", label=f"bound {bound:,.0f}")
         ax.legend(loc="lower right")

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+from jax.typing import DTypeLike
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
 _DTYPES: dict[str, np.dtype] = {
@@ -74,7 +75,12 @@ class Policy(eqx.Module):
     compute_dtype: np.dtype = eqx.field(static=True)
     output_dtype: np.dtype = eqx.field(static=True)
 
-    def __init__(self, param_dtype="float32", compute_dtype=None, output_dtype=None):
+    def __init__(
+        self,
+        param_dtype: DTypeLike = "float32",
+        compute_dtype: DTypeLike | None = None,
+        output_dtype: DTypeLike | None = None,
+    ):
         """**Arguments:**
 
         - `param_dtype`: storage dtype of parameters and optimiser state. Defaults to

@@ -239,9 +239,9 @@ def select_members(tree: PyTree, index: int | Sequence[int]) -> PyTree:
     """Members of a stacked state (or model): with an int, that member as one run's
     state; with a list of ints, those members, still stacked (e.g. a sweep's
     [`top_members`][eqx_fmnist.ensemble.grid.SweepResult.top_members])."""
-    index = index if isinstance(index, int) else np.asarray(index)
+    take = index if isinstance(index, int) else np.asarray(index)
     arrays, static = eqx.partition(tree, eqx.is_array)
-    return eqx.combine(jtu.tree_map(lambda x: x[index], arrays), static)
+    return eqx.combine(jtu.tree_map(lambda x: x[take], arrays), static)
 
 
 def state_bytes(config: TrainConfig, num_train: int) -> int:
@@ -253,5 +253,5 @@ def state_bytes(config: TrainConfig, num_train: int) -> int:
         int(np.prod(x.shape)) * x.dtype.itemsize
         for x in leaves
         if isinstance(x, jax.ShapeDtypeStruct)
-        and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+        and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
     )

@@ -22,8 +22,6 @@ continues exactly where it stopped, and a compiled call has no set-up that grows
 the data set.
 """
 
-from collections.abc import Callable
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -271,7 +269,7 @@ def compile_steps(
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
     teacher: Teacher | None = None,
-) -> Callable[[TrainState], tuple[TrainState, dict[str, Array]]]:
+) -> "CompiledSteps":
     """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
     shaped like `state`.
 
@@ -281,20 +279,29 @@ def compile_steps(
 
     **Returns:**
 
-    A function `run(state) -> (new_state, metrics)` that runs the chunk without
-    tracing or compiling again (it donates `state`), with the compiled XLA executable
-    (a `jax.stages.Compiled`) as `run.compiled`: for example
-    `run.compiled.cost_analysis()["flops"]` or `run.compiled.as_text()`.
+    A [`CompiledSteps`][eqx_fmnist.step.CompiledSteps] `run`: `run(state)` returns
+    `(new_state, metrics)` without tracing or compiling again (it donates `state`), and
+    `run.compiled` is the XLA executable, for example `run.compiled.cost_analysis()`
+    or `run.compiled.as_text()`.
     """
     _check_chunk(state, dataset, batch_size, num_steps, mesh)
     static = (dataset, batch_size, num_steps, mesh, teacher)
-    compiled = _chunk_fn(state).lower(static, state).compile()
+    lowered = _chunk_fn(state).lower(static, state)  # pyright: ignore[reportFunctionMemberAccess]
+    return CompiledSteps(lowered.compile(), static)
 
-    def run(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
-        return compiled(static, state)
 
-    run.compiled = compiled.compiled  # type: ignore[attr-defined]  (a jax.stages.Compiled)
-    return run
+class CompiledSteps:
+    """A chunk of steps compiled ahead of time by
+    [`compile_steps`][eqx_fmnist.step.compile_steps]: call it with a state."""
+
+    def __init__(self, chunk, static):
+        self._chunk, self._static = chunk, static
+        self.compiled: jax.stages.Compiled = chunk.compiled
+        """The XLA executable (`cost_analysis()`, `as_text()`)."""
+
+    def __call__(self, state: TrainState) -> tuple[TrainState, dict[str, Array]]:
+        """Run the chunk on `state` (donated); returns the new state and the metrics."""
+        return self._chunk(self._static, state)
 
 
 def train_epoch(

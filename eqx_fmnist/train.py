@@ -15,9 +15,11 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from .config import TrainConfig
 from .data import FashionMNIST, load_fashion_mnist
@@ -172,7 +174,10 @@ def _as_splits(configs: Sequence[TrainConfig], data, validation) -> Splits:
     return data
 
 
-def _place(config: TrainConfig, trees):
+_Trees = TypeVar("_Trees")
+
+
+def _place(config: TrainConfig, trees: _Trees) -> tuple[Mesh | None, _Trees]:
     """`(mesh, trees)`: the trees replicated over the config's devices (and processes),
     or left where they are on one device; returned once they are in place."""
     mesh = None
@@ -260,22 +265,20 @@ def fit(
             f"{len(configs) if stacked else 'one config'} was given; pass the configs it "
             "was trained with (a checkpoint's `members`)."
         )
-    if teacher is not None:
-        teacher = Teacher.for_student(teacher, configs[0], policy=state.policy)
-    mesh, (train, valid, test, state, teacher) = _place(
-        configs[0], (train, valid, test, state, teacher)
-    )
+    soft = None if teacher is None else Teacher.for_student(teacher, configs[0], policy=state.policy)
+    mesh, (train, valid, test, state, soft) = _place(configs[0], (train, valid, test, state, soft))
     load_seconds = time.perf_counter() - start
     plan = plan_run(configs[0], len(train))
     callbacks = [callback] if callable(callback) else list(callback or ())
+    policy = state.policy
 
     def evaluated(ds: ArrayDataset | None, model: MLP) -> EvalResult | None:
         if ds is None:
             return None
-        return evaluate(model, ds, policy=state.policy, batch_size=eval_batch_size, mesh=mesh)
+        return evaluate(model, ds, policy=policy, batch_size=eval_batch_size, mesh=mesh)
 
     history, seconds, v = [], {"compile": 0.0, "train": 0.0}, None
-    chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=teacher)
+    chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft)
     for state, step, metrics, elapsed in chunks:  # noqa: B020
         check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
         records = plan.records(step, metrics, elapsed)

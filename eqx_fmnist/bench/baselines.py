@@ -107,7 +107,7 @@ def pytorch_trainer(dataset: ArrayDataset, config: TrainConfig, *, read_every: i
     Uses every core this process may run on. Raises `ImportError` when `torch` is not
     installed (`pip install torch`).
     """
-    import torch
+    import torch  # pyright: ignore[reportMissingImports]
 
     torch.set_num_threads(
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

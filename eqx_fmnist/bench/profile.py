@@ -8,7 +8,6 @@ model and the loss), the backward pass (JAX names it `transpose(jvp(forward))`) 
 from. [`time_by_scope`][eqx_fmnist.bench.profile.time_by_scope] joins the two.
 """
 
-import collections
 import gzip
 import json
 import os
@@ -73,7 +72,7 @@ def time_by_scope(
     with gzip.open(trace, "rt") as f:
         events = json.load(f)["traceEvents"]
     scopes = hlo_op_scopes(hlo_text)
-    seconds: dict[str, float] = collections.Counter(dict.fromkeys(SCOPES, 0.0))
+    seconds: dict[str, float] = dict.fromkeys(SCOPES, 0.0)
     for event in events:
         args = event.get("args") or {}
         if args.get("hlo_module") == module and "hlo_op" in args:

@@ -70,7 +70,7 @@ class BenchmarkReport:
             _facts_line(self.facts),
             "",
             f"Training paths, batch 512, float32, the loss read back to the host every "
-            f"{self.read_every} steps (the codelab's logging cadence) on every path; "
+            f"{self.read_every} steps on every path; "
             "median of interleaved repetitions.",
             "",
             "| path | examples/sec | x codelab_jit | x pytorch_eager | % of matmul bound "

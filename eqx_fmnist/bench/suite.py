@@ -30,7 +30,9 @@ from .timing import (
 )
 
 CODELAB_READ_EVERY = 25
-"""The codelab logs (reads the loss back to the host) every 25 steps."""
+"""Every training path reads its loss back to the host every 25 steps: a loop that logs
+often (the codelab itself logs every 50, `TrainConfig.codelab().log_every`), so that the
+per-step paths and the fused one pay the same host reads."""
 
 
 def library_fused_trainer(
@@ -113,7 +115,7 @@ def compare_training(
         to `TrainConfig()`.
     - `variants`: names from [`TRAINERS`][eqx_fmnist.bench.suite.TRAINERS].
     - `read_every`: steps between host reads of the loss, for every variant. Defaults
-        to `25`, the codelab's logging cadence.
+        to `25`.
     - `steps`: steps per timed repetition (`python_dispatch`, about ten times slower,
         runs a sixth of them). Defaults to `150`.
     - `repeats`: timed repetitions of each, after one warm-up. Defaults to `5`.
@@ -172,6 +174,7 @@ def xla_flops_per_example(dataset: ArrayDataset, config: TrainConfig) -> float:
     run = compile_steps(state, dataset, batch_size=config.batch_size, num_steps=1)
     cost = run.compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
+    assert cost is not None, "XLA gave no cost analysis for the chunk"
     return float(cost["flops"]) / config.batch_size
 
 
@@ -258,6 +261,7 @@ def time_to_accuracy(
 
     start = time.perf_counter()
     result = fit(config, data, callback=callback)
+    assert result.test is not None  # `data` has a test split
     return reached, result.test.accuracy
 
 
@@ -297,12 +301,12 @@ def run_benchmark(
     variants = ["python_dispatch", "codelab_jit", "library_step", "library_fused"]
     skipped = []
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401  # pyright: ignore[reportMissingImports]
 
         variants.append("pytorch_eager")
     except ImportError:
         skipped.append("pytorch_eager: torch is not installed (pip install torch)")
-    say(f"training paths at the codelab's cadence: {', '.join(variants)}")
+    say(f"training paths, a host read every {CODELAB_READ_EVERY} steps: {', '.join(variants)}")
     steps = CODELAB_READ_EVERY if quick else 6 * CODELAB_READ_EVERY
     main = compare_training(train, config, variants=variants, steps=steps, repeats=repeats)
     say("fit at two logging cadences")

@@ -9,6 +9,7 @@ would: a projection, not a measurement.
 """
 
 import dataclasses
+import importlib.metadata
 import os
 import platform
 import statistics
@@ -131,8 +132,6 @@ def machine_facts() -> dict[str, Any]:
     TF32), `torch_device` (where the PyTorch row runs, or `None` without torch), `jax`,
     `jaxlib`, `python` and `XLA_FLAGS`.
     """
-    import jaxlib
-
     cpu, flags = "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -153,10 +152,10 @@ def machine_facts() -> dict[str, Any]:
         "flags": [f for f in CPU_FLAGS if f in flags],
         "backend": jax.default_backend(),
         "devices": f"{jax.device_count()} x {device.device_kind}",
-        "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
+        "matmul_precision": str(jax.config.read("jax_default_matmul_precision") or "default"),
         "torch_device": _torch_device(),
         "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
+        "jaxlib": importlib.metadata.version("jaxlib"),
         "python": platform.python_version(),
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
     }
@@ -164,7 +163,7 @@ def machine_facts() -> dict[str, Any]:
 
 def _torch_device() -> str | None:
     try:
-        import torch
+        import torch  # pyright: ignore[reportMissingImports]
     except ImportError:
         return None
     return f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
@@ -239,7 +238,7 @@ def time_matmul(m: int, k: int, n: int, backend: str, *, min_seconds: float = 0.
     if backend == "numpy":
         return _best_seconds(lambda: np.matmul(a, b, out=out), min_seconds=min_seconds)
     if backend == "torch":
-        import torch
+        import torch  # pyright: ignore[reportMissingImports]
 
         ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
         return _best_seconds(lambda: torch.mm(ta, tb, out=tout), min_seconds=min_seconds)

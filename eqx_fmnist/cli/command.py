@@ -18,7 +18,7 @@ import numpy as np
 from .. import data as data_mod
 from ..cache import COMPILE_CACHE_ENV, compile_cache_dir, enable_compile_cache
 from ..checkpoint import CheckpointError
-from ..dataset import split_data
+from ..dataset import to_datasets
 from ..fileio import atomic_write
 from ..plots import save_figure
 from ..runs import RunError
@@ -52,8 +52,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench import run_benchmark  # imported on use: it brings in the baselines
 
-    splits = split_data(load_data(args))
-    data = (splits.train, splits.test)
+    data = to_datasets(load_data(args))
     with console.status("benchmarking ...") as status:
         report = run_benchmark(
             data, quick=args.quick, repeats=args.repeats,

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from .. import data as data_mod
@@ -33,7 +40,7 @@ def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
     """Load the data, showing a download progress bar if a download happens."""
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
     with Progress(*columns, TimeRemainingColumn(), console=err_console, transient=True) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def report(name: str, done: int, total: int | None) -> None:
             if name not in tasks:
@@ -95,6 +102,7 @@ def train_with_progress(
             bar.update(task, completed=r["step"], m=m)
 
         callbacks = [show, run.callback]
+        profiler = None
         if profile_intervals is not None:
             profiler = IntervalProfiler(run.folder / "profile", profile_intervals)
             callbacks.append(profiler)
@@ -104,7 +112,7 @@ def train_with_progress(
             bar.stop()
             return stopped(e, run, command)
         finally:
-            if profile_intervals is not None and profiler.stop() is not None:
+            if profiler is not None and profiler.stop() is not None:
                 console.print(f"profile: {profiler.trace} (open it at https://ui.perfetto.dev)")
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from .. import data as data_mod
 from ..calibration import CALIBRATION_FILE, Calibration, calibration_report
 from ..checkpoint import load_checkpoint
-from ..dataset import split_data
+from ..dataset import to_datasets
 from ..evaluation import (
     confusion_matrix,
     evaluate,
@@ -42,7 +42,7 @@ def load_calibration(checkpoint: Path) -> Calibration | None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run)
     ckpt, fm = load_checkpoint(path), load_data(args)
-    test, state = split_data(fm).test, ckpt.state
+    (_, test), state = to_datasets(fm), ckpt.state
     model = state.eval_model
     result = evaluate(model, test, policy=state.policy)
     logits = np.asarray(predict_logits(model, test.images, policy=state.policy), np.float32)
@@ -54,7 +54,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if result.members:
         line += f"; members {result.accuracy_mean:.4f} ± {result.accuracy_std:.4f}"
     console.print(line)
-    if result.members and args.members:
+    if result.members and args.members and ckpt.members:
         rows = [
             (f"member {i}", *(f"{getattr(c, k):g}" for k in ("seed", *BATCHED)),
              f"{m.accuracy:.4f}", f"{m.loss:.4f}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import load_checkpoint
-from ..dataset import split_data
+from ..dataset import to_datasets
 from ..evaluation import evaluate
 from ..export import SUFFIXES, Format, export_model, load_artifact, manifest_path
 from .common import add_data_args, checkpoint_path, console, load_data
@@ -39,7 +39,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run)
     ckpt, fm = load_checkpoint(path), load_data(args)
     out = args.out or path.parent / f"model{SUFFIXES[args.format]}"
-    test, state = split_data(fm).test, ckpt.state
+    (_, test), state = to_datasets(fm), ckpt.state
     test_result = evaluate(state.eval_model, test, policy=state.policy)
     with console.status(f"exporting and checking on {len(test):,} test images ..."):
         manifest = export_model(

@@ -13,7 +13,7 @@ from .. import data as data_mod
 from ..calibration import features
 from ..checkpoint import load_checkpoint
 from ..evaluation import member_probabilities, predict_proba
-from .common import checkpoint_path, console
+from .common import UsageError, checkpoint_path, console
 from .evaluate import load_calibration
 from .export import is_artifact, predict_with_artifact
 
@@ -73,6 +73,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             scores = calibration.trust.scores(feats)
             flags = calibration.trust.flags(feats, flat)
             threshold = calibration.trust.threshold
+    if probs is None:  # every artifact returns its probabilities (export checks it)
+        raise UsageError(f"{args.checkpoint}: the artifact returned no probabilities.")
     if args.show is not None:
         args.show.mkdir(parents=True, exist_ok=True)
     for i, (path, p) in enumerate(zip(args.images, probs, strict=True)):

@@ -15,6 +15,7 @@ from ..distill import Teacher
 from ..ensemble import check_memory, grid_configs, grid_of, member_seeds, sweep
 from ..fileio import atomic_write
 from ..intervals import plan_run
+from ..model import MLP
 from ..runs import (
     CHECKPOINT_NAME,
     TOKENS_PER_EXAMPLE,
@@ -154,7 +155,7 @@ TEACHER_FILE = "teacher.json"
 """Where a distilled run's folder names its teacher, so that a resume finds it."""
 
 
-def load_teacher(arg: str, config: TrainConfig) -> tuple[Path, object]:
+def load_teacher(arg: str, config: TrainConfig) -> tuple[Path, MLP]:
     """`(checkpoint, model)` of the run `--teacher` names (its weight average, if it kept
     one), checked against the student's config before anything is written."""
     try:
@@ -173,7 +174,9 @@ def load_teacher(arg: str, config: TrainConfig) -> tuple[Path, object]:
     return path, model
 
 
-def _teacher_of(args: argparse.Namespace, config: TrainConfig, out: Path):
+def _teacher_of(
+    args: argparse.Namespace, config: TrainConfig, out: Path
+) -> tuple[Path, MLP] | tuple[None, None]:
     """The teacher given by `--teacher`, or (resuming) the one the run folder names."""
     arg = args.teacher
     if arg is None and args.resume and (out / TEACHER_FILE).is_file():
@@ -208,7 +211,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     def train(splits, callbacks):
         state = resume.state if resume else None
-        if teacher is not None:
+        if teacher_path is not None:
             named = json.dumps({"teacher": str(teacher_path.resolve())}) + "\n"
             with atomic_write(out / TEACHER_FILE, "w") as f:
                 f.write(named)
@@ -242,6 +245,7 @@ def describe_seeds(members) -> str:
 def print_results(result: TrainResult, out: Path) -> None:
     """The test results (each member's, for an ensemble) and the throughput."""
     test, eps = result.test, result.examples_per_sec
+    assert test is not None, "the command line always trains with the test split"
     rows = []
     if test.members:
         rows = [

@@ -118,4 +118,11 @@ def load_fashion_mnist(
         n_img, n_lab = len(arrays[f"{split}_images"]), len(arrays[f"{split}_labels"])
         if n_img != n_lab:
             raise DataError(f"{folder}: {n_img} {split} images but {n_lab} labels.")
-    return FashionMNIST(**arrays, source=folder, origin=source)
+    return FashionMNIST(
+        train_images=arrays["train_images"],
+        train_labels=arrays["train_labels"],
+        test_images=arrays["test_images"],
+        test_labels=arrays["test_labels"],
+        source=folder,
+        origin=source,
+    )

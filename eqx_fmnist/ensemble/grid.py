@@ -111,6 +111,7 @@ class SweepResult:
     @property
     def validation_accuracy(self) -> np.ndarray:
         """Shape `(points, seeds)`: every member's final validation accuracy."""
+        assert self.members.validation is not None, "a sweep ranks on a validation split"
         accs = [v.accuracy for v in self.members.validation.members]
         return np.array(accs).reshape(len(self.points), len(self.seeds))
 
@@ -160,6 +161,7 @@ class SweepResult:
             lines.append("| " + " | ".join(cells) + " |")
         best = ", ".join(f"{k}={v:g}" for k, v in self.best_point.items())
         tests = ", ".join(f"{t.accuracy:.4f}" for t in self.test.members)
+        assert self.members.validation is not None, "a sweep ranks on a validation split"
         lines += [
             "",
             f"Validation accuracy on {self.members.validation.count:,} held-out training "
@@ -172,23 +174,31 @@ class SweepResult:
     def heatmap(self):
         """A figure of the mean validation accuracy over the two swept fields with the
         most values (the best over any others)."""
-        names = sorted(self.grid, key=lambda n: -len(self.grid[n]))[:2]
-        if len(names) == 1:
-            names.append(None)
-        values = {n: self.grid[n] if n else [None] for n in names}
-        table = np.full((len(values[names[0]]), len(values[names[1]])), np.nan)
-        means = self.validation_accuracy.mean(axis=1)
+        rows_name, *rest = sorted(self.grid, key=lambda n: -len(self.grid[n]))[:2]
+        cols_name = rest[0] if rest else None
+        rows = list(self.grid[rows_name])
+        cols: list[float | None] = list(self.grid[cols_name]) if cols_name else [None]
+        table = np.full((len(rows), len(cols)), np.nan)
+        accuracy = self.validation_accuracy
+        means = accuracy.mean(axis=1)
         for i, p in enumerate(self.points):
-            r = values[names[0]].index(p[names[0]])
-            c = 0 if names[1] is None else values[names[1]].index(p[names[1]])
+            r = rows.index(p[rows_name])
+            c = 0 if cols_name is None else cols.index(p[cols_name])
             table[r, c] = np.fmax(table[r, c], means[i])
+        # Seed-to-seed spread: differences smaller than it are noise, so the colour scale
+        # spans at least four of it (and at least one point of accuracy).
+        spread = float(accuracy.std(axis=1, ddof=1).mean()) if len(self.seeds) > 1 else 0.0
         return plot_heatmap(
             table,
-            row_labels=[f"{v:g}" for v in values[names[0]]],
-            col_labels=["" if v is None else f"{v:g}" for v in values[names[1]]],
-            row_name=names[0],
-            col_name=names[1] or "",
-            title=f"Sweep: mean validation accuracy over {len(self.seeds)} seeds",
+            row_labels=[f"{v:g}" for v in rows],
+            col_labels=["" if v is None else f"{v:g}" for v in cols],
+            row_name=rows_name,
+            col_name=cols_name or "",
+            title=(
+                f"Sweep: mean validation accuracy over {len(self.seeds)} seeds"
+                + (f" (seed std {spread:.4f})" if spread else "")
+            ),
+            min_span=max(0.01, 4 * spread),
         )
 
     def write(self, folder: str | os.PathLike) -> list[Path]:
@@ -262,6 +272,7 @@ def sweep(
     check_memory(configs, len(splits.train))
     unseen = dataclasses.replace(splits, test=None)  # the test set is not for choosing
     members = fit(configs, unseen, state=state, callback=callback, eval_batch_size=eval_batch_size)
+    assert members.validation is not None and splits.test is not None
     accuracy = np.array([v.accuracy for v in members.validation.members]).reshape(len(points), -1)
     best = int(_ranking(accuracy)[0])
     winners = select_members(members.model, [best * len(seeds) + j for j in range(len(seeds))])

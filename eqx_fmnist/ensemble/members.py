@@ -20,7 +20,9 @@ MEMORY_FRACTION = 0.8
 
 def member_seeds(config: TrainConfig, seeds: int | Sequence[int]) -> tuple[int, ...]:
     """`seeds` as a tuple: a count `n` means `config.seed, ..., config.seed + n - 1`."""
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
+    if isinstance(seeds, bool):
+        raise ValueError(f"`seeds` must be a positive count or a list of seeds, got {seeds}.")
+    if isinstance(seeds, int):
         if seeds <= 0:
             raise ValueError(f"`seeds` must be a positive count or a list of seeds, got {seeds}.")
         return tuple(range(config.seed, config.seed + seeds))
@@ -32,7 +34,7 @@ def member_seeds(config: TrainConfig, seeds: int | Sequence[int]) -> tuple[int, 
     return seeds
 
 
-def _device_memory(device: jax.Device) -> tuple[int, str]:
+def _device_memory(device: jax.Device) -> tuple[int, str]:  # pyright: ignore[reportInvalidTypeForm]
     stats = device.memory_stats() or {}
     if "bytes_limit" in stats:
         return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), "free"
@@ -45,7 +47,7 @@ def check_memory(
     num_train: int,
     *,
     data_bytes: int = 0,
-    device: jax.Device | None = None,
+    device: jax.Device | None = None,  # pyright: ignore[reportInvalidTypeForm]
 ) -> int:
     """Estimate the device memory the members need and raise before anything is
     allocated or compiled if it exceeds `MEMORY_FRACTION` of what the device has.

@@ -70,6 +70,7 @@ def check_parity(
     parity = Parity(len(a), mismatches, float(np.max(np.abs(a - b))), prob)
     if "unusual" not in ours or "unusual" not in theirs:
         return parity, 0
+    assert threshold is not None, "a trust verdict is checked against its threshold"
     differ = ours["unusual"] != theirs["unusual"]
     score = ours["trust_score"]
     near = np.abs(score - threshold) <= SCORE_TOLERANCE * abs(threshold)
@@ -181,7 +182,7 @@ def export_model(
         else:  # the page's embedded arrays, decoded back, in numpy
             theirs = numpy_serve(web_page.portable_of_page(blob), images)
             info = {"checked_by": "numpy on the page's embedded arrays (node not found)"}
-    threshold = calibration.trust.threshold if trust is not None else None
+    threshold = trust.trust.threshold if trust is not None else None
     parity, unexplained = check_parity(ours, theirs, threshold=threshold)
     if parity.mismatches or unexplained:
         what = (f"another class than the library for {parity.mismatches} of "
@@ -210,10 +211,10 @@ def export_model(
         "precision": config.precision,
         "checked_with": str(checked),  # the policy the library ran the check in
         "temperature": portable.temperature,
-        "trust": None if trust is None else {
-            "threshold": calibration.trust.threshold,
+        "trust": None if trust is None or portable.trust is None else {
+            "threshold": trust.trust.threshold,
             "ink_sum_range": list(portable.trust.ink_sum_range),
-            "min_contrast": calibration.trust.min_contrast,
+            "min_contrast": trust.trust.min_contrast,
         },
         **info,
         "config": config.to_dict(),

@@ -131,6 +131,7 @@ def _trust_nodes(g: _Graph, portable: Portable, feats: list[str]) -> None:
     from onnx import TensorProto
 
     t = portable.trust
+    assert t is not None, "trust nodes are built for a calibrated model"
     last, one = g.const("axis_-1", np.array([-1], np.int64)), g.const("axis_1", np.array([1], np.int64))
     scores = []
     for m, f in enumerate(feats):

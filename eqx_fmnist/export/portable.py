@@ -100,14 +100,10 @@ def to_portable(
         )
     models = to_local(models)
     k = num_members(models)
+    arrays = [(np.asarray(w, np.float32), np.asarray(b, np.float32))
+              for w, b in ((layer.weight, layer.bias) for layer in models.layers)]  # fmt: skip
     layers = [
-        [
-            (np.asarray(layer.weight, np.float32), np.asarray(layer.bias, np.float32))
-            if k is None
-            else (np.asarray(layer.weight[m], np.float32), np.asarray(layer.bias[m], np.float32))
-            for layer in models.layers
-        ]
-        for m in range(k or 1)
+        [(w, b) if k is None else (w[m], b[m]) for w, b in arrays] for m in range(k or 1)
     ]
     trust = None if calibration is None else portable_trust(calibration.trust, k or 1)
     if calibration is not None:
@@ -124,7 +120,7 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
     """
     pixels = np.asarray(images, np.uint8).reshape(len(images), IMAGE_SIZE)
     x0 = pixels.astype(np.float64) / 255.0
-    log_probs, scores = [], []
+    log_probs, scores, x = [], [], x0
     for m, member in enumerate(portable.layers):
         x, hidden = x0, []
         for i, (w, b) in enumerate(member):

@@ -58,7 +58,9 @@ def page_spec(portable: Portable, *, about: dict[str, Any] | None = None) -> dic
 
 
 def _resource(name: str) -> str:
-    return resources.files(__package__).joinpath("page", name).read_text(encoding="utf-8")
+    return resources.files(__name__.rpartition(".")[0]).joinpath("page", name).read_text(
+        encoding="utf-8"
+    )
 
 
 def to_html(portable: Portable, *, about: dict[str, Any] | None = None) -> bytes:

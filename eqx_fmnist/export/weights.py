@@ -38,7 +38,7 @@ def numpy_forward(arrays: dict[str, np.ndarray], images: np.ndarray) -> np.ndarr
     """Logits from named weights with numpy alone (an ensemble: log mean probabilities):
     the reference that checks a safetensors export, independent of JAX and Equinox."""
     prefixes = sorted({k.rsplit("layers.", 1)[0] for k in arrays})
-    probs = []
+    probs, x = [], images.astype(np.float32)
     for prefix in prefixes:
         x = images.astype(np.float32) / 255.0
         n = len({k for k in arrays if k.startswith(prefix + "layers.")}) // 2

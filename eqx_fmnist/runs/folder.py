@@ -333,7 +333,7 @@ class RunFolder:
         for name, figure in figures.items():
             save_figure(figure, self.folder / name)
         test_result = result.test
-        if self._writer is not None:
+        if self._writer is not None and test_result is not None:
             hparams = {
                 k: str(v) if isinstance(v, list | tuple) or v is None else v
                 for k, v in self.config.to_dict().items()

@@ -29,6 +29,7 @@ def summarise(
     config, and the trust flag's settings with a `calibration`."""
     recall = np.asarray(per_class_accuracy(cm))
     test, valid, ensemble = result.test, result.validation, {}
+    assert test is not None, "a run folder's run is evaluated on the test split"
     if test.members:
         ensemble = {
             "members": [
