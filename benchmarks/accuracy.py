@@ -1,4 +1,4 @@
-"""Test accuracy (all 10,000 images) of the codelab run and the recommended recipe, per
+"""Test accuracy (all 10,000 images) of the codelab run and the default recipe, per
 precision policy: each seed a member of one ensemble, trained in one program.
 
 Trained on all 60,000 training images; one line per member (its own test accuracy, the
@@ -36,7 +36,7 @@ def main() -> None:
     print("\n".join(lines), flush=True)
     data = ef.to_datasets(ef.load_fashion_mnist())
     runs = [] if args.no_codelab else [("codelab", ef.TrainConfig.codelab(), "p=f32,c=f32,o=f32")]
-    runs += [("recommended", ef.TrainConfig(), spec) for spec in args.precision]
+    runs += [("default", ef.TrainConfig(), spec) for spec in args.precision]
     for name, config, spec in runs:
         r = ef.fit_ensemble(config.with_changes(precision=spec), args.seeds, data)
         rows = [

@@ -1,6 +1,6 @@
 """How far to trust a prediction, measured: calibration before and after temperature
-scaling, what holding images out costs, the trust flag's rates, and photos through the
-old and the new preparation.
+scaling, what holding images out costs, the trust flag's rates, and photos through a
+naive preparation and `prepare_image`.
 
 1. The recipe with `calibration_size=5000`, three seeds: test NLL, Brier and ECE (15 bins)
    raw and at the fitted temperature; test accuracy against the same seeds trained on
@@ -8,7 +8,7 @@ old and the new preparation.
 2. The trust flag on the 10,000 test images and on generated images that are clearly not
    clothing: uniform noise, blank frames of one grey level, digits drawn with PIL.
 3. Photo-like PNGs (a dark item on a white page, off-centre, non-square) prepared by the
-   old pipeline (pad to a square, resize) and the new one; the figure shows both.
+   naive pipeline (pad to a square, resize) and by `prepare_image`; the figure shows both.
 
     python benchmarks/calibration.py [--seeds 0 1 2] [--out benchmarks/results/calibration.md]
 """
@@ -62,8 +62,9 @@ def photos(folder: Path) -> dict[str, Path]:
     return paths
 
 
-def old_pipeline(path: Path, invert: bool) -> np.ndarray:
-    """The preparation before this change: pad to a square with the border colour, resize."""
+def naive_pipeline(path: Path, invert: bool) -> np.ndarray:
+    """A naive preparation, for comparison: pad to a square with the border colour and
+    resize to 28 x 28 (optionally inverting), with no cropping, framing or sharpening."""
     gray = Image.open(path).convert("L")
     pixels = np.asarray(gray)
     border = int(np.median(np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])))
@@ -88,7 +89,8 @@ def main() -> None:
         f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
         f"jax {facts['jax']}.",
         "",
-        "Produced by `python benchmarks/calibration.py`: the recommended recipe (30 epochs).",
+        "Produced by `python benchmarks/calibration.py`: the default recipe, `TrainConfig()` "
+        f"({ef.TrainConfig().epochs} epochs, moved and mirrored batches).",
         "",
         f"### Calibration on the 10,000 test images ({args.calibrate:,} training images held "
         "out for the temperature)",
@@ -146,17 +148,18 @@ def main() -> None:
     _, figure = calibration_report(logits, data.test_labels, calibrations[0])
     folder = args.out.parent
     save_figure(figure, folder / "reliability.png")
-    # Photos, old and new preparation.
+    # Photos: the naive preparation against prepare_image.
     tmp = Path(tempfile.mkdtemp())
     fig = Figure(figsize=(9, 7.5), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(3, 3)
-    lines += ["", "### Photo-like PNGs: old and new preparation (seed "
+    lines += ["", "### Photo-like PNGs: a naive preparation against `prepare_image` (seed "
               f"{args.seeds[0]}, calibrated)", "",
-              "| photo | old, as given | old, --invert | new (auto-invert) | flagged |",
+              "| photo | padded + resized | padded + resized, inverted | `prepare_image` "
+              "(crop, frame, auto-invert) | flagged |",
               "|---|---|---|---|---|"]  # fmt: skip
     for row, (name, path) in enumerate(photos(tmp).items()):
-        x_old = [old_pipeline(path, invert=False), old_pipeline(path, invert=True)]
+        x_old = [naive_pipeline(path, invert=False), naive_pipeline(path, invert=True)]
         new = prepare_image(path).pixels
         batch = np.stack([*x_old, new]).reshape(3, -1)
         probs = np.asarray(ef.predict_proba(r.model, jnp.asarray(batch)))
@@ -169,7 +172,7 @@ def main() -> None:
         cells = [f"{ef.CLASS_NAMES[p.argmax()]} {p.max():.1%}" for p in shown]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {'yes' if flagged else 'no'} |")
         for col, (img, title) in enumerate(
-            zip([*x_old, new], ["old", "old --invert", "new"], strict=True)
+            zip([*x_old, new], ["padded + resized", "... inverted", "prepare_image"], strict=True)
         ):
             ax = axes[row, col]
             ax.imshow(img, cmap="gray", vmin=0, vmax=255)

@@ -1,5 +1,5 @@
 """Seconds from calling `fit()` to the first evaluation at or above 0.88 and 0.90 test
-accuracy, recommended recipe: cold (a first process on an empty cache) and warm (later
+accuracy, default recipe: cold (a first process on an empty cache) and warm (later
 processes on the cache the first one filled).
 
 Each measurement is a fresh Python process whose `$XDG_CACHE_HOME` is one temporary
@@ -9,7 +9,7 @@ to the device, building the state, compiling and every evaluation count); loadin
 files is timed on its own.
 
     python benchmarks/time_to_accuracy.py [--warm 3] [--precision p=f32,c=bf16,o=f32]
-        [--recipe recommended | "before augmentation"]
+        [--recipe default | "before augmentation"]
 """
 
 import argparse
@@ -25,7 +25,7 @@ TARGETS = (0.88, 0.90)
 
 
 RECIPES = {
-    "recommended": {},
+    "default": {},
     "before augmentation": {"shift": 0, "mirror": False, "epochs": 30},
 }
 """The recipes this can time: the default, and the default before issue 20."""
@@ -72,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm", type=int, default=3, help="warm processes (3)")
     parser.add_argument("--precision", default="p=f32,c=f32,o=f32")
-    parser.add_argument("--recipe", choices=list(RECIPES), default="recommended")
+    parser.add_argument("--recipe", choices=list(RECIPES), default="default")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

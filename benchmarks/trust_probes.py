@@ -6,7 +6,7 @@ filled and outlined shapes, test items turned by 90 and 180 degrees, and mirrore
 given with a (calibrated) probability of at least 0.9 that are wrong, the share the flag
 catches; on the real test set, the share of all answers and of right answers flagged.
 
-Two models, seed 0, 5,000 training images held out to calibrate: today's recipe before
+Two models, seed 0, 5,000 training images held out to calibrate: the recipe before
 augmentation, and the default recipe (moves and mirrors). Two flags each: the trust flag
 as it is (a Mahalanobis distance on the hidden layers, plus ink and contrast), and the
 same with the answer's change under a mirror added (an image whose predicted class
