@@ -231,9 +231,10 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
     assert not out_dir.exists() or not any(out_dir.iterdir())
 
 
-def test_train_refuses_a_folder_with_results(trained_run):
+def test_train_refuses_a_folder_with_results(trained_run, real_data):
     out, _ = trained_run
-    result = run_cli_here("train", "--steps", "1", "--out", str(out))
+    data = ("--data-dir", str(real_data.source))
+    result = run_cli_here("train", "--steps", "1", "--out", str(out), *data)
     assert result.returncode == 2 and "--overwrite" in result.stderr
 
 

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_the_device_check_runs_dry_on_the_cpu(tmp_path, real_data):
-    env = {**os.environ, "DRY_RUN": "1", "OUT": str(tmp_path), "PYTHON": sys.executable}
+    env = {**os.environ, "DRY_RUN": "1", "OUT": str(tmp_path), "PYTHON": sys.executable,
+           "EQX_FMNIST_DATA": str(real_data.source)}  # fmt: skip
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "device_check.sh")], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

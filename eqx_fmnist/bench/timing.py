@@ -152,7 +152,11 @@ def machine_facts() -> dict[str, Any]:
         "flags": [f for f in CPU_FLAGS if f in flags],
         "backend": jax.default_backend(),
         "devices": f"{jax.device_count()} x {device.device_kind}",
-        "matmul_precision": str(jax.config.read("jax_default_matmul_precision") or "default"),
+        # pyright does not know the config's flags as attributes; they are.
+        "matmul_precision": str(
+            jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
+            or "default"
+        ),
         "torch_device": _torch_device(),
         "jax": jax.__version__,
         "jaxlib": importlib.metadata.version("jaxlib"),
