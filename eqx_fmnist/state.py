@@ -94,7 +94,10 @@ class TrainState(eqx.Module):
             raise ValueError(f"`hyperparams` needs {', '.join(sorted(missing))}.")
         model = policy.cast_to_param(model)
         self.model = model
-        self.opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+        # AdamW's moments are float32 whatever the parameters' dtype: a float16 second
+        # moment (a squared gradient) underflows to zero, and the next update divides by it.
+        params = eqx.filter(model, eqx.is_inexact_array)
+        self.opt_state = optimizer.init(jtu.tree_map(lambda p: p.astype(jnp.float32), params))
         self.step = jnp.array(0, jnp.int32)
         self.key = key
         if loss_scale is None:
@@ -107,7 +110,9 @@ class TrainState(eqx.Module):
         self.skip_nonfinite = bool(skip_nonfinite)
         self.augmentation = augmentation
         self.ema_decay = float(ema_decay)
-        self.average = model if ema_decay > 0 else None
+        # A copy, not the same buffers: every compiled path donates the state, and one
+        # buffer cannot be donated twice.
+        self.average = jtu.tree_map(jnp.copy, model) if ema_decay > 0 else None
 
     @property
     def num_members(self) -> int | None:

@@ -55,6 +55,17 @@ def _loss(model, x, y, policy, label_smoothing, loss_scale, soft=None):
         return loss_scale.scale(loss), (loss, accuracy(logits, y))
 
 
+def _cast_like(tree, like):
+    """`tree` with each array leaf in the dtype of the matching leaf of `like`.
+
+    Optax computes its updates and moments in float32 (the learning rate and the bias
+    correction are float32), so parameters stored in bfloat16 or float16 take their
+    update rounded to their own dtype, and the optimiser state keeps the dtypes it was
+    initialised with: a compiled loop's carry must not change type.
+    """
+    return jtu.tree_map(lambda t, ref: t.astype(ref.dtype) if eqx.is_array(t) else t, tree, like)
+
+
 def _averaged(state: TrainState, model):
     """The weight average after this step: `average + (1 - d) (model - average)`, with
     the decay `d = min(ema_decay, (1 + t) / (10 + t))` warming up over the first steps
@@ -67,7 +78,8 @@ def _averaged(state: TrainState, model):
         eqx.filter(model, eqx.is_inexact_array),
         eqx.filter(state.average, eqx.is_inexact_array),
     )
-    averaged = optax.incremental_update(new, old, 1.0 - decay)
+    with optax_promotion():
+        averaged = _cast_like(optax.incremental_update(new, old, 1.0 - decay), old)
     return eqx.combine(averaged, state.average)
 
 
@@ -87,6 +99,10 @@ def _step(
         state.model, x, y, state.policy, hp["label_smoothing"], state.loss_scale, soft
     )
     with jax.named_scope("optimizer"):
+        # The optimiser works in float32 (its moments are float32, see TrainState): a
+        # float16 gradient squared underflows, and unscaling by 1/32768 in float16 is a
+        # subnormal multiply. A no-op for float32 parameters.
+        grads = jtu.tree_map(lambda g: g.astype(jnp.float32), grads)
         grads = state.loss_scale.unscale(grads)
         params = eqx.filter(state.model, eqx.is_inexact_array)
         with optax_promotion():
@@ -95,8 +111,9 @@ def _step(
             rate = hp["learning_rate"] * state.schedule(state.opt_state.count)
             injected = {"learning_rate": rate, "weight_decay": hp["weight_decay"]}
             opt_state = state.opt_state._replace(hyperparams=injected)
-            updates, opt_state = state.optimizer.update(grads, opt_state, params)
-        model = eqx.apply_updates(state.model, updates)
+            updates, new_opt_state = state.optimizer.update(grads, opt_state, params)
+        opt_state = _cast_like(new_opt_state, state.opt_state)
+        model = eqx.apply_updates(state.model, _cast_like(updates, params))
     if isinstance(state.loss_scale, NoOpLossScale) and not state.skip_nonfinite:
         finite = jnp.array(True)
     else:
@@ -129,7 +146,8 @@ def _step(
 
 
 def _step_on_batch(batch, state):
-    return _step(state, *batch)
+    x, y = batch
+    return _step(state, _augmented(state, x), y)
 
 
 # Traces are counted (not limited) so that tests can pin "compiled once".
@@ -150,6 +168,12 @@ def train_step(
     - `x`: images of shape `(batch, 784)`, `uint8` pixels or floats in `[0, 1]`.
     - `y`: labels of shape `(batch,)`.
 
+    The state's augmentation (its config's `shift`, `mirror`, `erase`) is applied to
+    `x` first, with the same key a fused step would use, so a loop of `train_step` over
+    the batches [`batch_indices`][eqx_fmnist.dataset.batch_indices] names makes the
+    same run as [`train_steps`][eqx_fmnist.step.train_steps]. A state whose config
+    does not augment trains on `x` as given.
+
     **Returns:**
 
     `(new_state, metrics)`, where `metrics` holds scalar arrays `loss`, `accuracy`,
@@ -168,9 +192,21 @@ def train_step(
 # --------------------------------------------------------------------------- fused steps
 
 
+AUGMENT_STREAM = 0xFFFFFFFF
+"""The number folded into a run's key for its augmentation stream. The batch order of
+epoch `e` folds in `e`, and an epoch number stays below 2**31 (the step count is an
+int32), so the two streams never meet."""
+
+
 def augment_key(key):
-    """The key of a run's augmentation stream, apart from its batch order's."""
-    return jr.split(key)[1]
+    """The key of a run's augmentation stream, apart from every epoch's batch order."""
+    return jr.fold_in(key, jnp.uint32(AUGMENT_STREAM))
+
+
+def _augmented(st: TrainState, x):
+    """The batch `x` moved, mirrored or erased as the state's augmentation says, by the
+    key of the state's step."""
+    return augment(jr.fold_in(augment_key(st.key), st.step), x, st.augmentation)
 
 
 def _steps(static, state: TrainState):
@@ -182,7 +218,7 @@ def _steps(static, state: TrainState):
             idx = batch_indices(st.key, st.step, n, batch_size)
             x, y = dataset.images[idx], dataset.labels[idx]
         with jax.named_scope("augment"):
-            x = augment(jr.fold_in(augment_key(st.key), st.step), x, st.augmentation)
+            x = _augmented(st, x)
         with jax.named_scope("gather"):
             if mesh is not None:
                 # Split the batch over the devices; the state is replicated, so XLA's

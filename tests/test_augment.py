@@ -94,22 +94,25 @@ def test_erasing_zeroes_one_rectangle_of_the_chosen_images(images):
 
 def test_the_step_trains_on_the_augmented_gather(small):
     """One fused step equals a hand-made batch: the run's indices, gathered, moved by
-    the step's key, then one `train_step`."""
+    the step's key, then the one pure step; and a loop of `train_step` over the plain
+    batches makes the same run (it applies the state's augmentation itself)."""
     from eqx_fmnist.augment import augment
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.dataset import batch_indices
     from eqx_fmnist.state import init_state
-    from eqx_fmnist.step import augment_key, train_step, train_steps
+    from eqx_fmnist.step import _step, augment_key, train_step, train_steps
 
     config = TrainConfig(steps=4, batch_size=32, hidden_sizes=(16,), shift=2, mirror=True)
     fused, _ = train_steps(init_state(config, len(small)), small, batch_size=32, num_steps=2)
-    by_hand = init_state(config, len(small))
+    by_hand, looped = init_state(config, len(small)), init_state(config, len(small))
     key = jnp.array(np.asarray(by_hand.key))
     for step in range(2):
         idx = batch_indices(key, step, len(small), 32)
         x = augment(jr.fold_in(augment_key(key), step), small.images[idx], by_hand.augmentation)
-        by_hand, _ = train_step(by_hand, x, small.labels[idx])
+        by_hand, _ = _step(by_hand, x, small.labels[idx])
+        looped, _ = train_step(looped, small.images[idx], small.labels[idx])
     assert tree_allclose(fused.model, by_hand.model, rtol=1e-5, atol=1e-6)
+    assert tree_allclose(fused.model, looped.model, rtol=1e-5, atol=1e-6)
     plain = init_state(config.with_changes(shift=0, mirror=False), len(small))
     plain, _ = train_steps(plain, small, batch_size=32, num_steps=2)
     assert not tree_allclose(plain.model, fused.model, rtol=1e-3, atol=1e-4)
@@ -191,3 +194,17 @@ def test_a_teacher_of_another_architecture_is_refused():
         Teacher.for_student(MLP(hidden_sizes=(8,), key=jr.PRNGKey(0)), TrainConfig())
     with pytest.raises(ValueError, match="maps 784 inputs to 5 classes"):
         Teacher(MLP(hidden_sizes=(8,), out_size=5, key=jr.PRNGKey(0)))
+
+
+def test_the_augmentation_stream_is_no_epochs_batch_order_stream():
+    """JAX's rule: never reuse a key. Epoch `e`'s batch order folds `e` into the run's
+    key; the augmentation's key must be none of those (with `jr.split(key)[1]` it was
+    epoch 1's, since `split(k)[1] == fold_in(k, 1)` under partitionable threefry)."""
+    from eqx_fmnist.step import augment_key
+
+    key = jr.PRNGKey(3)  # a run's key is a raw uint32[2] key, as init_state makes it
+    ours = np.asarray(augment_key(key))
+    epochs = jax.vmap(lambda e: jr.fold_in(key, e))(jnp.arange(10_000, dtype=jnp.uint32))
+    assert not (np.asarray(epochs) == ours).all(axis=-1).any()
+    # ... nor one of the first keys a split of the run's key gives.
+    assert not any(np.array_equal(np.asarray(k), ours) for k in jr.split(key, 4))
