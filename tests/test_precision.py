@@ -155,30 +155,33 @@ def eqx_tree_at_loss_scale(state, loss_scale):
     return eqx.tree_at(lambda s: s.loss_scale, state, loss_scale)
 
 
-def _bf16(a):
-    """Round to bfloat16 and back: what a bf16 operand holds."""
-    return np.asarray(jnp.asarray(a, jnp.bfloat16).astype(jnp.float32), np.float64)
-
-
-def test_dense_multiplies_in_bf16_forward_and_backward():
-    """The custom gradient against numpy: the cotangent and the operands rounded to
-    bfloat16, the products summed in float64 (float32 accumulation is within 1e-5)."""
+@pytest.mark.parametrize("compute", ["bfloat16", "float16"])
+def test_dense_multiplies_in_the_compute_dtype_forward_and_backward(compute):
+    """The custom gradient against numpy: the cotangent and the operands rounded to the
+    compute dtype (bfloat16 or float16), the products summed in float64 (float32
+    accumulation is within 1e-5 here)."""
     import jax
 
-    from eqx_fmnist.precision import MIXED_BF16
+    import eqx_fmnist as ef
+
+    policy = ef.Policy("float32", compute, "float32")
+
+    def rounded(a):
+        return np.asarray(jnp.asarray(a, compute).astype(jnp.float32), np.float64)
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((32, 20)).astype(np.float32)
     w = rng.standard_normal((7, 20)).astype(np.float32)
     g = rng.standard_normal((32, 7)).astype(np.float32)
-    out, pull = jax.vjp(MIXED_BF16.dense, jnp.asarray(x), jnp.asarray(w))
+    out, pull = jax.vjp(policy.dense, jnp.asarray(x), jnp.asarray(w))
     dx, dw = pull(jnp.asarray(g))
     assert out.dtype == dx.dtype == dw.dtype == jnp.float32
-    np.testing.assert_allclose(out, _bf16(x) @ _bf16(w).T, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(dx, _bf16(g) @ _bf16(w), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(dw, _bf16(g).T @ _bf16(x), rtol=1e-5, atol=1e-5)
-    # Not what float32 operands would give: the rounding is really there.
-    assert np.abs(np.asarray(dw) - g.T.astype(np.float64) @ x).max() > 1e-3
+    np.testing.assert_allclose(out, rounded(x) @ rounded(w).T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, rounded(g) @ rounded(w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dw, rounded(g).T @ rounded(x), rtol=1e-5, atol=1e-5)
+    # Not what float32 operands would give: the rounding is really there (float16
+    # keeps 11 bits, bfloat16 8).
+    assert np.abs(np.asarray(dw) - g.T.astype(np.float64) @ x).max() > 1e-4
 
 
 def test_the_batch_forward_is_the_vmapped_model_exactly_in_float32():
