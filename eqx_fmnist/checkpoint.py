@@ -32,6 +32,8 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.tree_util as jtu
+import optax
 
 from .config import TrainConfig
 from .fileio import atomic_write
@@ -40,8 +42,19 @@ from .state import PER_MEMBER, TrainState, init_members, init_state
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
 FORMAT_VERSION = 3
-"""2: the optimiser's learning rate and weight decay are injected arrays (issue 19); 3: the
-state holds an optional weight average (issue 20)."""
+"""The format this version writes. Every earlier one loads, migrated (`FORMATS`)."""
+
+FORMATS = {
+    1: "AdamW as a plain optax.adamw chain; no augmentation (written by eqx_fmnist 0.1.0)",
+    2: "the learning rate and weight decay injected as arrays of the optimiser state; "
+    "no augmentation (eqx_fmnist 0.1.0)",
+    3: "an optional weight average; augmentation (eqx_fmnist 0.1.0 and 0.2.0)",
+}
+"""Each checkpoint format this library has written, and what set it apart."""
+
+_BEFORE_AUGMENTATION = {"shift": 0, "mirror": False}
+"""What a config of format 1 or 2 meant by the fields it did not have yet: those runs
+trained on the images as they are (today's defaults move and mirror them)."""
 
 
 class CheckpointError(ValueError):
@@ -165,11 +178,12 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
         expected_sha = header["payload_sha256"]
     except (ValueError, KeyError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: the header is truncated or corrupt ({e}).") from e
-    if version != FORMAT_VERSION:
+    if version not in FORMATS:
+        wrote = header.get("versions", {}).get("eqx_fmnist", "an unknown version")
         raise CheckpointError(
-            f"{path}: checkpoint format {version!r}, but this eqx_fmnist reads format "
-            f"{FORMAT_VERSION}; load it with the version that wrote it "
-            f"({header.get('versions', {}).get('eqx_fmnist', 'unknown')})."
+            f"{path}: checkpoint format {version!r}, written by eqx_fmnist {wrote}; this "
+            f"eqx_fmnist ({_versions()['eqx_fmnist']}) reads formats "
+            f"{', '.join(map(str, FORMATS))}: load it with eqx_fmnist {wrote} or newer."
         )
     payload = blob[start + length :]
     if len(payload) != expected_bytes or hashlib.sha256(payload).hexdigest() != expected_sha:
@@ -214,8 +228,12 @@ def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = Non
     from another format version, or does not fit `expect`.
     """
     header, payload = read_header(path)
+    version = header["format_version"]
     try:
-        config = TrainConfig.from_dict(header["config"])
+        saved = dict(header["config"])
+        if version < 3:
+            saved = {**_BEFORE_AUGMENTATION, **saved}
+        config = TrainConfig.from_dict(saved)
         num_train = int(header["num_train"])
         members = header.get("members")
         if members is not None:
@@ -224,14 +242,62 @@ def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = Non
         raise CheckpointError(f"{path}: the saved config cannot be read ({e}).") from e
     if expect is not None:
         check_compatible(config, expect)
-    if members is None:
-        skeleton = eqx.filter_eval_shape(init_state, config, num_train)
-    else:
-        skeleton = eqx.filter_eval_shape(init_members, members, num_train)
     try:
-        state = eqx.tree_deserialise_leaves(io.BytesIO(payload), skeleton)
+        if version == 1:
+            state = _from_format_1(payload, config, members, num_train, path)
+        else:  # format 2 holds the same arrays as 3 without a weight average (None)
+            if members is None:
+                skeleton = eqx.filter_eval_shape(init_state, config, num_train)
+            else:
+                skeleton = eqx.filter_eval_shape(init_members, members, num_train)
+            state = eqx.tree_deserialise_leaves(io.BytesIO(payload), skeleton)
+    except CheckpointError:
+        raise
     except Exception as e:  # equinox raises several types for a mismatched tree
         raise CheckpointError(
             f"{path}: the saved arrays do not fit a model built from its config ({e})."
         ) from e
     return Checkpoint(state, config, num_train, header, members)
+
+
+def _adam_state(opt_state) -> optax.ScaleByAdamState:
+    """The AdamW moments inside an optimiser state, wherever the chain puts them."""
+    is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)  # noqa: E731
+    return next(x for x in jtu.tree_leaves(opt_state, is_leaf=is_adam) if is_adam(x))
+
+
+def _from_format_1(payload: bytes, config, members, num_train: int, path) -> TrainState:
+    """A state of today's layout from a format-1 payload.
+
+    Format 1 stored the model, a plain AdamW chain's state (Adam's count and moments,
+    then the schedule's count), the step, the key and the loss scale, and no numbers of
+    its own for a run or for members that differed only in seed. Those arrays go into a
+    freshly built state in their new places: the schedule's count becomes the injected
+    optimiser's count (the schedule reads it), the moments and their count stay Adam's,
+    and the injected learning rate and weight decay are the config's (each step
+    overwrites the rate before it is used).
+    """
+    if members is not None and any(
+        getattr(m, f) != getattr(config, f) for m in members for f in PER_MEMBER if f != "seed"
+    ):
+        raise CheckpointError(
+            f"{path}: a format-1 checkpoint of members with different numbers (a sweep) "
+            "cannot be migrated; retrain the sweep with this version."
+        )
+    fresh = init_state(config, num_train) if members is None else init_members(members, num_train)
+    old_layout = (
+        fresh.model,
+        (_adam_state(fresh.opt_state), fresh.opt_state.count),
+        fresh.step,
+        fresh.key,
+        fresh.loss_scale,
+    )
+    model, (adam, schedule_count), step, key, loss_scale = eqx.tree_deserialise_leaves(
+        io.BytesIO(payload), old_layout
+    )
+    return eqx.tree_at(
+        lambda s: (s.model, _adam_state(s.opt_state), s.opt_state.count, s.step, s.key,
+                   s.loss_scale),
+        fresh,
+        (model, adam, schedule_count, step, key, loss_scale),
+    )  # fmt: skip
