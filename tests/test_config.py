@@ -197,8 +197,8 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
 
     config = TrainConfig(
         steps=20, schedule=schedule, grad_clip=grad_clip, warmup_steps=5, hidden_sizes=(8,),
-        batch_size=16, label_smoothing=0.0,
-    )  # fmt: skip
+        batch_size=16, label_smoothing=0.0, shift=0, mirror=False,
+    )  # fmt: skip  (no augmentation: train_step would move the batch the plain loop uses)
     a = synthetic_arrays(n_train=16)
     data = ArrayDataset(a["train_images"], a["train_labels"])
 
