@@ -206,12 +206,14 @@ class TrainConfig:
         hidden = self.hidden_sizes
         if isinstance(hidden, list):
             object.__setattr__(self, "hidden_sizes", hidden := tuple(hidden))
-        if not isinstance(hidden, tuple) or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden
+        if (
+            not isinstance(hidden, tuple)
+            or not hidden  # the trust flag and the exports measure a hidden layer
+            or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
         ):
             raise ValueError(
-                f"`hidden_sizes` must be a tuple of positive ints such as (256, 128), "
-                f"but got {hidden!r}."
+                f"`hidden_sizes` must be a non-empty tuple of positive ints such as "
+                f"(256, 128), but got {hidden!r}."
             )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"`seed` must be a non-negative int, but got {self.seed!r}.")
@@ -227,7 +229,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"`{name}` must be a non-negative int, but got {value!r}.")
-        self.policy  # noqa: B018  (parses the precision string, raising ValueError)
+        try:
+            self.policy  # noqa: B018  (parses the precision string)
+        except ValueError as e:
+            raise ValueError(f"`precision`: {e}") from None
 
     @property
     def policy(self) -> Policy:

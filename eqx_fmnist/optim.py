@@ -23,8 +23,10 @@ def make_schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
     if config.schedule == "cosine":
         return optax.cosine_decay_schedule(1.0, total_steps)
     warmup = config.warmup_steps or max(1, round(0.05 * total_steps))
+    # At least one step of the cosine: Optax refuses a decay of no steps (a one-step run,
+    # or a warm-up as long as the run, is then all decay or one step of warm-up short).
     return optax.warmup_cosine_decay_schedule(
-        0.0, 1.0, min(warmup, total_steps), total_steps, end_value=0.0
+        0.0, 1.0, min(warmup, total_steps - 1), total_steps, end_value=0.0
     )
 
 
