@@ -210,3 +210,38 @@ def test_the_augmentation_stream_is_no_epochs_batch_order_stream():
     assert not (np.asarray(epochs) == ours).all(axis=-1).any()
     # ... nor one of the first keys a split of the run's key gives.
     assert not any(np.array_equal(np.asarray(k), ours) for k in jr.split(key, 4))
+
+
+def test_the_distillation_loss_is_its_formula(small):
+    """The step's loss with a teacher, against numpy: weight * T^2 * CE(the members' mean
+    probability at temperature T, softmax(student / T)) + (1 - weight) * CE(labels,
+    softmax(student)). A missing T^2, a temperature on only one side or a missing
+    label term each move it by far more than the tolerance."""
+    import jax.random as jr
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.distill import Teacher
+    from eqx_fmnist.precision import FLOAT32, NoOpLossScale
+    from eqx_fmnist.step import _loss
+
+    t, w = 2.0, 0.7
+    student = ef.MLP(hidden_sizes=(16,), key=jr.PRNGKey(0))
+    configs = [ef.TrainConfig(hidden_sizes=(16,), batch_size=32, seed=s) for s in (1, 2)]
+    stack = ef.init_members(configs, len(small)).model
+    teacher = Teacher(stack, temperature=t, weight=w)
+    x, y = ef.normalize(small.images[:64]), small.labels[:64]
+    soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
+    _, (loss, _) = _loss(student, x, y, FLOAT32, jnp.float32(0.0), NoOpLossScale(), soft)
+
+    def log_softmax(z):
+        z = z - z.max(1, keepdims=True)
+        return z - np.log(np.exp(z).sum(1, keepdims=True))
+
+    s = np.asarray(jax.vmap(student)(x), np.float64)
+    members = [np.asarray(ef.predict_logits(ef.select_members(stack, i), small.images[:64]),
+                          np.float64) for i in range(2)]  # fmt: skip
+    target = np.mean([np.exp(log_softmax(z / t)) for z in members], axis=0)
+    labels = np.asarray(y)
+    soft_term = -(target * log_softmax(s / t)).sum(1).mean() * t**2
+    hard_term = -log_softmax(s)[np.arange(64), labels].mean()
+    np.testing.assert_allclose(float(loss), w * soft_term + (1 - w) * hard_term, rtol=1e-5)
