@@ -274,3 +274,29 @@ def test_without_node_the_export_checks_the_pages_own_arrays(trained, test_image
     np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)
     np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-4)
     assert np.array_equal(out["unusual"], ref["unusual"])
+
+
+@pytest.mark.slow
+@needs_node
+def test_the_javascript_of_an_ensemble_agrees_with_numpy(real_data, test_images, tmp_path):
+    """A page of two members: the page's own JavaScript (the mean of the members'
+    probabilities, each member's trust score averaged) against the numpy reference."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.export import export_model, run_page
+
+    from helpers import calibrate_on_training_images
+
+    config = ef.TrainConfig(steps=30, hidden_sizes=(16,))
+    ensemble = ef.fit_ensemble(config, seeds=2, data=ef.to_datasets(real_data))
+    calibration = calibrate_on_training_images(ensemble.model, real_data)
+    images = test_images[:2000]
+    manifest = export_model(ensemble.model, ensemble.state.policy, config, tmp_path / "e.html",
+                            check_images=images, format="html", calibration=calibration)  # fmt: skip
+    assert manifest["members"] == 2 and manifest["checked_by"].startswith("node v")
+    out = run_page((tmp_path / "e.html").read_bytes(), images)
+    ref = numpy_reference(ensemble.model, images, calibration=calibration)
+    np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)
+    np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-4)
+    assert np.array_equal(out["unusual"], ref["unusual"])
+    alone = numpy_reference(ef.select_members(ensemble.model, 0), images)
+    assert np.abs(alone["probabilities"] - ref["probabilities"]).max() > 1e-3  # not member 0
