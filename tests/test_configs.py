@@ -3,8 +3,9 @@
 Hypothesis draws `TrainConfig`s with every field set to one of its legal values: each
 must train a few steps of a tiny model under the suite's strict promotion with finite
 metrics, save a checkpoint that loads bit for bit, and export an artifact that passes
-its check. Every illegal value of every field is refused at construction, in one line
-that names the field. `EQX_FMNIST_CONFIG_EXAMPLES` sets how many configs are drawn
+its check; and `eqx-fmnist train` builds the same config from the flags that spell it.
+Every illegal value of every field is refused at construction, in one line that names
+the field. `EQX_FMNIST_CONFIG_EXAMPLES` sets how many configs are drawn
 (CI draws more than the default).
 """
 
@@ -72,6 +73,25 @@ def test_an_illegal_value_is_refused_in_one_line_naming_its_field(field, value):
         assert "\n" not in message.strip() and f"`{field}`" in message, message
 
 
+def config_from_flags(fields: dict):
+    """The config `eqx-fmnist train` builds from the flags that spell `fields`."""
+    from eqx_fmnist.cli import build_parser
+    from eqx_fmnist.cli.flags import config_from_args
+
+    argv = ["train"]
+    for name, value in fields.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue  # a flag left out: the default, which is None for these fields
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, tuple):
+            argv += [flag, ",".join(map(str, value))]
+        else:
+            argv += [flag, str(value)]
+    return config_from_args(build_parser().parse_args(argv))
+
+
 @pytest.fixture(scope="module")
 def tiny_data():
     import eqx_fmnist as ef
@@ -95,6 +115,7 @@ def test_every_accepted_config_trains_saves_loads_and_exports(tiny_data, tmp_pat
 
     ef, train, test = tiny_data
     config = ef.TrainConfig(**fields)
+    assert config_from_flags(fields) == config  # the command line reaches every config
     splits = ef.split_data(
         (train, test),
         validation_size=config.validation_size,

@@ -34,7 +34,7 @@ def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] 
     can tell the flags given from those left out. The number fields named in `lists`
     take comma-separated values instead (a sweep's grid), as lists of floats.
     """
-    group = parser.add_argument_group("training (defaults: the recommended recipe)")
+    group = parser.add_argument_group("training (defaults: the default recipe, TrainConfig())")
     defaults = TrainConfig()
     for name, f in _FIELDS.items():
         kind, _ = field_type(name)
