@@ -7,11 +7,11 @@ given with a (calibrated) probability of at least 0.9 that are wrong, the share 
 catches; on the real test set, the share of all answers and of right answers flagged.
 
 Two models, seed 0, 5,000 training images held out to calibrate: the recipe before
-augmentation, and the default recipe (moves and mirrors). Two flags each: the trust flag
-as it is (a Mahalanobis distance on the hidden layers, plus ink and contrast), and the
-same with the answer's change under a mirror added (an image whose predicted class
-changes when it is mirrored is flagged too), its distance threshold lowered so that it
-still flags 5% of the held-out images.
+augmentation, and the default recipe (moves and mirrors). The trust flag (a Mahalanobis
+distance on the hidden layers, plus ink and contrast) is fitted on the training images
+as they are and, for the default recipe, also on the training augmentation's largest
+moves (`moves=ef.trust_moves(config)`). How often each flags the clean, mirrored and
+2-pixel-shifted test images (mean of the four directions) is measured too.
 
     python benchmarks/trust_probes.py [--out benchmarks/results/trust_probes.md]
 """
@@ -25,7 +25,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 import eqx_fmnist as ef
 from eqx_fmnist.bench import machine_facts
-from eqx_fmnist.calibration import FLAG_RATE, features
+from eqx_fmnist.calibration import AS_THEY_ARE, features
 
 CONFIDENT = 0.9
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
@@ -79,38 +79,8 @@ def probes(data) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
         "items turned 90°": (np.rot90(x, 1, axes=(1, 2)).reshape(-1, 784), y),
         "items upside down": (np.rot90(x, 2, axes=(1, 2)).reshape(-1, 784), y),
         "mirrored shoes": (data.test_images[shoes][:1000, :, ::-1].reshape(-1, 784), data.test_labels[shoes][:1000]),
+        "noise": (rng.integers(0, 256, (200, 784)).astype(np.uint8), None),
     }  # fmt: skip
-
-
-class Flags:
-    """The trust flag of a calibrated model, with or without the mirror check."""
-
-    def __init__(self, model, calibration, held_out_images):
-        self.model, self.cal = model, calibration
-        s, d = self.parts(held_out_images)
-        # The distance threshold at which the union flags FLAG_RATE of the held-out images.
-        # When the answers change under a mirror more often than that alone (a model
-        # that never saw a mirror), the check cannot be afforded and is left out.
-        keep = int(round(FLAG_RATE * len(s))) - int(d.sum())
-        self.disagree = float(d.mean())
-        self.usable = keep >= 0
-        rest = np.sort(s[~d])[::-1]
-        self.mirror_threshold = rest[min(keep, len(rest) - 1)] if self.usable else np.inf
-
-    def parts(self, images):
-        x = jnp.asarray(images)
-        scores = self.cal.trust.scores(features(self.model, x))
-        p = np.asarray(ef.predict(self.model, x))
-        q = np.asarray(ef.predict(self.model, ef.move_images(x, mirror=True)))
-        return scores, p != q
-
-    def __call__(self, images, *, mirror: bool) -> np.ndarray:
-        base = self.cal.trust.flags(features(self.model, jnp.asarray(images)), images)
-        if not (mirror and self.usable):
-            return base
-        s, d = self.parts(images)
-        rest = base & (s <= self.cal.trust.threshold)  # ink and contrast
-        return rest | d | (s > self.mirror_threshold)
 
 
 def main() -> None:
@@ -120,16 +90,20 @@ def main() -> None:
     args = parser.parse_args()
     data = ef.load_fashion_mnist()
     kinds = probes(data)
-    test_x, test_y = data.test_images.reshape(-1, 784), data.test_labels
+    test_x, test_y = jnp.asarray(data.test_images.reshape(-1, 784)), data.test_labels
+    moved = {"test: mirrored": [ef.move_images(test_x, mirror=True)],
+             "test: shifted 2 px": [ef.move_images(test_x, dx=dx, dy=dy)
+                                    for dx, dy in ((2, 0), (-2, 0), (0, 2), (0, -2))]}  # fmt: skip
     facts = machine_facts()
     lines = [
         f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. Seed 0, 5,000 "
         f"training images held out to calibrate. A probe's cell: flagged / wrong answers "
         f"given with probability >= {CONFIDENT} (calibrated), of its images.",
         "",
-        "| model | flag | test: flagged | test: right answers flagged | "
+        "| model | trust fitted on | test: flagged | test: right answers flagged | "
+        + " | ".join(moved) + " | "
         + " | ".join(f"{k} ({len(v[0])})" for k, v in kinds.items()) + " |",
-        "|---|---|---|---|" + "---|" * len(kinds),
+        "|---|---|---|---|" + "---|" * (len(moved) + len(kinds)),
     ]  # fmt: skip
     recipes = {
         "before: no augmentation, 30 epochs": ef.TrainConfig(shift=0, mirror=False, epochs=30),
@@ -141,35 +115,29 @@ def main() -> None:
         )
         splits = ef.split_data(data, calibration_size=config.calibration_size)
         r = ef.fit(config, splits)
-        cal = ef.calibrate(r.model, splits.train, splits.calibration)
-        flags = Flags(r.model, cal, np.asarray(splits.calibration.images))
 
-        def confident_wrong(x, y, model=r.model, t=cal.temperature):
+        def confident_wrong(x, y, model=r.model, t=None):
             logits = np.asarray(ef.predict_logits(model, jnp.asarray(x))) / t
             p = np.exp(logits - logits.max(1, keepdims=True))
             p /= p.sum(1, keepdims=True)
             wrong = np.ones(len(x), bool) if y is None else p.argmax(1) != y
             return wrong & (p.max(1) >= CONFIDENT)
 
-        right = np.asarray(ef.predict(r.model, jnp.asarray(test_x))) == test_y
-        for mirror in (False, True):
-            f = flags(test_x, mirror=mirror)
+        right = np.asarray(ef.predict(r.model, test_x)) == test_y
+        for moves in dict.fromkeys((AS_THEY_ARE, ef.trust_moves(config))):
+            cal = ef.calibrate(r.model, splits.train, splits.calibration, moves=moves)
+
+            def flags(x, model=r.model, trust=cal.trust):
+                return trust.flags(features(model, jnp.asarray(x)), np.asarray(x))
+
+            f = flags(test_x)
             cells = [f"{f.mean():.1%}", f"{f[right].mean():.1%}"]
+            cells += [f"{np.mean([flags(x).mean() for x in xs]):.1%}" for xs in moved.values()]
             for x, y in kinds.values():
-                cw = confident_wrong(x, y)
-                fx = flags(x, mirror=mirror)
-                cells.append(f"{(fx & cw).sum()} / {cw.sum()}")
-            label = "distance + ink"
-            if mirror:
-                label += (
-                    " + mirror check"
-                    if flags.usable
-                    else (
-                        f" (mirror check not affordable: {flags.disagree:.1%} of held-out "
-                        "answers change under a mirror)"
-                    )
-                )
-            lines.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
+                cw = confident_wrong(x, y, t=cal.temperature)
+                cells.append(f"{(flags(x) & cw).sum()} / {cw.sum()}")
+            fitted = "as they are" if moves == AS_THEY_ARE else f"{len(moves)} moves"
+            lines.append(f"| {name} | {fitted} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

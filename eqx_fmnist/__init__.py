@@ -34,6 +34,7 @@ from .calibration import (
     Calibration as Calibration,
     calibrate as calibrate,
     calibration_metrics as calibration_metrics,
+    trust_moves as trust_moves,
 )
 from .checkpoint import load_checkpoint as load_checkpoint, save_checkpoint as save_checkpoint
 from .config import (

@@ -8,7 +8,8 @@ inputs unlike the training data.
 - [`fit_temperature`][eqx_fmnist.calibration.fit_temperature]: the one scalar `T` that
   minimises the NLL of `softmax(logits / T)` on held-out examples (never the test set).
 - [`fit_trust`][eqx_fmnist.calibration.fit_trust]: a Mahalanobis distance on the hidden
-  layers' activations (class means and one shared covariance fitted on training images),
+  layers' activations (class means and one shared covariance fitted on training images,
+  optionally also moved and mirrored: [`trust_moves`][eqx_fmnist.calibration.trust_moves]),
   with a threshold that flags `FLAG_RATE = 5%` of held-out real images, plus the amount
   of ink and contrast: an image darker or brighter on average than every training image,
   or flatter than all of them, is flagged.
@@ -28,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
+from .augment import Augmentation, move_images
+from .config import TrainConfig
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .evaluation import _logits
 from .fileio import atomic_write
@@ -40,6 +43,14 @@ ECE_BINS = 15
 FLAG_RATE = 0.05
 """The share of held-out real images the trust threshold flags."""
 CALIBRATION_FILE = "calibration.safetensors"
+
+Move = tuple[int, int, bool]
+"""A fixed move of an image, `(dx, dy, mirror)`: mirrored left-right if `mirror`, then
+moved `dx` pixels right and `dy` down (see
+[`move_images`][eqx_fmnist.augment.move_images])."""
+AS_THEY_ARE: tuple[Move, ...] = ((0, 0, False),)
+"""The training images as they are: the default of
+[`fit_trust`][eqx_fmnist.calibration.fit_trust]."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,8 +218,8 @@ class Trust:
     training images', or its **contrast** (the pixels' standard deviation) is below
     theirs (an empty, a filled or a flat grey frame), or when its **score** exceeds
     `threshold`. The score is the smallest squared Mahalanobis distance from the image's
-    hidden-layer activations to a class mean, with one covariance shared by the classes
-    (both fitted on training images); the threshold flags `FLAG_RATE` of real held-out
+    hidden-layer activations to a class mean (one per class, or per class and move),
+    with one covariance shared by the classes (both fitted on training images); the threshold flags `FLAG_RATE` of real held-out
     images. Scores on the logits alone cannot do this: noise gets confident softmax
     outputs, and its logits look like a real image's.
 
@@ -244,6 +255,20 @@ class Trust:
         return (amount < low) | (amount > high) | flat | (self.scores(feats) > self.threshold)
 
 
+def trust_moves(augmentation: Augmentation | TrainConfig) -> tuple[Move, ...]:
+    """The images as they are and the largest moves a training step makes: the mirror
+    (if `augmentation.mirror`) and `augmentation.shift` pixels along each axis (if any),
+    for an [`Augmentation`][eqx_fmnist.augment.Augmentation] or the `TrainConfig` that
+    asks for one.
+    Pass them to [`fit_trust`][eqx_fmnist.calibration.fit_trust] for a flag that accepts
+    mirrored and moved pictures, at the price of catching fewer unlike ones (see the
+    trust tutorial's measured table)."""
+    moves = list(AS_THEY_ARE) + [(0, 0, True)] * augmentation.mirror
+    s = augmentation.shift
+    moves += [(s, 0, False), (-s, 0, False), (0, s, False), (0, -s, False)] if s else []
+    return tuple(moves)
+
+
 def fit_trust(
     model: MLP,
     train: ArrayDataset,
@@ -251,18 +276,39 @@ def fit_trust(
     *,
     policy: Policy = FLOAT32,
     rate: float = FLAG_RATE,
+    moves: tuple[Move, ...] = AS_THEY_ARE,
 ) -> Trust:
     """Fit the class means and shared covariance of the hidden activations (each
     member's, for a stack) and the ink range on `train`, and the threshold that flags
-    `rate` of `held_out` (real images the model did not train on)."""
+    `rate` of `held_out` (real images the model did not train on).
+
+    With more than one of `moves`, the training images are moved each way in turn
+    ([`trust_moves`][eqx_fmnist.calibration.trust_moves] gives the training
+    augmentation's): each move of each class has its own mean (`len(moves) * 10` of
+    them) and the covariance pools the residuals of all of them. The threshold is
+    still fitted on `held_out` as it is.
+    """
+    if not moves or len(set(moves)) != len(moves):
+        raise ValueError(f"moves must be distinct (dx, dy, mirror) triples, got {moves!r}")
     y = np.asarray(train.labels)
+    classes = int(y.max()) + 1
+    sums: list[list[np.ndarray]] = []  # per member: the class means of each move
+    scatter: list[np.ndarray] = []
+    for dx, dy, mirror in moves:
+        images = move_images(jnp.asarray(train.images), dx=dx, dy=dy, mirror=mirror)
+        for k, f in enumerate(_with_members(features(model, images, policy=policy), 2)):
+            f = f.astype(np.float64)
+            m = np.stack([f[y == c].mean(0) for c in range(classes)])
+            centred = f - m[y]
+            if k == len(sums):
+                sums.append([])
+                scatter.append(np.zeros((f.shape[1], f.shape[1])))
+            sums[k].append(m)
+            scatter[k] += centred.T @ centred
     means, precisions = [], []
-    for f in _with_members(features(model, train.images, policy=policy), 2):
-        f = f.astype(np.float64)
-        m = np.stack([f[y == c].mean(0) for c in range(int(y.max()) + 1)])
-        centred = f - m[y]
-        cov = centred.T @ centred / len(f)
-        means.append(m)
+    for m, s in zip(sums, scatter, strict=True):
+        cov = s / (len(y) * len(moves))
+        means.append(np.concatenate(m))
         precisions.append(np.linalg.inv(cov + 1e-6 * np.trace(cov) / len(cov) * np.eye(len(cov))))
     one = num_members(model) is None
     means, precision = (means[0], precisions[0]) if one else (np.stack(means), np.stack(precisions))
@@ -280,6 +326,7 @@ def calibrate(
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
+    moves: tuple[Move, ...] = AS_THEY_ARE,
 ) -> "Calibration":
     """Calibrate a trained model, or an ensemble: the step after training.
 
@@ -296,6 +343,9 @@ def calibrate(
         `calibration` split of [`split_data`][eqx_fmnist.dataset.split_data].
     - `policy`: the precision policy of the forward pass. Defaults to float32.
     - `batch_size`: images per compiled batch. Defaults to `1000`.
+    - `moves`: the moves of the training images the trust flag's means are fitted on
+        (see [`fit_trust`][eqx_fmnist.calibration.fit_trust]). Defaults to the images
+        as they are.
 
     **Returns:**
 
@@ -311,7 +361,7 @@ def calibrate(
     """
     logits, labels, mask = dataset_logits(model, held_out, policy=policy, batch_size=batch_size)
     temperature = fit_temperature(logits, labels, mask)
-    trust = fit_trust(model, train, held_out, policy=policy)
+    trust = fit_trust(model, train, held_out, policy=policy, moves=moves)
     return Calibration(temperature, trust, len(held_out))
 
 

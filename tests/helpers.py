@@ -316,7 +316,7 @@ def numpy_reference(model, images, *, calibration=None, temperature=1.0):
     return out
 
 
-def calibrate_on_training_images(model, real_data):
+def calibrate_on_training_images(model, real_data, **kwargs):
     """`ef.calibrate(model, ...)` on the first 8,000 training images and the last 2,000
     (a model trained for a few steps has not learnt them apart): a calibration for the
     export tests to carry into artifacts."""
@@ -326,4 +326,4 @@ def calibrate_on_training_images(model, real_data):
     flat = real_data.train_images.reshape(len(real_data.train_images), -1)
     train = ArrayDataset(flat[:8000], real_data.train_labels[:8000])
     held_out = ArrayDataset(flat[-2000:], real_data.train_labels[-2000:])
-    return ef.calibrate(model, train, held_out)
+    return ef.calibrate(model, train, held_out, **kwargs)

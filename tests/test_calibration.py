@@ -182,6 +182,53 @@ def test_the_trust_score_is_the_smallest_mahalanobis_distance():
     np.testing.assert_allclose(trust.scores(feats), want, rtol=1e-9)
 
 
+def np_moved(images, dx, dy, mirror):
+    """Images mirrored (if asked) and then moved `dx` right and `dy` down, in numpy."""
+    x = images.reshape(-1, 28, 28)[:, :, ::-1] if mirror else images.reshape(-1, 28, 28)
+    out = np.zeros_like(x)
+    rows, cols = slice(max(dy, 0), 28 + min(dy, 0)), slice(max(dx, 0), 28 + min(dx, 0))
+    src_r, src_c = slice(max(-dy, 0), 28 - max(dy, 0)), slice(max(-dx, 0), 28 - max(dx, 0))
+    out[:, rows, cols] = x[:, src_r, src_c]
+    return out.reshape(len(x), 784)
+
+
+def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
+    """`moves=trust_moves(config)`: one class mean per move, of the hidden activations of
+    the training images moved in numpy and pushed through a numpy forward pass, and one
+    covariance pooled over the residuals of every move."""
+    import jax.random as jr
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.calibration import fit_trust
+
+    config = ef.TrainConfig(steps=8, batch_size=32, hidden_sizes=(16,), shift=1)
+    moves = ef.trust_moves(config)
+    assert moves == ((0, 0, False), (0, 0, True), (1, 0, False), (-1, 0, False),
+                     (0, 1, False), (0, -1, False))  # fmt: skip
+    model = ef.fit(config, (small, None)).model
+    train, held = small.split(64, key=jr.PRNGKey(0))
+    trust = fit_trust(model, train, held, moves=moves)
+    assert trust.means.shape == (60, 16)
+    w = np.asarray(model.layers[0].weight, np.float64)
+    b = np.asarray(model.layers[0].bias, np.float64)
+    y, x = np.asarray(train.labels), np.asarray(train.images)
+    means, residuals = [], []
+    for move in moves:
+        z = np_moved(x, *move).astype(np.float64) / 255.0 @ w.T + b
+        f = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+        m = np.stack([f[y == c].mean(0) for c in range(10)])
+        means.append(m), residuals.append(f - m[y])
+    atol = 1.13 * f32_matmul_atol(x / 255.0, w.T) + 1e-5
+    np.testing.assert_allclose(trust.means, np.concatenate(means), rtol=0, atol=atol)
+    r = np.concatenate(residuals)
+    cov = r.T @ r / len(r)
+    cov += 1e-6 * np.trace(cov) / 16 * np.eye(16)
+    np.testing.assert_allclose(np.linalg.inv(trust.precision), cov, rtol=0,
+                               atol=100 * atol * np.abs(r).max())  # fmt: skip
+    with pytest.raises(ValueError, match="moves must be distinct"):
+        fit_trust(model, train, held, moves=((0, 0, False), (0, 0, False)))
+
+
 @pytest.mark.parametrize("value", [-1, 1.5, True])
 def test_calibration_size_must_be_a_count(value):
     from eqx_fmnist.config import TrainConfig

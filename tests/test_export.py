@@ -289,3 +289,25 @@ def test_the_stablehlo_artifact_carries_the_trust_flag(trained, calibrated, test
     # Flat, blank and noise frames are flagged, as the library flags them.
     odd = np.stack([np.zeros(784), np.full(784, 128), np.random.default_rng(0).integers(0, 256, 784)])
     assert load_artifact(path).run(odd.astype(np.uint8))["unusual"].all()
+
+
+def test_a_trust_flag_fitted_on_moves_travels_with_all_its_centres(trained, real_data,
+                                                                    test_images, tmp_path):  # fmt: skip
+    """A flag fitted on the augmentation's 6 moves has 60 class means: the artifact
+    scores against all of them, as numpy does from the fitted means and precision."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.export import export_model, load_artifact
+
+    from helpers import calibrate_on_training_images, numpy_reference
+
+    moves = ef.trust_moves(ef.TrainConfig())
+    cal = calibrate_on_training_images(trained.model, real_data, moves=moves)
+    assert cal.trust.means.shape == (60, 96)
+    path = tmp_path / "moves.stablehlo"
+    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
+                            check_images=test_images, calibration=cal)  # fmt: skip
+    assert manifest["parity"]["flag_mismatches"] == 0
+    out = load_artifact(path).run(test_images[:2000])
+    ref = numpy_reference(trained.model, test_images[:2000], calibration=cal)
+    np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-4)
+    assert np.array_equal(out["unusual"], ref["unusual"])
