@@ -13,15 +13,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from baselines import all_trainers
+from time_to_accuracy import time_to_accuracy
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import (
-    machine_facts,
-    matmul_bound,
-    measure_interleaved,
-    run_benchmark,
-    time_to_accuracy,
-)
+from eqx_fmnist.bench import machine_facts, matmul_bound, measure_interleaved, run_benchmark
 from eqx_fmnist.bench.suite import precision_rows
 from eqx_fmnist.export import export_model, load_artifact
 from eqx_fmnist.state import init_members
@@ -65,7 +61,7 @@ def main() -> None:
              f"matmul precision {facts['matmul_precision']}; jax {facts['jax']}.", ""]  # fmt: skip
     t0 = time.perf_counter()
     print("== throughput table", flush=True)
-    if dry:  # the whole table at smoke size is `eqx-fmnist bench --quick`, tested on its own
+    if dry:  # the whole table at smoke size is `benchmarks/throughput.py --quick`, tested on its own
         rows = precision_rows(train, ef.TrainConfig(batch_size=512, shift=0, mirror=False),
                               repeats=1)  # fmt: skip
         bound = matmul_bound(512, min_seconds=0.01)
@@ -75,7 +71,9 @@ def main() -> None:
                   "", f"Matmul bound at batch 512: {bound.examples_per_sec:,.0f} examples/sec "
                   f"({', '.join(sorted(set(bound.backends)))}).", ""]  # fmt: skip
     else:
-        report = run_benchmark((train, test), repeats=5,
+        trainers, skipped = all_trainers()
+        report = run_benchmark((train, test), repeats=5, trainers=trainers, skipped=skipped,
+                               steps={"python_dispatch": 25},
                                progress=lambda s: print("  " + s, flush=True))  # fmt: skip
         lines += ["## Throughput", "", report.to_markdown(), ""]
     print(f"== K members in one program ({time.perf_counter() - t0:.0f} s so far)", flush=True)

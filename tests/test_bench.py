@@ -1,6 +1,8 @@
 """The benchmark cannot rot: its pieces checked against hand counts (the README's
 `eqx-fmnist bench --quick` runs in `test_commands.py`). Speed is never asserted."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,21 +91,40 @@ def test_machine_facts_name_the_cpu_and_versions():
 
 @pytest.mark.slow
 def test_trainers_train_the_same_mlp(real_datasets):
-    """Every path starts from a loss near ln(10) and brings it down within 50 steps."""
-    from eqx_fmnist.bench.suite import TRAINERS
+    """Every path starts from a loss near ln(10) and brings it down within 50 steps: the
+    library's and the baselines of `benchmarks/baselines.py` (PyTorch's if installed)."""
     from eqx_fmnist.config import TrainConfig
 
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from baselines import all_trainers
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    trainers, _ = all_trainers()
     train, _ = real_datasets
     config = TrainConfig.codelab(batch_size=256)
-    names = ["codelab_jit", "library_step", "library_fused"]
-    try:
-        import torch  # noqa: F401
-
-        names.append("pytorch_eager")
-    except ImportError:
-        pass
-    for name in names:
-        run = TRAINERS[name](train, config, 10)
+    for name, factory in trainers.items():
+        if name == "python_dispatch":
+            continue  # the same loop as codelab_jit, without jax.jit: slow
+        run = factory(train, config, 10)
         first, later = run(10), run(40)
         assert 0.3 < later < first < 2.5, (name, first, later)
         assert np.isfinite(later)
+
+
+@pytest.mark.slow
+def test_the_throughput_script_compares_every_path(tmp_path, real_data, monkeypatch):
+    """`python benchmarks/throughput.py --quick --out DIR`: the stored table's script, in
+    its smoke form, measures the codelab's loops beside the library's paths and writes
+    the table and the figure."""
+    monkeypatch.setenv("EQX_FMNIST_DATA", str(real_data.source))
+    done = subprocess.run(
+        [sys.executable, "benchmarks/throughput.py", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (tmp_path / "throughput.md").read_text()
+    rows = [ln.split(" | ")[0].lstrip("| ") for ln in table.splitlines() if ln.startswith("| ")]
+    assert rows[:5] == ["path", "python_dispatch", "codelab_jit", "library_step", "library_fused"]
+    assert "x codelab_jit" in table
+    assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

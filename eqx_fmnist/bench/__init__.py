@@ -1,19 +1,21 @@
-"""Honest throughput: the harness (`timing`), the loops the library replaces
-(`baselines`), the suite of comparisons (`suite`) and its tables (`report`).
+"""Honest throughput of the library's own paths: the harness (`timing`), the training
+paths measured side by side (`suite`) and their tables (`report`): what
+`eqx-fmnist bench` prints.
 
 Every comparison is measured in one process, in interleaved repetitions, as a median;
-every report names the machine it came from.
+every report names the machine it came from. The loops the library replaces (the
+codelab's, PyTorch's) live beside the package, in `benchmarks/baselines.py`, and
+`python benchmarks/throughput.py` measures them against these paths.
 """
 
-from .baselines import codelab_trainer as codelab_trainer, pytorch_trainer as pytorch_trainer
 from .report import BenchmarkReport as BenchmarkReport, Cadence as Cadence
 from .suite import (
+    TRAINERS as TRAINERS,
     compare_training as compare_training,
     fit_cadence as fit_cadence,
     library_fused_trainer as library_fused_trainer,
     library_step_trainer as library_step_trainer,
     run_benchmark as run_benchmark,
-    time_to_accuracy as time_to_accuracy,
 )
 from .timing import (
     TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,  # from eqx_fmnist.runs

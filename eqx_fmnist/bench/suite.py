@@ -1,25 +1,25 @@
-"""The benchmark suite: the library's training paths, the comparisons that matter, and
-time to accuracy, measured in one process and gathered into a
-[`BenchmarkReport`][eqx_fmnist.bench.report.BenchmarkReport]."""
+"""The library's own training paths, measured in one process and gathered into a
+[`BenchmarkReport`][eqx_fmnist.bench.report.BenchmarkReport]: per step against fused,
+`fit` at two logging cadences, precision policies, and batch sizes against the matmul
+bound.
+
+The loops the library replaces (the codelab's, PyTorch's) are not part of the package:
+`python benchmarks/throughput.py` passes them in as more `trainers`."""
 
 import dataclasses
 import math
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..config import TrainConfig
-from ..data import FashionMNIST
 from ..dataset import ArrayDataset, epoch_indices, steps_per_epoch
-from ..evaluation import evaluate
 from ..state import init_state
 from ..step import compile_steps, train_step, train_steps
 from ..train import fit
-from .baselines import Trainer, codelab_trainer, pytorch_trainer
 from .report import BenchmarkReport, Cadence
 from .timing import (
     Throughput,
@@ -28,6 +28,12 @@ from .timing import (
     matmul_flops_per_example,
     measure_interleaved,
 )
+
+Trainer = Callable[[int], float]
+"""`run(num_steps) -> last loss read`: trains `num_steps` more steps, reading the loss
+back to the host every `read_every` steps (as a loop that logs does)."""
+TrainerFactory = Callable[[ArrayDataset, TrainConfig, int], Trainer]
+"""`factory(dataset, config, read_every) -> Trainer`."""
 
 CODELAB_READ_EVERY = 25
 """Every training path reads its loss back to the host every 25 steps: a loop that logs
@@ -84,25 +90,20 @@ def library_step_trainer(
     return run
 
 
-TRAINERS: dict[str, Callable[..., Trainer]] = {
-    "python_dispatch": lambda ds, c, read_every: codelab_trainer(
-        ds, c, read_every=read_every, jit=False
-    ),
-    "codelab_jit": lambda ds, c, read_every: codelab_trainer(ds, c, read_every=read_every),
+TRAINERS: dict[str, TrainerFactory] = {
     "library_step": lambda ds, c, read_every: library_step_trainer(ds, c, read_every=read_every),
     "library_fused": lambda ds, c, read_every: library_fused_trainer(ds, c, read_every=read_every),
-    "pytorch_eager": lambda ds, c, read_every: pytorch_trainer(ds, c, read_every=read_every),
 }
-"""Every training path the suite can measure, by name."""
+"""The library's training paths, by name."""
 
 
 def compare_training(
     dataset: ArrayDataset,
     config: TrainConfig | None = None,
     *,
-    variants: Sequence[str] = ("codelab_jit", "library_step", "library_fused"),
+    trainers: Mapping[str, TrainerFactory] = TRAINERS,
     read_every: int = CODELAB_READ_EVERY,
-    steps: int = 6 * CODELAB_READ_EVERY,
+    steps: int | Mapping[str, int] = 6 * CODELAB_READ_EVERY,
     repeats: int = 5,
 ) -> list[Throughput]:
     """Measure training paths in this process, interleaved, at one host-read cadence.
@@ -110,28 +111,25 @@ def compare_training(
     **Arguments:**
 
     - `dataset`: the training set.
-    - `config`: batch size, hidden sizes, optimiser, precision, augmentation (the
-        library's paths only: the codelab's and PyTorch's loops do not augment). Defaults
+    - `config`: batch size, hidden sizes, optimiser, precision, augmentation. Defaults
         to `TrainConfig()`.
-    - `variants`: names from [`TRAINERS`][eqx_fmnist.bench.suite.TRAINERS].
-    - `read_every`: steps between host reads of the loss, for every variant. Defaults
+    - `trainers`: `{name: factory}`. Defaults to the library's
+        [`TRAINERS`][eqx_fmnist.bench.suite.TRAINERS].
+    - `read_every`: steps between host reads of the loss, for every trainer. Defaults
         to `25`.
-    - `steps`: steps per timed repetition (`python_dispatch`, about ten times slower,
-        runs a sixth of them). Defaults to `150`.
+    - `steps`: steps per timed repetition, one number or one per name. Defaults to
+        `150`.
     - `repeats`: timed repetitions of each, after one warm-up. Defaults to `5`.
 
     **Returns:**
 
-    One [`Throughput`][eqx_fmnist.bench.timing.Throughput] per variant, in order.
+    One [`Throughput`][eqx_fmnist.bench.timing.Throughput] per trainer, in order.
     """
     config = TrainConfig() if config is None else config
-    unknown = set(variants) - set(TRAINERS)
-    if unknown:
-        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(TRAINERS)}.")
     runs, examples = {}, {}
-    for name in variants:
-        n = max(read_every, steps // 6) if name == "python_dispatch" else steps
-        trainer = TRAINERS[name](dataset, config, read_every)
+    for name, factory in trainers.items():
+        n = steps if isinstance(steps, int) else steps[name]
+        trainer = factory(dataset, config, read_every)
         runs[name] = lambda trainer=trainer, n=n: trainer(n)
         examples[name] = n * config.batch_size
     return measure_interleaved(
@@ -233,46 +231,17 @@ def precision_rows(
     )
 
 
-def time_to_accuracy(
-    data: FashionMNIST,
-    config: TrainConfig | None = None,
-    targets: Sequence[float] = (0.88, 0.90),
-) -> tuple[dict[float, float | None], float]:
-    """Seconds from calling [`fit`][eqx_fmnist.train.fit] to the first end-of-interval
-    evaluation on all 10,000 test images at or above each target.
-
-    Moving the data to the device, building the state, compiling and every evaluation
-    count; loading the files does not (pass them in already loaded).
-
-    **Returns:**
-
-    `({target: seconds, or None if never reached}, final test accuracy)`.
-    """
-    config = TrainConfig() if config is None else config
-    test = ArrayDataset(data.test_images, data.test_labels)
-    reached: dict[float, float | None] = dict.fromkeys(targets)
-
-    def callback(entry, state):
-        accuracy = evaluate(state.eval_model, test, policy=state.policy).accuracy
-        now = time.perf_counter() - start
-        for t in targets:
-            if reached[t] is None and accuracy >= t:
-                reached[t] = now
-
-    start = time.perf_counter()
-    result = fit(config, data, callback=callback)
-    assert result.test is not None  # `data` has a test split
-    return reached, result.test.accuracy
-
-
 def run_benchmark(
     data: tuple[ArrayDataset, ArrayDataset],
     *,
     quick: bool = False,
     repeats: int = 5,
     progress: Callable[[str], None] | None = None,
+    trainers: Mapping[str, TrainerFactory] = TRAINERS,
+    steps: Mapping[str, int] | None = None,
+    skipped: Sequence[str] = (),
 ) -> BenchmarkReport:
-    """Measure every table of the benchmark in this process.
+    """Measure every table of the benchmark in this process (`eqx-fmnist bench`).
 
     **Arguments:**
 
@@ -282,6 +251,12 @@ def run_benchmark(
         that every table is made, not how fast. Defaults to `False`.
     - `repeats`: timed repetitions of each variant. Defaults to `5`.
     - `progress`: called with a description before each measurement.
+    - `trainers`: the training paths of the first table. Defaults to the library's
+        own, [`TRAINERS`][eqx_fmnist.bench.suite.TRAINERS]; `benchmarks/throughput.py`
+        adds the codelab's and PyTorch's loops.
+    - `steps`: `{name: steps}` per timed repetition for some trainers (a slow loop runs
+        fewer). Defaults to the same for all.
+    - `skipped`: lines saying which trainers were left out and why, for the report.
 
     **Returns:**
 
@@ -293,22 +268,16 @@ def run_benchmark(
         train = train.take(jnp.arange(min(len(train), 4096)))
         test = test.take(jnp.arange(min(len(test), 1024)))
         repeats = 1
-    # The codelab's loop and PyTorch's do not augment: the library's paths do the same work.
+    # Without augmentation: the loops of benchmarks/throughput.py (the codelab's and
+    # PyTorch's) do none, and the library's paths do the same work as they do.
     config = TrainConfig(batch_size=512, shift=0, mirror=False)
     say("machine facts and the bfloat16 matmul ceiling")
     facts = machine_facts()
     bf16_ceiling = bf16_matmul_speedup(256 if quick else 1024)
-    variants = ["python_dispatch", "codelab_jit", "library_step", "library_fused"]
-    skipped = []
-    try:
-        import torch  # noqa: F401  # pyright: ignore[reportMissingImports]
-
-        variants.append("pytorch_eager")
-    except ImportError:
-        skipped.append("pytorch_eager: torch is not installed (pip install torch)")
-    say(f"training paths, a host read every {CODELAB_READ_EVERY} steps: {', '.join(variants)}")
-    steps = CODELAB_READ_EVERY if quick else 6 * CODELAB_READ_EVERY
-    main = compare_training(train, config, variants=variants, steps=steps, repeats=repeats)
+    say(f"training paths, a host read every {CODELAB_READ_EVERY} steps: {', '.join(trainers)}")
+    n = CODELAB_READ_EVERY if quick else 6 * CODELAB_READ_EVERY
+    per_trainer = {name: (steps or {}).get(name, n) for name in trainers}
+    main = compare_training(train, config, trainers=trainers, steps=per_trainer, repeats=repeats)
     say("fit at two logging cadences")
     cadence_config = TrainConfig.codelab(
         steps=steps_per_epoch(len(train), 512) * (2 if quick else 10)
@@ -318,13 +287,13 @@ def run_benchmark(
     precision = precision_rows(train, config, repeats=repeats)
     batch_sizes = (128, 512) if quick else (128, 512, 2048)
     say(f"batch sizes {batch_sizes} and their matmul bounds")
-    fused_steps = {b: max(4, (steps * 512) // b) for b in batch_sizes}
+    fused_steps = {b: max(4, (n * 512) // b) for b in batch_sizes}
     runs = {}
     for b in batch_sizes:
         trainer = library_fused_trainer(
             train, dataclasses.replace(config, batch_size=b), read_every=fused_steps[b]
         )
-        runs[f"batch {b}"] = lambda trainer=trainer, n=fused_steps[b]: trainer(n)
+        runs[f"batch {b}"] = lambda trainer=trainer, k=fused_steps[b]: trainer(k)
     by_batch = measure_interleaved(
         runs,
         examples={f"batch {b}": fused_steps[b] * b for b in batch_sizes},
@@ -344,5 +313,5 @@ def run_benchmark(
         cadence=cadence,
         precision=precision,
         batch_sizes=list(zip(by_batch, bounds, strict=True)),
-        skipped=skipped,
+        skipped=list(skipped),
     )

@@ -19,9 +19,9 @@ from rich.progress import (
 from rich.table import Table
 
 from .. import data as data_mod
-from ..bench.profile import IntervalProfiler
 from ..intervals import NonFiniteError
 from ..runs import CHECKPOINT_NAME, Interrupted, RunFolder
+from ..runs.profile import IntervalProfiler
 
 console = Console()
 err_console = Console(stderr=True)

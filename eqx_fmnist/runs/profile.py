@@ -5,7 +5,7 @@ The step names its parts: `gather` (the batch's indices and rows), `forward` (th
 model and the loss), the backward pass (JAX names it `transpose(jvp(forward))`) and
 `optimizer` (AdamW). A trace records each XLA operation under its HLO name (such as
 `ynn_fusion.4`); the compiled program's HLO text says which scope every operation came
-from. [`time_by_scope`][eqx_fmnist.bench.profile.time_by_scope] joins the two.
+from. [`time_by_scope`][eqx_fmnist.runs.profile.time_by_scope] joins the two.
 """
 
 import gzip
@@ -66,7 +66,7 @@ def time_by_scope(
 
     **Returns:**
 
-    `{scope: seconds}` for every scope of [`SCOPES`][eqx_fmnist.bench.profile.SCOPES].
+    `{scope: seconds}` for every scope of [`SCOPES`][eqx_fmnist.runs.profile.SCOPES].
     Operations run on several threads at once, so the sum can exceed the wall time.
     """
     with gzip.open(trace, "rt") as f:
@@ -84,8 +84,8 @@ class IntervalProfiler:
     """A `fit` callback that traces logging intervals 2 and 3 with `jax.profiler`: the
     steady state, after the first interval. A run of one interval is traced whole.
 
-    Call [`stop`][eqx_fmnist.bench.profile.IntervalProfiler.stop] when `fit` returns or
-    raises; the trace is then at [`trace`][eqx_fmnist.bench.profile.IntervalProfiler.trace].
+    Call [`stop`][eqx_fmnist.runs.profile.IntervalProfiler.stop] when `fit` returns or
+    raises; the trace is then at [`trace`][eqx_fmnist.runs.profile.IntervalProfiler.trace].
     """
 
     def __init__(self, folder: str | os.PathLike, total_intervals: int):

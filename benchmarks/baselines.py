@@ -3,21 +3,21 @@
 These are **not** the library. They exist to be measured against it, in the same
 process, on the same data and the same MLP:
 
-- [`codelab_trainer`][eqx_fmnist.bench.baselines.codelab_trainer]: the codelab's loop.
+- `codelab_trainer`: the codelab's loop.
   Parameters are a dict of arrays, images are converted to float32 once, every epoch
   is a `jax.random.permutation` and a gather of float32 batches on the device, and one
   step (`jax.jit`-compiled, or not) is dispatched from Python per batch.
-- [`pytorch_trainer`][eqx_fmnist.bench.baselines.pytorch_trainer]: the same MLP, initial
+- `pytorch_trainer`: the same MLP, initial
   weights and AdamW in PyTorch eager on the CPU.
 
 Every trainer is a function `run(num_steps)` that trains `num_steps` more steps,
 reading the loss back to the host every `read_every` steps (as a loop that logs does),
-and returns the last loss it read.
+and returns the last loss it read: an `eqx_fmnist.bench.suite.Trainer`, so that
+`BASELINES` plus the library's `TRAINERS` go into one `compare_training`.
 """
 
 import math
 import os
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -25,13 +25,11 @@ import jax.random as jr
 import numpy as np
 import optax
 
-from ..config import TrainConfig
-from ..dataset import ArrayDataset, normalize, steps_per_epoch
-from ..precision import optax_promotion
-from ..state import init_state
-
-Trainer = Callable[[int], float]
-"""`run(num_steps) -> last loss read`: trains `num_steps` more steps."""
+from eqx_fmnist.bench.suite import TRAINERS, Trainer, TrainerFactory
+from eqx_fmnist.config import TrainConfig
+from eqx_fmnist.dataset import ArrayDataset, normalize, steps_per_epoch
+from eqx_fmnist.precision import optax_promotion
+from eqx_fmnist.state import init_state
 
 
 def _codelab_params(hidden, key) -> dict[str, jax.Array]:
@@ -153,3 +151,27 @@ def pytorch_trainer(dataset: ArrayDataset, config: TrainConfig, *, read_every: i
         return last
 
     return run
+
+
+BASELINES: dict[str, TrainerFactory] = {
+    "python_dispatch": lambda ds, c, read_every: codelab_trainer(
+        ds, c, read_every=read_every, jit=False
+    ),
+    "codelab_jit": lambda ds, c, read_every: codelab_trainer(ds, c, read_every=read_every),
+}
+"""The codelab's loop, without and with `jax.jit`."""
+
+
+def all_trainers() -> tuple[dict[str, TrainerFactory], list[str]]:
+    """`(trainers, skipped)`: the codelab's loops, the library's paths and PyTorch's loop
+    if torch is installed (else a line saying why it is left out)."""
+    trainers = {**BASELINES, **TRAINERS}
+    try:
+        import torch  # noqa: F401
+
+        trainers["pytorch_eager"] = lambda ds, c, read_every: pytorch_trainer(
+            ds, c, read_every=read_every
+        )
+        return trainers, []
+    except ImportError:
+        return trainers, ["pytorch_eager: torch is not installed (pip install torch)"]
