@@ -25,7 +25,7 @@ from PIL import Image, ImageOps
 import eqx_fmnist as ef
 from eqx_fmnist.bench import machine_facts
 from eqx_fmnist.data import prepare_image
-from eqx_fmnist.export import SUFFIXES, export_model, load_artifact, run_onnx
+from eqx_fmnist.export import FORMATS, export_model, load_artifact, run_onnx
 
 SCREENSHOT = Path("docs/images/web-page.png")
 
@@ -145,8 +145,8 @@ def main() -> None:
     pages = {}
     for name, model, policy, accuracy in models:
         calibration = ef.calibrate(model, splits.train, splits.calibration, policy=policy)
-        for fmt in SUFFIXES:
-            path = folder / f"{name.replace(' ', '_')}{SUFFIXES[fmt]}"
+        for fmt in FORMATS:
+            path = folder / f"{name.replace(' ', '_')}{FORMATS[fmt].suffix}"
             m = export_model(model, policy, config, path, check_images=images, format=fmt,
                              calibration=calibration,
                              extra={"test_accuracy": accuracy, "trained": f"{args.epochs} epochs"})  # fmt: skip

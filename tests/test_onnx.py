@@ -90,7 +90,8 @@ print(json.dumps({{"pred": logits.argmax(-1).tolist(), "sum": float(probs.sum(-1
 
 
 def test_the_gelu_formula_gives_the_operator_s_answer(trained, test_images):
-    from eqx_fmnist.export import onnx_model, run_onnx, to_portable
+    from eqx_fmnist.export import run_onnx, to_portable
+    from eqx_fmnist.export.onnx import onnx_model
 
     portable = to_portable(trained.model)
     formula = onnx_model(portable, gelu="formula")

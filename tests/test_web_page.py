@@ -160,7 +160,8 @@ console.log(JSON.stringify(items.map(([f, w, h]) => {
 
 
 def test_an_ensemble_too_large_for_a_page_is_refused_with_the_limit():
-    from eqx_fmnist.export import MAX_PAGE_MEMBERS, ExportError, Portable, to_html
+    from eqx_fmnist.export import ExportError, Portable
+    from eqx_fmnist.export.html import MAX_PAGE_MEMBERS, to_html
 
     layer = (np.zeros((10, 784), np.float32), np.zeros(10, np.float32))
     big = Portable([[layer]] * (MAX_PAGE_MEMBERS + 1), True, 1.0, None)
@@ -260,10 +261,11 @@ def test_a_calibrated_stablehlo_artifact_flags_in_predict(cli_page, real_data, t
 def test_without_node_the_export_checks_the_pages_own_arrays(trained, test_images, tmp_path, monkeypatch):
     """The fallback check: the arrays decoded back from the page, run by numpy, against a
     reference written here."""
-    from eqx_fmnist.export import export_model, numpy_serve, portable_of_page, web_page
+    from eqx_fmnist.export import export_model, html, numpy_serve
+    from eqx_fmnist.export.html import portable_of_page
 
     result, calibration = trained
-    monkeypatch.setattr(web_page, "node_version", lambda: None)
+    monkeypatch.setattr(html, "node_version", lambda: None)
     path = tmp_path / "m.html"
     manifest = export_model(result.model, result.state.policy, result.config, path,
                             check_images=test_images[:2000], format="html",

@@ -3,7 +3,6 @@ library, checked on all 10,000 test images before it is written."""
 
 import argparse
 import json
-import typing
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import numpy as np
 from ..checkpoint import load_checkpoint
 from ..dataset import to_datasets
 from ..evaluation import evaluate
-from ..export import SUFFIXES, Format, export_model, load_artifact, manifest_path
+from ..export import FORMATS, export_model, load_artifact, manifest_path
 from .common import add_data_args, checkpoint_path, console, load_data
 from .evaluate import load_calibration
 
@@ -27,7 +26,7 @@ def add_export_parser(sub) -> None:
     )
     p.set_defaults(func=cmd_export)
     p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
-    p.add_argument("--format", choices=typing.get_args(Format), default="stablehlo",
+    p.add_argument("--format", choices=list(FORMATS), default="stablehlo",
                    help="stablehlo (runs with jax alone; default), safetensors (weights), onnx "
                    "(onnxruntime; pip install 'eqx_fmnist[onnx]') or html (one page that runs "
                    "in a browser, offline)")  # fmt: skip
@@ -38,7 +37,7 @@ def add_export_parser(sub) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run)
     ckpt, fm = load_checkpoint(path), load_data(args)
-    out = args.out or path.parent / f"model{SUFFIXES[args.format]}"
+    out = args.out or path.parent / f"model{FORMATS[args.format].suffix}"
     (_, test), state = to_datasets(fm), ckpt.state
     test_result = evaluate(state.eval_model, test, policy=state.policy)
     with console.status(f"exporting and checking on {len(test):,} test images ..."):

@@ -23,53 +23,19 @@ the manifest, a JSON file beside the artifact (`PATH.manifest.json`) with the cl
 names, the input and output specs, the artifact's SHA-256 and size, the versions, the
 run's config and test accuracy. An export that fails the check raises
 [`ExportError`][eqx_fmnist.export.manifest.ExportError] and writes nothing.
+
+A format is one record, [`ExportFormat`][eqx_fmnist.export.format.ExportFormat] (its
+suffix, what it carries, how to build it and how to run it back), in the module named
+after it (`stablehlo`, `safetensors`, `onnx`, `html`); `FORMATS` lists them. One numpy
+reference, [`numpy_serve`][eqx_fmnist.export.portable.numpy_serve], is what every
+artifact must reproduce.
 """
 
-from .check import (
-    SUFFIXES as SUFFIXES,
-    Format as Format,
-    Parity as Parity,
-    check_parity as check_parity,
-    export_model as export_model,
-    library_outputs as library_outputs,
-)
-from .manifest import (
-    MANIFEST_SUFFIX as MANIFEST_SUFFIX,
-    ExportError as ExportError,
-    manifest_path as manifest_path,
-)
-from .onnx_graph import (
-    onnx_model as onnx_model,
-    require_onnx as require_onnx,
-    run_onnx as run_onnx,
-    to_onnx as to_onnx,
-)
-from .portable import (
-    Portable as Portable,
-    PortableTrust as PortableTrust,
-    numpy_serve as numpy_serve,
-    to_portable as to_portable,
-)
-from .stablehlo import (
-    OUTPUTS as OUTPUTS,
-    PLATFORMS as PLATFORMS,
-    Artifact as Artifact,
-    load_artifact as load_artifact,
-    run_stablehlo as run_stablehlo,
-    serving_function as serving_function,
-    to_stablehlo as to_stablehlo,
-)
-from .web_page import (
-    MAX_PAGE_MEMBERS as MAX_PAGE_MEMBERS,
-    embedded_spec as embedded_spec,
-    page_spec as page_spec,
-    portable_of_page as portable_of_page,
-    run_page as run_page,
-    to_html as to_html,
-)
-from .weights import (
-    numpy_forward as numpy_forward,
-    to_safetensors as to_safetensors,
-    torch_state_dict as torch_state_dict,
-    weight_arrays as weight_arrays,
-)
+from .check import FORMATS as FORMATS, export_model as export_model
+from .format import ExportFormat as ExportFormat
+from .html import run_page as run_page
+from .manifest import ExportError as ExportError, manifest_path as manifest_path
+from .onnx import run_onnx as run_onnx
+from .portable import Portable as Portable, numpy_serve as numpy_serve, to_portable as to_portable
+from .safetensors import torch_state_dict as torch_state_dict, weight_arrays as weight_arrays
+from .stablehlo import Artifact as Artifact, load_artifact as load_artifact

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -22,14 +22,17 @@ from ..fileio import atomic_write
 from ..model import MLP, num_members
 from ..parallel import to_local
 from ..precision import FLOAT32, Policy
-from . import onnx_graph, stablehlo, web_page, weights
+from . import html, onnx, safetensors, stablehlo
+from .format import ExportFormat, ExportInputs
 from .manifest import ExportError, manifest_path
-from .portable import numpy_serve, to_portable
+from .portable import scaled_softmax, to_portable
 
-Format = Literal["stablehlo", "safetensors", "onnx", "html"]
-"""The export formats."""
-SUFFIXES = {"stablehlo": ".stablehlo", "safetensors": ".safetensors", "onnx": ".onnx",
-            "html": ".html"}  # fmt: skip
+FORMATS: dict[str, ExportFormat] = {
+    f.name: f for f in (stablehlo.FORMAT, safetensors.FORMAT, onnx.FORMAT, html.FORMAT)
+}
+"""Every export format, by name: a new format is its module and one entry here."""
+SUFFIXES = {name: f.suffix for name, f in FORMATS.items()}
+"""Each format's file suffix."""
 SCORE_TOLERANCE = 1e-4
 """Relative: an image whose trust score is this close to the threshold may fall on
 either side of it in float32; any other disagreement on the flag fails the check."""
@@ -51,11 +54,6 @@ class Parity:
     max_probability_difference: float
     flag_mismatches: int | None = None
     max_score_difference: float | None = None
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
 
 
 def check_parity(
@@ -88,7 +86,7 @@ def library_outputs(
     """The library's own answer for `images`: what an artifact must reproduce."""
     x = jnp.asarray(images)
     logits = np.asarray(predict_logits(models, x, policy=policy), np.float64)
-    out = {"logits": logits, "probabilities": _softmax(logits / temperature)}
+    out = {"logits": logits, "probabilities": scaled_softmax(logits, temperature)}
     if calibration is not None:
         feats = features(models, x, policy=policy)
         out["trust_score"] = calibration.trust.scores(feats)
@@ -103,7 +101,7 @@ def export_model(
     path: str | os.PathLike,
     *,
     check_images: np.ndarray,
-    format: Format = "stablehlo",
+    format: str = "stablehlo",
     calibration: Calibration | None = None,
     temperature: float = 1.0,
     extra: dict[str, Any] | None = None,
@@ -119,8 +117,9 @@ def export_model(
     - `path`: the artifact to write; the manifest goes to `PATH.manifest.json`.
     - `check_images`: `uint8` images of shape `(n, 784)` to check on, e.g. all 10,000
         test images.
-    - `format`: `"stablehlo"`, `"safetensors"`, `"onnx"` (needs the extra `onnx`) or
-        `"html"` (a one-file web page). Defaults to `"stablehlo"`.
+    - `format`: a name in [`FORMATS`][eqx_fmnist.export.check.FORMATS]: `"stablehlo"`,
+        `"safetensors"`, `"onnx"` (needs the extra `onnx`) or `"html"` (a one-file web
+        page). Defaults to `"stablehlo"`.
     - `calibration`: the run's [`Calibration`][eqx_fmnist.calibration.Calibration]:
         its temperature scales the probabilities, and StableHLO, ONNX and the page
         compute its trust flag too (`trust_score` and `unusual`), checked against the
@@ -138,50 +137,25 @@ def export_model(
     `ExportError` if the artifact predicts a different class from the library for any
     check image, or judges an image's trust otherwise; nothing is written then.
     """
-    if format not in SUFFIXES:
-        raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(SUFFIXES)}.")
-    if format == "onnx":
-        onnx_graph.require_onnx()  # before any work: a missing extra is one clear line
+    if format not in FORMATS:
+        raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}.")
+    kind = FORMATS[format]
+    kind.require()  # before any work: a missing extra is one clear line
     if calibration is not None and temperature != 1.0:
         raise ExportError("give a calibration or a temperature, not both.")
     path, start = Path(path), time.perf_counter()
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
     models = to_local(models)
     portable = to_portable(models, calibration=calibration, temperature=temperature)
-    trust = calibration if format != "safetensors" else None
-    # Only StableHLO keeps the run's policy; the other formats hold float32 weights and
-    # are checked as a consumer runs them, in float32.
-    checked = policy if format == "stablehlo" else FLOAT32
+    trust = calibration if kind.trust else None
+    # A format that does not keep the run's policy holds float32 weights and is checked
+    # as a consumer runs it, in float32.
+    checked = policy if kind.keeps_policy else FLOAT32
     ours = library_outputs(models, images, checked, portable.temperature, trust)
-    info: dict[str, Any] = {}
-    if format == "stablehlo":
-        blob = stablehlo.to_stablehlo(models, policy, temperature=portable.temperature,
-                                      trust=portable.trust)  # fmt: skip
-        theirs = stablehlo.run_stablehlo(blob, images)
-        info = {"platforms": list(stablehlo.PLATFORMS)}
-    elif format == "safetensors":
-        from safetensors.numpy import load
-
-        blob = weights.to_safetensors(models, config)
-        logits = weights.numpy_forward(load(blob), images)
-        theirs = {"logits": logits, "probabilities": _softmax(logits / portable.temperature)}
-    elif format == "onnx":
-        blob, gelu = onnx_graph.to_onnx(portable)
-        theirs = onnx_graph.run_onnx(blob, images)
-        import onnxruntime
-
-        info = {"opset": onnx_graph.OPSETS[gelu], "gelu": gelu,
-                "checked_by": f"onnxruntime {onnxruntime.__version__}"}  # fmt: skip
-    else:
-        about = {k: v for k, v in (extra or {}).items() if k in ("test_accuracy", "trained")}
-        blob = web_page.to_html(portable, about=about)
-        node = web_page.node_version()
-        if node is not None:
-            theirs = web_page.run_page(blob, images)
-            info = {"checked_by": f"node {node} (the page's own JavaScript)"}
-        else:  # the page's embedded arrays, decoded back, in numpy
-            theirs = numpy_serve(web_page.portable_of_page(blob), images)
-            info = {"checked_by": "numpy on the page's embedded arrays (node not found)"}
+    inputs = ExportInputs(models, policy, config, portable, dict(extra or {}))
+    blob, info = kind.build(inputs)
+    theirs, checked_by = kind.run(blob, images, inputs)
+    info |= checked_by
     threshold = trust.trust.threshold if trust is not None else None
     parity, unexplained = check_parity(ours, theirs, threshold=threshold)
     if parity.mismatches or unexplained:
@@ -194,7 +168,7 @@ def export_model(
             f"{parity.max_logit_difference:.2e}); nothing was written."
         )
     outputs = ["logits float32[b, 10]", "probabilities float32[b, 10]"]
-    if format == "onnx" and portable.ensemble:
+    if kind.member_outputs and portable.ensemble:
         outputs.append(f"member_probabilities float32[{portable.num_members}, b, 10]")
     if trust is not None:
         outputs += ["trust_score float32[b]", "unusual bool[b]"]
@@ -206,7 +180,7 @@ def export_model(
         "class_names": list(CLASS_NAMES),
         "input": {"name": "images", "dtype": "uint8", "shape": ["b", IMAGE_SIZE],
                   "meaning": "28 x 28 pixels row by row, 0-255, light item on dark"},
-        "outputs": None if format == "safetensors" else outputs,
+        "outputs": outputs if kind.serves else None,
         "members": num_members(models),
         "precision": config.precision,
         "checked_with": str(checked),  # the policy the library ran the check in

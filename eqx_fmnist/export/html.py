@@ -7,7 +7,7 @@ For automation the page classifies the image whose data URL follows `#image=` in
 address and writes `{"class", "probabilities", "unusual", "trust_score", "inverted",
 "pixels"}` as JSON into `<pre id="result">` (or `{"error": ...}`).
 
-[`run_page`][eqx_fmnist.export.web_page.run_page] runs a page's own engine and weights under
+[`run_page`][eqx_fmnist.export.html.run_page] runs a page's own engine and weights under
 `node`, as the export's check and the tests do.
 """
 
@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from ..data import CLASS_NAMES, IMAGE_SIZE
+from .format import ExportFormat, ExportInputs, Outputs
 from .manifest import ExportError
-from .portable import Portable, PortableTrust
+from .portable import Portable, PortableTrust, numpy_serve
 
 MAX_PAGE_MEMBERS = 8
 """The most members one page holds: about 2 MB of page per member (weights and the trust
@@ -85,7 +86,7 @@ def to_html(portable: Portable, *, about: dict[str, Any] | None = None) -> bytes
 
 
 def embedded_spec(html: bytes | str) -> dict[str, Any]:
-    """The JSON a page embeds (what [`page_spec`][eqx_fmnist.export.web_page.page_spec] wrote)."""
+    """The JSON a page embeds (what [`page_spec`][eqx_fmnist.export.html.page_spec] wrote)."""
     text = html.decode("utf-8") if isinstance(html, bytes) else html
     opening = '<script id="model" type="application/json">'
     start = text.index(opening) + len(opening)
@@ -178,3 +179,22 @@ def run_page(html: bytes, images: np.ndarray) -> dict[str, np.ndarray]:
         result |= {"trust_score": raw[:, 20], "unusual": raw[:, 21] > 0.5}
     return result
 
+
+
+def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
+    about = {k: v for k, v in inputs.about.items() if k in ("test_accuracy", "trained")}
+    return to_html(inputs.portable, about=about), {}
+
+
+def _run(blob: bytes, images: np.ndarray, inputs: ExportInputs) -> tuple[Outputs, dict[str, Any]]:
+    node = node_version()
+    if node is not None:
+        return run_page(blob, images), {"checked_by": f"node {node} (the page's own JavaScript)"}
+    # The page's embedded arrays, decoded back, in numpy.
+    return numpy_serve(portable_of_page(blob), images), {
+        "checked_by": "numpy on the page's embedded arrays (node not found)"
+    }
+
+
+FORMAT = ExportFormat("html", ".html", _build, _run)
+"""A one-file web page: the forward pass and the trust flag in plain JavaScript."""

@@ -9,17 +9,18 @@ probability; a calibrated model also outputs `trust_score` and `unusual`, comput
 
 `Gelu` is an ONNX operator from opset 20 (onnxruntime runs it from 1.17). A runtime
 without it gets the tanh formula written out at opset 18: `gelu="formula"`, which
-[`to_onnx`][eqx_fmnist.export.onnx_graph.to_onnx] falls back to when the installed onnxruntime
+[`to_onnx`][eqx_fmnist.export.onnx.to_onnx] falls back to when the installed onnxruntime
 cannot load the operator.
 
 Needs the optional extra: `pip install 'eqx_fmnist[onnx]'`.
 """
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
+from .format import ExportFormat, ExportInputs, Outputs
 from .manifest import ExportError
 from .portable import Portable
 
@@ -192,3 +193,18 @@ def run_onnx(blob: bytes, images: np.ndarray, *, chunk: int = 2000) -> dict[str,
     parts = [session.run(None, {"images": images[i : i + chunk]}) for i in range(0, len(images), chunk)]
     axis = {n: (1 if n == "member_probabilities" else 0) for n in names}
     return {n: np.concatenate([p[j] for p in parts], axis=axis[n]) for j, n in enumerate(names)}
+
+
+def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
+    blob, gelu = to_onnx(inputs.portable)
+    return blob, {"opset": OPSETS[gelu], "gelu": gelu}
+
+
+def _run(blob: bytes, images: np.ndarray, inputs: ExportInputs) -> tuple[Outputs, dict[str, Any]]:
+    import onnxruntime
+
+    return run_onnx(blob, images), {"checked_by": f"onnxruntime {onnxruntime.__version__}"}
+
+
+FORMAT = ExportFormat("onnx", ".onnx", _build, _run, member_outputs=True, require=require_onnx)
+"""ONNX: a graph for onnxruntime in any language (the optional extra `onnx`)."""

@@ -111,6 +111,19 @@ def to_portable(
     return Portable(layers, k is not None, float(temperature), trust)
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU in its tanh form, `jax.nn.gelu`'s default, in numpy."""
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def scaled_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """`softmax(logits / temperature)` over the last axis, in numpy: the probabilities
+    every artifact returns."""
+    z = np.asarray(logits) / temperature
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
 def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]:
     """Every output of an artifact, computed from `portable` with numpy alone (float64):
     `logits`, `probabilities` and, for a calibrated model, `trust_score` and `unusual`.
@@ -126,7 +139,7 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
         for i, (w, b) in enumerate(member):
             x = x @ w.T.astype(np.float64) + b
             if i < len(member) - 1:
-                x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+                x = gelu_tanh(x)
                 hidden.append(x)
         z = x - x.max(1, keepdims=True)
         log_probs.append(z - np.log(np.exp(z).sum(1, keepdims=True)))
@@ -140,9 +153,7 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
         logits = top + np.log(np.exp(lp - top).mean(0))
     else:
         logits = x
-    z = logits / portable.temperature
-    e = np.exp(z - z.max(1, keepdims=True))
-    out = {"logits": logits, "probabilities": e / e.sum(1, keepdims=True)}
+    out = {"logits": logits, "probabilities": scaled_softmax(logits, portable.temperature)}
     if portable.trust is not None:
         t = portable.trust
         score, sums = np.mean(scores, 0), pixels.sum(1, dtype=np.int64)

@@ -2,11 +2,15 @@
 as `members.0.layers.0.weight`, ...), with the config in the metadata; `torch_state_dict`
 renames them for the equivalent PyTorch `nn.Sequential`."""
 
+from typing import Any
+
 import numpy as np
 
 from ..config import TrainConfig
 from ..model import MLP, num_members
 from ..parallel import to_local
+from .format import ExportFormat, ExportInputs, Outputs
+from .portable import Portable, numpy_serve
 
 
 def weight_arrays(models: MLP) -> dict[str, np.ndarray]:
@@ -34,23 +38,19 @@ def to_safetensors(models: MLP, config: TrainConfig) -> bytes:
     return save(weight_arrays(models), metadata=meta)
 
 
-def numpy_forward(arrays: dict[str, np.ndarray], images: np.ndarray) -> np.ndarray:
-    """Logits from named weights with numpy alone (an ensemble: log mean probabilities):
-    the reference that checks a safetensors export, independent of JAX and Equinox."""
-    prefixes = sorted({k.rsplit("layers.", 1)[0] for k in arrays})
-    probs, x = [], images.astype(np.float32)
+def portable_of_weights(arrays: dict[str, np.ndarray], temperature: float = 1.0) -> Portable:
+    """The [`Portable`][eqx_fmnist.export.portable.Portable] arrays that named weights
+    describe (what [`weight_arrays`][eqx_fmnist.export.safetensors.weight_arrays]
+    wrote), read back by their names alone: the numpy reference then checks a
+    safetensors export, independent of JAX and Equinox."""
+    prefixes = sorted({k.rsplit("layers.", 1)[0] for k in arrays},
+                      key=lambda p: int(p.split(".")[1]) if p else -1)  # fmt: skip
+    layers = []
     for prefix in prefixes:
-        x = images.astype(np.float32) / 255.0
         n = len({k for k in arrays if k.startswith(prefix + "layers.")}) // 2
-        for i in range(n):
-            x = x @ arrays[f"{prefix}layers.{i}.weight"].T + arrays[f"{prefix}layers.{i}.bias"]
-            if i < n - 1:  # GELU, tanh form (jax.nn.gelu's default)
-                x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
-        e = np.exp(x - x.max(axis=1, keepdims=True))
-        probs.append(e / e.sum(axis=1, keepdims=True))
-    if len(prefixes) == 1 and prefixes[0] == "":
-        return x
-    return np.log(np.mean(probs, axis=0))
+        layers.append([(arrays[f"{prefix}layers.{i}.weight"], arrays[f"{prefix}layers.{i}.bias"])
+                       for i in range(n)])  # fmt: skip
+    return Portable(layers, prefixes != [""], float(temperature), None)
 
 
 def torch_state_dict(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -61,3 +61,17 @@ def torch_state_dict(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         _, i, kind = name.split(".")
         renamed[f"{2 * int(i)}.{kind}"] = array
     return renamed
+
+
+def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
+    return to_safetensors(inputs.models, inputs.config), {}
+
+
+def _run(blob: bytes, images: np.ndarray, inputs: ExportInputs) -> tuple[Outputs, dict[str, Any]]:
+    from safetensors.numpy import load
+
+    return numpy_serve(portable_of_weights(load(blob), inputs.portable.temperature), images), {}
+
+
+FORMAT = ExportFormat("safetensors", ".safetensors", _build, _run, serves=False, trust=False)
+"""safetensors: the weights by name, checked through the numpy reference."""

@@ -19,6 +19,7 @@ from ..evaluation import ensemble_log_probs
 from ..model import MLP, num_members
 from ..parallel import to_local
 from ..precision import Policy
+from .format import ExportFormat, ExportInputs, Outputs
 from .manifest import ExportError, manifest_path
 from .portable import PortableTrust
 
@@ -172,3 +173,17 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
     except Exception as e:  # flatbuffers raises several kinds for a bad file
         raise ExportError(f"{path} is not a StableHLO export ({type(e).__name__}).") from None
     return Artifact(path, manifest, exported)
+
+
+def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
+    p = inputs.portable
+    blob = to_stablehlo(inputs.models, inputs.policy, temperature=p.temperature, trust=p.trust)
+    return blob, {"platforms": list(PLATFORMS)}
+
+
+def _run(blob: bytes, images: np.ndarray, inputs: ExportInputs) -> tuple[Outputs, dict[str, Any]]:
+    return run_stablehlo(blob, images), {}
+
+
+FORMAT = ExportFormat("stablehlo", ".stablehlo", _build, _run, keeps_policy=True)
+"""StableHLO: the whole forward pass, in the run's policy, for `jax` alone."""
