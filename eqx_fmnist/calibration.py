@@ -21,6 +21,7 @@ detector, and is saved beside a run's checkpoint (`calibration.safetensors`).
 import dataclasses
 import json
 import os
+import typing
 from pathlib import Path
 
 import equinox as eqx
@@ -29,8 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
-from .augment import Augmentation, move_images
-from .config import TrainConfig
+from .augment import move_images
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .evaluation import _logits
 from .fileio import atomic_write
@@ -255,7 +255,16 @@ class Trust:
         return (amount < low) | (amount > high) | flat | (self.scores(feats) > self.threshold)
 
 
-def trust_moves(augmentation: Augmentation | TrainConfig) -> tuple[Move, ...]:
+@typing.runtime_checkable
+class Moves(typing.Protocol):
+    """Anything that says how far training moved images and whether it mirrored them:
+    an [`Augmentation`][eqx_fmnist.augment.Augmentation] or a `TrainConfig`."""
+
+    shift: int
+    mirror: bool
+
+
+def trust_moves(augmentation: Moves) -> tuple[Move, ...]:
     """The images as they are and the largest moves a training step makes: the mirror
     (if `augmentation.mirror`) and `augmentation.shift` pixels along each axis (if any),
     for an [`Augmentation`][eqx_fmnist.augment.Augmentation] or the `TrainConfig` that
