@@ -13,11 +13,46 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+def _compile_cache() -> str:
+    """This worker's folder of compiled programs: in the user cache, one per CPU kind (a
+    program compiled for AVX-512 is not loaded on a machine without it) and per xdist
+    worker (JAX's cache does not lock a folder without a size limit, and with one its
+    lock races under the suite); `$EQX_FMNIST_TEST_CACHE` moves it, `off` turns it
+    off."""
+    import hashlib
+    import platform
+
+    setting = os.environ.get("EQX_FMNIST_TEST_CACHE", "")
+    if setting.lower() == "off":
+        return ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = [platform.processor()]
+    kind = hashlib.sha256("".join(lines).encode()).hexdigest()[:12]
+    root = setting or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "eqx_fmnist-tests"
+    )
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return os.path.join(root, f"jax-compile-{kind}", worker)
+
+
+# In-process tests compile the same programs again and again (the same tiny fit in many
+# tests): JAX's persistent cache turns the repeats into loads, in this run and the next.
+_CACHE = _compile_cache()
+if _CACHE:  # as eqx_fmnist.cache.enable_compile_cache does; the package is not imported
+    os.makedirs(_CACHE, exist_ok=True)  # before the jaxtyping hook is in place
+    jax.config.update("jax_compilation_cache_dir", _CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 @pytest.fixture(scope="session")
 def shared_compile_cache(tmp_path_factory):
-    """One folder of compiled programs for every `eqx-fmnist` process this session (each
-    xdist worker has its own): a command that compiles what an earlier one did loads it."""
-    return tmp_path_factory.mktemp("jax-compile")
+    """The folder of compiled programs every `eqx-fmnist` process of this worker shares
+    with the tests themselves: a command that compiles what an earlier one did loads it."""
+    return _CACHE or tmp_path_factory.mktemp("jax-compile")
 
 
 @pytest.fixture(autouse=True)
