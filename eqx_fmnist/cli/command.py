@@ -58,7 +58,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             data, quick=args.quick, repeats=args.repeats,
             progress=lambda what: status.update(f"measuring {what} ..."),
         )  # fmt: skip
-    console.print(report.to_markdown(), markup=False, highlight=False)
+    console.print(report.to_markdown(), markup=False, highlight=False, soft_wrap=True)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         with atomic_write(args.out / "throughput.md", "w") as f:
