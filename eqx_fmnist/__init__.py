@@ -54,11 +54,7 @@ from .data import (
 from .dataset import (
     ArrayDataset as ArrayDataset,
     Splits as Splits,
-    batch_indices as batch_indices,
-    epoch_indices as epoch_indices,
     normalize as normalize,
-    padded_batches as padded_batches,
-    permute as permute,
     split_data as split_data,
     to_datasets as to_datasets,
 )
@@ -83,7 +79,12 @@ from .evaluation import (
 )
 from .intervals import History as History, NonFiniteError as NonFiniteError
 from .losses import accuracy as accuracy, cross_entropy as cross_entropy
-from .model import MLP as MLP, count_params as count_params, num_members as num_members
+from .model import (
+    MLP as MLP,
+    count_params as count_params,
+    num_members as num_members,
+    per_member as per_member,
+)
 from .optim import make_optimizer as make_optimizer, make_schedule as make_schedule
 from .parallel import jax_subprocess_env as jax_subprocess_env
 from .precision import (

@@ -34,7 +34,7 @@ from .augment import move_images
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .evaluation import _logits
 from .fileio import atomic_write
-from .model import MLP, num_members
+from .model import MLP, num_members, per_member
 from .plots import plot_reliability
 from .precision import FLOAT32, Policy
 
@@ -183,7 +183,8 @@ def _features(model: MLP, images: Shaped[Array, "n 784"], policy: Policy, batch_
         f = jax.lax.map(forward, batches)
         return f.reshape(-1, f.shape[-1])[: images.shape[0]].astype(jnp.float32)
 
-    return one(model) if num_members(model) is None else eqx.filter_vmap(one)(model)
+    f = per_member(one, model)
+    return f[0] if num_members(model) is None else f
 
 
 def features(

@@ -20,7 +20,7 @@ from jaxtyping import Array, Float
 from .config import TrainConfig
 from .data import IMAGE_SIZE, NUM_CLASSES
 from .evaluation import ensemble_log_probs
-from .model import MLP, num_members
+from .model import MLP, per_member
 from .precision import FLOAT32, Policy
 
 
@@ -94,8 +94,5 @@ class Teacher(eqx.Module):
         def logits(m):
             return jax.vmap(lambda xi: m(xi, policy=self.policy))(x)
 
-        if num_members(model) is None:
-            stacked = logits(model)[None]
-        else:
-            stacked = eqx.filter_vmap(logits)(model)
+        stacked = per_member(logits, model)
         return ensemble_log_probs(stacked.astype(jnp.float32) / self.temperature)

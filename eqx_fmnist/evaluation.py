@@ -23,7 +23,7 @@ from .augment import move_images
 from .data import NUM_CLASSES
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .losses import accuracy, cross_entropy
-from .model import MLP, num_members
+from .model import MLP, num_members, per_member
 from .parallel import batch_sharding
 from .precision import FLOAT32, Policy
 
@@ -82,15 +82,14 @@ def _forward(
 
 
 def _member_logits(model: MLP, images, policy: Policy, batch_size: int, mesh=None):
-    """`_forward` of one model, or of every member (a leading axis) of a stack."""
-    if num_members(model) is None:
-        return _forward(model, images, policy, batch_size, mesh)
-    return eqx.filter_vmap(lambda m: _forward(m, images, policy, batch_size, mesh))(model)
+    """`_forward` of every member, on a leading axis (one model: a stack of one)."""
+    return per_member(_forward, model, images, policy, batch_size, mesh)
 
 
 def _combined(model: MLP, logits):
-    """A model's logits, or a stack's ensemble log probabilities."""
-    return logits if num_members(model) is None else ensemble_log_probs(logits)
+    """From every member's logits: one model's own, or a stack's ensemble log
+    probabilities."""
+    return logits[0] if num_members(model) is None else ensemble_log_probs(logits)
 
 
 @eqx.filter_jit
@@ -151,11 +150,22 @@ def predict_proba(
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
+    temperature: float = 1.0,
 ) -> Float[Array, "n classes"]:
     """Softmax probabilities of every class for every image, float32; for members, the
-    mean of their probabilities."""
+    mean of their probabilities. A `temperature` (a run's calibrated one) divides the
+    logits first ([`scaled_softmax`][eqx_fmnist.evaluation.scaled_softmax])."""
     logits = predict_logits(model, images, policy=policy, batch_size=batch_size)
-    return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    return scaled_softmax(logits, temperature)
+
+
+def scaled_softmax(
+    logits: Float[Array, "*n classes"], temperature: float = 1.0
+) -> Float[Array, "*n classes"]:
+    """`softmax(logits / temperature)` in float32: the probabilities the library and its
+    StableHLO artifact return (the numpy artifacts' twin is
+    `eqx_fmnist.export.portable.scaled_softmax`)."""
+    return jax.nn.softmax(logits.astype(jnp.float32) / jnp.float32(temperature), axis=-1)
 
 
 def member_probabilities(
@@ -168,7 +178,6 @@ def member_probabilities(
     """Each member's softmax probabilities (float32), for a stack of members; one
     model counts as a stack of one."""
     logits = _member_logits(model, images, policy, batch_size)
-    logits = logits if num_members(model) is not None else logits[None]
     return jax.nn.softmax(logits[:, : images.shape[0]].astype(jnp.float32), axis=-1)
 
 

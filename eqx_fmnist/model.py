@@ -153,3 +153,16 @@ def num_members(model: "MLP") -> int | None:
     """
     bias = _bias(model.layers[0])
     return None if bias.ndim == 1 else int(bias.shape[0])
+
+
+def per_member(fn: Callable[..., PyTree], model: "MLP", *args) -> PyTree:
+    """`fn(member, *args)` for every member of a stack, each output with the members on
+    a leading axis (`eqx.filter_vmap` over the model; `args` are shared); one model
+    counts as a stack of one (`fn(model, *args)` with a leading axis of 1).
+
+    The one place the library vmaps over members outside the training step: an
+    evaluation, the trust flag's features, a teacher and an export all call it.
+    """
+    if num_members(model) is None:
+        return jtu.tree_map(lambda x: x[None], fn(model, *args))
+    return eqx.filter_vmap(lambda m: fn(m, *args))(model)

@@ -89,3 +89,26 @@ def test_a_state_needs_its_numbers_and_says_how_many_members_it_holds():
     stacked = init_members([config(seed=s) for s in range(3)], 256)
     assert stacked.num_members == 3 == num_members(stacked.model)
     assert stacked.global_step == 0 and stacked.hyperparams["learning_rate"].shape == (3,)
+
+
+def test_per_member_runs_a_function_on_each_member_of_a_stack_or_on_one_model():
+    """`per_member(fn, model, *args)`: each member's own output, on a leading axis,
+    as a loop over `select_members` computes it in numpy; one model is a stack of one."""
+    from eqx_fmnist.model import per_member
+    from eqx_fmnist.state import init_members, select_members
+
+    stacked = init_members([config(seed=s) for s in range(3)], 256).model
+    x = np.random.default_rng(0).random((5, 784)).astype(np.float32)
+
+    def first_layer(m, images, scale):  # one member: (its weight @ x.T).T * scale
+        return {"z": images @ m.layers[0].weight.T * scale, "b": m.layers[0].bias}
+
+    out = per_member(first_layer, stacked, jnp.asarray(x), 2.0)
+    for i in range(3):
+        w = np.asarray(select_members(stacked, i).layers[0].weight, np.float64)
+        np.testing.assert_allclose(out["z"][i], x @ w.T * 2.0, rtol=1e-5, atol=1e-5)
+        assert jnp.array_equal(out["b"][i], select_members(stacked, i).layers[0].bias)
+    one = select_members(stacked, 1)
+    alone = per_member(first_layer, one, jnp.asarray(x), 2.0)
+    assert alone["z"].shape == (1, 5, one.layers[0].weight.shape[0])
+    assert jnp.array_equal(alone["z"][0], first_layer(one, jnp.asarray(x), 2.0)["z"])

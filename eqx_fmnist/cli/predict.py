@@ -60,8 +60,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         ckpt, calibration = load_checkpoint(path), load_calibration(path)
         model, policy = ckpt.state.eval_model, ckpt.state.policy
         # One model's probabilities, or the ensemble's: the mean of its members'.
-        raw = np.asarray(predict_proba(model, jnp.asarray(flat), policy=policy))
-        probs = _rescale(raw, calibration.temperature if calibration else 1.0)
+        temperature = calibration.temperature if calibration else 1.0
+        probs = np.asarray(
+            predict_proba(model, jnp.asarray(flat), policy=policy, temperature=temperature)
+        )
         if ckpt.members is not None and args.members:
             guesses = np.asarray(member_probabilities(model, jnp.asarray(flat), policy=policy))
             each = [
@@ -109,15 +111,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if not args.json and checkpoint and calibration is None:
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
-
-
-def _rescale(probs: np.ndarray, temperature: float) -> np.ndarray:
-    """Probabilities at another temperature: `softmax(log p / T)`."""
-    if temperature == 1.0:
-        return probs
-    z = np.log(np.maximum(probs.astype(np.float64), 1e-300)) / temperature
-    e = np.exp(z - z.max(-1, keepdims=True))
-    return (e / e.sum(-1, keepdims=True)).astype(np.float32)
 
 
 def save_figure_png(pixels: np.ndarray, path: Path) -> None:

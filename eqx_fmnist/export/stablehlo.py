@@ -8,15 +8,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..data import IMAGE_SIZE
 from ..dataset import normalize
-from ..evaluation import ensemble_log_probs
-from ..model import MLP, num_members
+from ..evaluation import ensemble_log_probs, scaled_softmax
+from ..model import MLP, num_members, per_member
 from ..parallel import to_local
 from ..precision import Policy
 from .format import ExportFormat, ExportInputs, Outputs
@@ -70,13 +69,9 @@ def serving_function(
         return jax.vmap(forward)(normalize(images))
 
     def serve(images):
-        if num_members(models) is None:
-            logits, feats = one(models, images)
-            feats = feats[None]
-        else:
-            each, feats = eqx.filter_vmap(one, in_axes=(0, None))(models, images)
-            logits = ensemble_log_probs(each)
-        probs = jax.nn.softmax(logits / jnp.float32(temperature), axis=-1)
+        each, feats = per_member(one, models, images)
+        logits = each[0] if num_members(models) is None else ensemble_log_probs(each)
+        probs = scaled_softmax(logits, temperature)
         if trust is None:
             return logits, probs
         return logits, probs, *trust_outputs(feats, images, trust)
