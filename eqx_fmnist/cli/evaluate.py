@@ -7,19 +7,16 @@ from pathlib import Path
 import numpy as np
 
 from .. import data as data_mod
-from ..calibration import CALIBRATION_FILE, Calibration, calibration_report
+from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import load_checkpoint
 from ..dataset import to_datasets
 from ..evaluation import (
-    confusion_matrix,
     evaluate,
-    evaluate_robustness,
     most_confused,
     per_class_accuracy,
-    predict_logits,
 )
-from ..plots import plot_confusion_matrix, save_figure
-from ..runs.folder import robustness_figure
+from ..plots import save_figure
+from ..runs.report import test_report
 from ..state import BATCHED
 from .common import add_data_args, checkpoint_path, console, load_data, table
 
@@ -45,7 +42,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     (_, test), state = to_datasets(fm), ckpt.state
     model = state.eval_model
     result = evaluate(model, test, policy=state.policy)
-    logits = np.asarray(predict_logits(model, test.images, policy=state.policy), np.float32)
     who = f"{len(result.members)} members: ensemble test" if result.members else "test"
     line = (
         f"checkpoint {path} (step {ckpt.step:,}): {who} accuracy [bold]{result.accuracy:.4f}[/], "
@@ -63,33 +59,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         console.print(
             table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
         )
-    robust = evaluate_robustness(model, test, policy=state.policy)
-    rows = [(name, f"{acc:.4f}") for name, acc in robust.rows()]
-    console.print(table("Robustness: the test images moved", ("test images", "accuracy"), rows))
     calibration = load_calibration(path)
-    cm = np.asarray(confusion_matrix(fm.test_labels, logits.argmax(-1)))
+    report = test_report(model, state.policy, fm.test_images, fm.test_labels, calibration)
+    rows = [(name, f"{acc:.4f}") for name, acc in report.robustness.rows()]
+    console.print(table("Robustness: the test images moved", ("test images", "accuracy"), rows))
+    cm = report.confusion
     names, (other, share) = data_mod.CLASS_NAMES, most_confused(cm)
     rows = [
         (f"{c} {names[c]}", f"{recall:.3f}", f"{names[other[c]]} ({share[c]:.1%})")
         for c, recall in enumerate(np.asarray(per_class_accuracy(cm)))
     ]
     console.print(table("Per-class accuracy", ("class", "accuracy", "most confused with"), rows))
-    report, reliability = calibration_report(logits, fm.test_labels, calibration)
     rows = [
         (name + (f" (T = {r['temperature']:.3f})" if name != "raw" else ""),
          f"{r['nll']:.4f}", f"{r['brier']:.4f}", f"{r['ece']:.4f}")
-        for name, r in report.items()
+        for name, r in report.calibration.items()
     ]  # fmt: skip
     console.print(table("Calibration", ("probabilities", "NLL", "Brier", "ECE (15 bins)"), rows))
     if calibration is None:
         console.print("(not calibrated: train with --calibrate 5000 to fit a temperature)")
     out = args.out or path.parent
     out.mkdir(parents=True, exist_ok=True)
-    figures = (
-        ("confusion_matrix.png", plot_confusion_matrix(cm)),
-        ("reliability.png", reliability),
-        ("robustness.png", robustness_figure(robust)),
-    )
-    for name, figure in figures:  # fmt: skip
+    for name, figure in report.figures().items():
         console.print(f"wrote {save_figure(figure, out / name)}")
     return 0

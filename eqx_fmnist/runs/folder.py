@@ -38,29 +38,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
-import numpy as np
-
-from ..calibration import CALIBRATION_FILE, Calibration, calibration_report
+from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import save_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
-from ..dataset import ArrayDataset
 from ..ensemble import SweepResult
-from ..evaluation import Robustness, confusion_matrix, evaluate_robustness, predict_logits
 from ..fileio import FolderInUse, FolderLock, atomic_write
 from ..intervals import History
-from ..parallel import to_local
 from ..plots import (
-    plot_confusion_matrix,
     plot_examples,
     plot_predictions,
-    plot_robustness,
     plot_training_curve,
     save_figure,
 )
 from ..state import TrainState
 from ..train import TrainResult
+from .report import test_report
 from .summary import CHECKPOINT_NAME, RunError, summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"
@@ -116,15 +109,6 @@ class CheckpointEvery:
 def default_folder() -> Path:
     """`runs/<YYYYmmdd-HHMMSS>` under the working folder."""
     return Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
-def robustness_figure(robust: Robustness):
-    """The figure of accuracy against shift (and mirrored) of a
-    [`Robustness`][eqx_fmnist.evaluation.Robustness]."""
-    shifts = (0, *robust.shifted)
-    return plot_robustness(
-        shifts, (robust.clean, *robust.shifted.values()), mirrored=robust.mirrored
-    )
 
 
 def read_history(folder: str | os.PathLike) -> list[History]:
@@ -305,30 +289,22 @@ class RunFolder:
         The summary, as written to `summary.json`.
         """
         self._save_final(result.state)
-        images = jnp.asarray(data.test_images.reshape(len(data.test_images), -1))
-        logits = np.asarray(
-            predict_logits(to_local(result.model), images, policy=result.policy), np.float32
-        )
-        pred = logits.argmax(axis=-1)
-        cm = np.asarray(confusion_matrix(data.test_labels, pred))
-        report, reliability = calibration_report(logits, data.test_labels, calibration)
+        report = test_report(result.model, result.policy, data.test_images, data.test_labels,
+                             calibration)  # fmt: skip
         if calibration is not None:
             calibration.save(self.folder / CALIBRATION_FILE)
-        test = ArrayDataset(images, jnp.asarray(data.test_labels))
-        robust = evaluate_robustness(to_local(result.model), test, policy=result.policy)
         summary = {
-            **summarise(result, cm, calibration),
-            "calibration": report,
-            "robustness": robust.to_dict(),
+            **summarise(result, report.confusion, calibration),
+            "calibration": report.calibration,
+            "robustness": report.robustness.to_dict(),
         }
         _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+        pred = report.predictions
         figures = {
-            "reliability.png": reliability,
+            **report.figures(),
             "examples.png": plot_examples(data.train_images, data.train_labels),
             "training_curve.png": self._curve(),
             "predictions.png": plot_predictions(data.test_images, data.test_labels, pred),
-            "confusion_matrix.png": plot_confusion_matrix(cm),
-            "robustness.png": robustness_figure(robust),
         }
         for name, figure in figures.items():
             save_figure(figure, self.folder / name)
