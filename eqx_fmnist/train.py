@@ -145,7 +145,7 @@ def run_chunks(
         yield state, step, metrics, elapsed
 
 
-def _as_splits(configs: Sequence[TrainConfig], data, validation) -> Splits:
+def _as_splits(configs: Sequence[TrainConfig], data) -> Splits:
     config = configs[0]
     if data is None:
         data = load_fashion_mnist()
@@ -158,8 +158,6 @@ def _as_splits(configs: Sequence[TrainConfig], data, validation) -> Splits:
                 "calibration_size=...)` as `data` (or set both to 0)."
             )
         data = split_data(data)  # on the device, nothing held out
-    if validation is not None:
-        data = dataclasses.replace(data, validation=validation)
     for name, size in (
         ("validation", config.validation_size),
         ("calibration", config.calibration_size),
@@ -193,7 +191,6 @@ def fit(
     data: FashionMNIST | tuple[ArrayDataset, ArrayDataset | None] | Splits | None = None,
     *,
     state: TrainState | None = None,
-    validation: ArrayDataset | None = None,
     callback: Callback | Sequence[Callback] | None = None,
     teacher: MLP | None = None,
     eval_batch_size: int = 1000,
@@ -210,15 +207,14 @@ def fit(
     - `data`: a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST], `(train, test)`
         [`ArrayDataset`][eqx_fmnist.dataset.ArrayDataset]s (`test` may be `None`), or
         [`Splits`][eqx_fmnist.dataset.Splits] from
-        [`split_data`][eqx_fmnist.dataset.split_data]; the whole training set is
-        trained on. Defaults to `load_fashion_mnist()`, the one convenience.
+        [`split_data`][eqx_fmnist.dataset.split_data] (their `validation` set, if any,
+        is evaluated after every interval: `valid_loss`, `valid_accuracy` in the
+        history, and at the end); the whole training set is trained on. Defaults to `load_fashion_mnist()`, the one convenience.
     - `state`: a state to continue from, e.g. from
         [`load_checkpoint`][eqx_fmnist.checkpoint.load_checkpoint]; training resumes
         at its step and stops at the config's total steps. Its buffers are donated.
         Defaults to [`init_state`][eqx_fmnist.state.init_state] (one config) or
         [`init_members`][eqx_fmnist.state.init_members] (several).
-    - `validation`: a validation set evaluated after every interval (`valid_loss`,
-        `valid_accuracy` in the history) and at the end. Defaults to the splits'.
     - `callback`: one or more [`Callback`][eqx_fmnist.intervals.Callback]s, called as
         `callback(record, state)` after each logging interval, e.g. to draw a progress
         bar or keep a run folder. Defaults to `None`: none.
@@ -255,7 +251,7 @@ def fit(
     if stacked:
         check_members(configs)
     start = time.perf_counter()
-    splits = _as_splits(configs, data, validation)
+    splits = _as_splits(configs, data)
     train, test, valid = splits.train, splits.test, splits.validation
     if state is None:
         state = init_members(configs, len(train)) if stacked else init_state(config, len(train))

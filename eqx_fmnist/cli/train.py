@@ -13,6 +13,7 @@ from ..checkpoint import load_checkpoint
 from ..config import TrainConfig
 from ..distill import Teacher
 from ..ensemble import check_memory, grid_configs, grid_of, member_seeds, sweep
+from ..ensemble.grid import SWEEP_VALIDATION
 from ..fileio import atomic_write
 from ..intervals import plan_run
 from ..model import MLP
@@ -37,8 +38,6 @@ from .common import (
     train_with_progress,
 )
 from .flags import add_config_flags, config_from_args, given_flags
-
-DEFAULT_SWEEP_VALIDATION = 10_000
 
 
 def add_run_folder_flags(
@@ -289,7 +288,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             setattr(args, name, None)
         config = config_from_args(args)
         if not config.validation_size:
-            config = config.with_changes(validation_size=DEFAULT_SWEEP_VALIDATION)
+            config = config.with_changes(validation_size=SWEEP_VALIDATION)
         _, seeds, configs = grid_configs(config, grid, args.seeds or 2)
         out = args.out or default_folder()
 

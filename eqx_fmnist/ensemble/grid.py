@@ -215,12 +215,16 @@ class SweepResult:
         return [*paths, save_figure(self.heatmap(), folder / "sweep_heatmap.png")]
 
 
+SWEEP_VALIDATION = 10_000
+"""Training images a sweep holds out to rank on, unless told otherwise."""
+
+
 def sweep(
     config: TrainConfig,
     grid: Mapping[str, Sequence[Any]],
     seeds: int | Sequence[int] = 2,
     *,
-    validation_size: int = 10_000,
+    validation_size: int = SWEEP_VALIDATION,
     data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | Splits | None = None,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
