@@ -25,9 +25,10 @@ from PIL import Image, ImageDraw
 
 import eqx_fmnist as ef
 from eqx_fmnist.bench import machine_facts
-from eqx_fmnist.calibration import calibration_report, evaluate_calibration, features
+from eqx_fmnist.calibration import calibration_report, evaluate_calibration
 from eqx_fmnist.data import prepare_image
 from eqx_fmnist.plots import save_figure
+from eqx_fmnist.trust import features
 
 
 def not_clothing(rng: np.random.Generator) -> dict[str, np.ndarray]:

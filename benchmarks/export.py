@@ -182,7 +182,7 @@ def main() -> None:
     Image.open(paths[0]).convert("RGB").save(photo, quality=90)
     got = browser(pages["one model"], photo, screenshot=SCREENSHOT)
     if got is not None:
-        from eqx_fmnist.calibration import features
+        from eqx_fmnist.trust import features
 
         calibration = ef.calibrate(single.model, splits.train, splits.calibration)
         pixels = prepare_image(photo).pixels.reshape(1, -1)

@@ -25,7 +25,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 import eqx_fmnist as ef
 from eqx_fmnist.bench import machine_facts
-from eqx_fmnist.calibration import AS_THEY_ARE, features
+from eqx_fmnist.trust import AS_THEY_ARE, features
 
 CONFIDENT = 0.9
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"

@@ -24,6 +24,7 @@ from . import (
     state as state,
     step as step,
     train as train,
+    trust as trust,
 )
 from .augment import Augmentation as Augmentation, move_images as move_images
 from .cache import (
@@ -34,7 +35,6 @@ from .calibration import (
     Calibration as Calibration,
     calibrate as calibrate,
     calibration_metrics as calibration_metrics,
-    trust_moves as trust_moves,
 )
 from .checkpoint import load_checkpoint as load_checkpoint, save_checkpoint as save_checkpoint
 from .config import (
@@ -110,5 +110,6 @@ from .step import (
     train_steps as train_steps,
 )
 from .train import TrainResult as TrainResult, fit as fit
+from .trust import trust_moves as trust_moves
 
 __version__ = importlib.metadata.version("eqx_fmnist")

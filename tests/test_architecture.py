@@ -28,6 +28,7 @@ LAYERS = [
     "model",
     "losses",
     "evaluation",
+    "trust",
     "calibration",
     "config",
     "optim",

@@ -105,7 +105,7 @@ def test_a_run_holds_out_images_for_its_calibration(calibrated, real_data, tmp_p
 def test_the_trust_flag_on_real_and_not_clothing_images(calibrated, real_data):
     from PIL import Image, ImageDraw
 
-    from eqx_fmnist.calibration import features
+    from eqx_fmnist.trust import features
 
     trust, model = calibrated.calibration.trust, calibrated.model
 
@@ -134,7 +134,8 @@ def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_feat
     (recomputed here with numpy from each member alone), and the trust flag holds each
     member's own class means, equal to that member's alone; its score is their mean."""
     import eqx_fmnist as ef
-    from eqx_fmnist.calibration import features, fit_temperature, fit_trust
+    from eqx_fmnist.calibration import fit_temperature
+    from eqx_fmnist.trust import features, fit_trust
 
     config = ef.TrainConfig(steps=8, batch_size=32, hidden_sizes=(16,))
     members = ef.fit_ensemble(config, seeds=2, data=(small, None))
@@ -169,7 +170,7 @@ def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_feat
 
 def test_the_trust_score_is_the_smallest_mahalanobis_distance():
     """Against the plain formula `(f - m)' P (f - m)`, computed class by class."""
-    from eqx_fmnist.calibration import Trust
+    from eqx_fmnist.trust import Trust
 
     rng = np.random.default_rng(3)
     feats, means = rng.normal(size=(40, 6)), rng.normal(size=(10, 6))
@@ -199,7 +200,7 @@ def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
     import jax.random as jr
 
     import eqx_fmnist as ef
-    from eqx_fmnist.calibration import fit_trust
+    from eqx_fmnist.trust import fit_trust
 
     config = ef.TrainConfig(steps=8, batch_size=32, hidden_sizes=(16,), shift=1)
     moves = ef.trust_moves(config)

@@ -10,9 +10,9 @@ import numpy as np
 from PIL import Image
 
 from .. import data as data_mod
-from ..calibration import features
 from ..checkpoint import load_checkpoint
 from ..evaluation import member_probabilities, predict_proba
+from ..trust import features
 from .common import UsageError, checkpoint_path, console
 from .evaluate import load_calibration
 from .export import is_artifact, predict_with_artifact

@@ -13,7 +13,7 @@ web page.
   JavaScript; draw an item or drop a photo, offline, from `file://`.
 
 A calibrated run's StableHLO, ONNX and page also compute the trust flag
-(`trust_score`, `unusual`), exactly as [`Trust.flags`][eqx_fmnist.calibration.Trust.flags]
+(`trust_score`, `unusual`), exactly as [`Trust.flags`][eqx_fmnist.trust.Trust.flags]
 does, from the arrays of [`to_portable`][eqx_fmnist.export.portable.to_portable].
 
 Every export is **checked before it is written**: it runs on the images it is given

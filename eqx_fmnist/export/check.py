@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..calibration import Calibration, features
+from ..calibration import Calibration
 from ..config import TrainConfig
 from ..data import CLASS_NAMES, IMAGE_SIZE
 from ..evaluation import predict_logits
@@ -22,6 +22,7 @@ from ..fileio import atomic_write
 from ..model import MLP, num_members
 from ..parallel import to_local
 from ..precision import FLOAT32, Policy
+from ..trust import features
 from . import html, onnx, safetensors, stablehlo
 from .format import ExportFormat, ExportInputs
 from .manifest import ExportError, manifest_path

@@ -5,7 +5,7 @@ runs each member as `Gemm` + `Gelu` (tanh form, as `jax.nn.gelu`) per layer, and
 outputs `logits` and `probabilities` (divided by the calibrated temperature); an
 ensemble also outputs `member_probabilities` and its logits are the log of the mean
 probability; a calibrated model also outputs `trust_score` and `unusual`, computed as
-[`Trust.flags`][eqx_fmnist.calibration.Trust.flags] does.
+[`Trust.flags`][eqx_fmnist.trust.Trust.flags] does.
 
 `Gelu` is an ONNX operator from opset 20 (onnxruntime runs it from 1.17). A runtime
 without it gets the tanh formula written out at opset 18: `gelu="formula"`, which

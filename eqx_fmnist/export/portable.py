@@ -2,7 +2,7 @@
 the trust flag rewritten as a whitening matrix, so that ONNX, JavaScript and StableHLO
 compute it with a matmul and a distance (no float64, no matrix inverse at run time).
 
-The trust score of [`Trust`][eqx_fmnist.calibration.Trust] is the smallest
+The trust score of [`Trust`][eqx_fmnist.trust.Trust] is the smallest
 `(f - m_c)' P (f - m_c)` over the class means `m_c`, for the hidden activations `f`.
 With `P = L L'` (a Cholesky factor), that is `|f L - m_c L|^2`: an artifact multiplies
 `f` by `whiten = L` and measures plain squared distances to `centres = m L`.
@@ -13,10 +13,11 @@ import dataclasses
 import jax
 import numpy as np
 
-from ..calibration import Calibration, Trust
+from ..calibration import Calibration
 from ..data import IMAGE_SIZE
 from ..model import MLP, num_members
 from ..parallel import to_local
+from ..trust import Trust
 from .manifest import ExportError
 
 
@@ -67,7 +68,7 @@ class Portable:
 
 
 def portable_trust(trust: Trust, members: int) -> PortableTrust:
-    """A [`Trust`][eqx_fmnist.calibration.Trust] as whitening matrices and centres."""
+    """A [`Trust`][eqx_fmnist.trust.Trust] as whitening matrices and centres."""
     means = np.asarray(trust.means, np.float64).reshape(members, *trust.means.shape[-2:])
     precision = np.asarray(trust.precision, np.float64).reshape(
         members, *trust.precision.shape[-2:]

@@ -33,7 +33,7 @@ def trust_outputs(
 ) -> tuple[jax.Array, jax.Array]:
     """`(score, unusual)` from each member's hidden activations `feats` (`(members, b,
     hidden)`, float32) and the `uint8` pixels, as
-    [`Trust.flags`][eqx_fmnist.calibration.Trust.flags] computes them."""
+    [`Trust.flags`][eqx_fmnist.trust.Trust.flags] computes them."""
     # Full float32 products: a GPU would otherwise multiply float32 in TF32.
     g = jnp.einsum("kbh,khj->kbj", feats, jnp.asarray(trust.whiten), precision=HIGHEST)
     d = jnp.sum((g[:, :, None, :] - jnp.asarray(trust.centres)[:, None]) ** 2, axis=-1)
