@@ -32,8 +32,6 @@ FORMATS: dict[str, ExportFormat] = {
     f.name: f for f in (stablehlo.FORMAT, safetensors.FORMAT, onnx.FORMAT, html.FORMAT)
 }
 """Every export format, by name: a new format is its module and one entry here."""
-SUFFIXES = {name: f.suffix for name, f in FORMATS.items()}
-"""Each format's file suffix."""
 SCORE_TOLERANCE = 1e-4
 """Relative: an image whose trust score is this close to the threshold may fall on
 either side of it in float32; any other disagreement on the flag fails the check."""
