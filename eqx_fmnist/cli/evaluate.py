@@ -16,7 +16,7 @@ from ..evaluation import (
     per_class_accuracy,
 )
 from ..plots import save_figure
-from ..runs.report import test_report
+from ..runs.report import run_report
 from ..state import BATCHED
 from .common import add_data_args, checkpoint_path, console, load_data, table
 
@@ -60,7 +60,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
         )
     calibration = load_calibration(path)
-    report = test_report(model, state.policy, fm.test_images, fm.test_labels, calibration)
+    report = run_report(model, state.policy, fm.test_images, fm.test_labels, calibration)
     rows = [(name, f"{acc:.4f}") for name, acc in report.robustness.rows()]
     console.print(table("Robustness: the test images moved", ("test images", "accuracy"), rows))
     cm = report.confusion

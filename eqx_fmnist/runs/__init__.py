@@ -2,7 +2,7 @@
 
 The modules: `folder` ([`RunFolder`][eqx_fmnist.runs.RunFolder]: the lock, the config,
 one history line per logging interval, checkpoints on a cadence of their own, clean
-stops, the summary and the figures), `report` (the test report a folder writes and `evaluate` shows: [`test_report`][eqx_fmnist.runs.report.test_report]), `summary` (the summary's numbers, TensorBoard,
+stops, the summary and the figures), `report` (the test report a folder writes and `evaluate` shows: [`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers, TensorBoard,
 [`RunError`][eqx_fmnist.runs.RunError]) and `run` (the splits a config asks for, the
 training, and the calibration after it). Nothing here prints.
 """
@@ -18,7 +18,7 @@ from .folder import (
     default_folder as default_folder,
     read_history as read_history,
 )
-from .report import TestReport as TestReport, test_report as test_report
+from .report import RunReport as RunReport, run_report as run_report
 from .run import RunResult as RunResult, run_splits as run_splits, train_run as train_run
 from .summary import (
     CHECKPOINT_NAME as CHECKPOINT_NAME,

@@ -53,7 +53,7 @@ from ..plots import (
 )
 from ..state import TrainState
 from ..train import TrainResult
-from .report import test_report
+from .report import run_report
 from .summary import CHECKPOINT_NAME, RunError, summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"
@@ -289,7 +289,7 @@ class RunFolder:
         The summary, as written to `summary.json`.
         """
         self._save_final(result.state)
-        report = test_report(result.model, result.policy, data.test_images, data.test_labels,
+        report = run_report(result.model, result.policy, data.test_images, data.test_labels,
                              calibration)  # fmt: skip
         if calibration is not None:
             calibration.save(self.folder / CALIBRATION_FILE)

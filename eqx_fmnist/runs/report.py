@@ -2,9 +2,9 @@
 writes when training ends and what `eqx-fmnist evaluate` prints and draws again later,
 computed and drawn in one place.
 
-[`test_report`][eqx_fmnist.runs.report.test_report] runs the model once over the test
+[`run_report`][eqx_fmnist.runs.report.run_report] runs the model once over the test
 images (logits, confusion matrix, calibration metrics raw and scaled) and once over
-them moved and mirrored (robustness); [`TestReport.figures`][eqx_fmnist.runs.report.TestReport.figures]
+them moved and mirrored (robustness); [`RunReport.figures`][eqx_fmnist.runs.report.RunReport.figures]
 draws the confusion matrix, the reliability diagram and the robustness curve.
 """
 
@@ -25,7 +25,7 @@ from ..precision import Policy
 
 
 @dataclasses.dataclass(frozen=True)
-class TestReport:
+class RunReport:
     """What a model does on the test images.
 
     **Fields:** `logits` (`(n, 10)` float32; an ensemble's log mean probabilities),
@@ -34,8 +34,6 @@ class TestReport:
     `calibrated`), `robustness` (accuracy on the images moved and mirrored), and the
     reliability diagram, drawn with the metrics.
     """
-
-    __test__ = False  # not a pytest class, despite its name
 
     logits: np.ndarray
     confusion: np.ndarray
@@ -62,14 +60,14 @@ class TestReport:
         }  # fmt: skip
 
 
-def test_report(
+def run_report(
     model: MLP,
     policy: Policy,
     images: np.ndarray,
     labels: np.ndarray,
     calibration: Calibration | None = None,
-) -> TestReport:
-    """The [`TestReport`][eqx_fmnist.runs.report.TestReport] of `model` (or a stack of
+) -> RunReport:
+    """The [`RunReport`][eqx_fmnist.runs.report.RunReport] of `model` (or a stack of
     members) on `uint8` test images `(n, 784)` and their labels, with the run's
     `calibration` if it has one."""
     model = to_local(model)
@@ -78,7 +76,5 @@ def test_report(
     cm = np.asarray(confusion_matrix(labels, logits.argmax(axis=-1)))
     summary, reliability = calibration_report(logits, labels, calibration)
     robust = evaluate_robustness(model, ArrayDataset(x, jnp.asarray(labels)), policy=policy)
-    return TestReport(logits, cm, summary, robust, reliability)
+    return RunReport(logits, cm, summary, robust, reliability)
 
-
-test_report.__test__ = False  # pyright: ignore[reportFunctionMemberAccess]
