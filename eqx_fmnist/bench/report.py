@@ -16,6 +16,12 @@ class Cadence:
     runs: tuple[float, ...]
 
 
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
 def _facts_line(facts: dict[str, Any]) -> str:
     flags = ", ".join(facts["flags"]) or "none of them"
     line = (
@@ -70,82 +76,58 @@ class BenchmarkReport:
         # (benchmarks/throughput.py), else to the library's per-step path.
         bases = [n for n in ("codelab_jit", "pytorch_eager") if self._rate(n)]
         bases = bases or [self.main[0].name]
-        lines = [
+
+        def pct(t: Throughput) -> str:
+            return f"{100 * t.examples_per_sec / bound_512.examples_per_sec:.0f}%" if bound_512 else "n/a"
+
+        per_epoch, f32 = self.cadence[-1].examples_per_sec, self.precision[0].examples_per_sec
+        main = _table(
+            ["path", "examples/sec", *(f"x {b}" for b in bases), "% of matmul bound",
+             "projected tokens/sec", "compile s"],
+            [[t.name, f"{t.examples_per_sec:,.0f}",
+              *(f"{t.examples_per_sec / (self._rate(b) or math.nan):.2f}" for b in bases),
+              pct(t), f"{t.tokens_per_sec:,.0f}", f"{t.compile_seconds:.2f}"] for t in self.main],
+        )  # fmt: skip
+        cadence = _table(
+            ["`fit`, host read every", "examples/sec", "x one read per epoch"],
+            [[f"{c.log_every} steps", f"{c.examples_per_sec:,.0f}",
+              f"{c.examples_per_sec / per_epoch:.2f}"] for c in self.cadence],
+        )  # fmt: skip
+        precision = _table(
+            ["fused path, precision", "examples/sec", "x float32"],
+            [[t.name, f"{t.examples_per_sec:,.0f}", f"{t.examples_per_sec / f32:.2f}"]
+             for t in self.precision],
+        )  # fmt: skip
+        batches = _table(
+            ["fused path, batch", "examples/sec", "matmul bound (examples/sec)", "% of bound",
+             "bound from"],
+            [[str(b.batch_size), f"{t.examples_per_sec:,.0f}", f"{b.examples_per_sec:,.0f}",
+              f"{100 * t.examples_per_sec / b.examples_per_sec:.0f}%",
+              ", ".join(sorted(set(b.backends)))] for t, b in self.batch_sizes],
+        )  # fmt: skip
+        parts = [
             _facts_line(self.facts),
-            "",
             f"Training paths, batch 512, float32, the loss read back to the host every "
-            f"{self.read_every} steps on every path; "
-            "median of interleaved repetitions.",
-            "",
-            "| path | examples/sec | " + " | ".join(f"x {b}" for b in bases)
-            + " | % of matmul bound | projected tokens/sec | compile s |",
-            "|---|---|" + "---|" * len(bases) + "---|---|---|",
-        ]  # fmt: skip
-        for t in self.main:
-            rel = [f"{t.examples_per_sec / (self._rate(b) or math.nan):.2f}" for b in bases]
-            pct = (
-                f"{100 * t.examples_per_sec / bound_512.examples_per_sec:.0f}%"
-                if bound_512
-                else "n/a"
-            )
-            lines.append(
-                f"| {t.name} | {t.examples_per_sec:,.0f} | {' | '.join(rel)} | {pct} "
-                f"| {t.tokens_per_sec:,.0f} | {t.compile_seconds:.2f} |"
-            )
-        per_epoch = self.cadence[-1].examples_per_sec
-        lines += [
-            "",
-            "| `fit`, host read every | examples/sec | x one read per epoch |",
-            "|---|---|---|",
-            *(
-                f"| {c.log_every} steps | {c.examples_per_sec:,.0f} | "
-                f"{c.examples_per_sec / per_epoch:.2f} |"
-                for c in self.cadence
-            ),
-        ]
-        f32 = self.precision[0].examples_per_sec
-        lines += [
-            "",
+            f"{self.read_every} steps on every path; median of interleaved repetitions.",
+            main, cadence,
             f"XLA runs a bfloat16 x bfloat16 -> float32 matmul at "
             f"{self.bf16_matmul_speedup:.2f}x its float32 speed on this machine.",
-            "",
-            "| fused path, precision | examples/sec | x float32 |",
-            "|---|---|---|",
-            *(
-                f"| {t.name} | {t.examples_per_sec:,.0f} | {t.examples_per_sec / f32:.2f} |"
-                for t in self.precision
-            ),
-        ]
-        lines += [
-            "",
-            "| fused path, batch | examples/sec | matmul bound (examples/sec) | % of bound "
-            "| bound from |",
-            "|---|---|---|---|---|",
-        ]
-        for t, b in self.batch_sizes:
-            sources = ", ".join(sorted(set(b.backends)))
-            lines.append(
-                f"| {b.batch_size} | {t.examples_per_sec:,.0f} | {b.examples_per_sec:,.0f} | "
-                f"{100 * t.examples_per_sec / b.examples_per_sec:.0f}% | {sources} |"
-            )
-        lines += [
-            "",
+            precision, batches,
             f"Matmul FLOPs per training example: {self.flops_per_example:,} by hand; XLA's "
             f"`cost_analysis()` of the compiled chunk counts {self.xla_flops_per_example:,.0f} "
             "(every floating-point operation it emits, elementwise work included).",
-            "",
             "The matmul bound times each of the step's eight matmul shapes on its own (on a "
             "CPU with numpy and PyTorch, taking the faster; on another backend with "
             "`jnp.matmul` on the device at the matmul precision in use), the best of nine "
             "timings each: a step made of nothing else would run at that rate. "
             "`@ highest` runs float32 under `jax.default_matmul_precision(\"highest\")` "
-            "(a GPU's default lets float32 matmuls use TF32).",
+            "(a GPU's default lets float32 matmuls use TF32).\n"
             f"Tokens/sec is a projection: examples/sec x {TOKENS_PER_EXAMPLE} (7 x 7 "
             "patches per image), not a measurement.",
-        ]
+        ]  # fmt: skip
         if self.skipped:
-            lines += ["", *(f"- skipped: {s}" for s in self.skipped)]
-        return "\n".join(lines) + "\n"
+            parts.append("\n".join(f"- skipped: {s}" for s in self.skipped))
+        return "\n\n".join(parts) + "\n"
 
     def figure(self):
         """Bars of the training paths' examples/sec, with the batch-512 matmul bound."""

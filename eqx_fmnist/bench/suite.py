@@ -231,6 +231,31 @@ def precision_rows(
     )
 
 
+def batch_rows(
+    dataset: ArrayDataset,
+    config: TrainConfig,
+    batch_sizes: Sequence[int],
+    *,
+    examples: int,
+    repeats: int = 5,
+) -> list[Throughput]:
+    """The fused path at each batch size, about `examples` examples (at least 4 steps)
+    per repetition, interleaved."""
+    steps = {b: max(4, examples // b) for b in batch_sizes}
+    runs = {}
+    for b in batch_sizes:
+        trainer = library_fused_trainer(
+            dataset, dataclasses.replace(config, batch_size=b), read_every=steps[b]
+        )
+        runs[f"batch {b}"] = lambda trainer=trainer, k=steps[b]: trainer(k)
+    return measure_interleaved(
+        runs,
+        examples={f"batch {b}": steps[b] * b for b in batch_sizes},
+        batch_size={f"batch {b}": b for b in batch_sizes},
+        repeats=repeats,
+    )
+
+
 def run_benchmark(
     data: tuple[ArrayDataset, ArrayDataset],
     *,
@@ -287,19 +312,7 @@ def run_benchmark(
     precision = precision_rows(train, config, repeats=repeats)
     batch_sizes = (128, 512) if quick else (128, 512, 2048)
     say(f"batch sizes {batch_sizes} and their matmul bounds")
-    fused_steps = {b: max(4, (n * 512) // b) for b in batch_sizes}
-    runs = {}
-    for b in batch_sizes:
-        trainer = library_fused_trainer(
-            train, dataclasses.replace(config, batch_size=b), read_every=fused_steps[b]
-        )
-        runs[f"batch {b}"] = lambda trainer=trainer, k=fused_steps[b]: trainer(k)
-    by_batch = measure_interleaved(
-        runs,
-        examples={f"batch {b}": fused_steps[b] * b for b in batch_sizes},
-        batch_size={f"batch {b}": b for b in batch_sizes},
-        repeats=repeats,
-    )
+    by_batch = batch_rows(train, config, batch_sizes, examples=n * 512, repeats=repeats)
     bounds = [matmul_bound(b, min_seconds=0.01 if quick else 0.2) for b in batch_sizes]
     say("XLA's FLOP count")
     xla_flops = xla_flops_per_example(train, config)

@@ -2,6 +2,7 @@
 probabilities, and a flag for inputs unlike the training data."""
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -44,71 +45,88 @@ def add_predict_parser(sub) -> None:
                    help="save what the model saw, IMAGE.prepared.png, in DIR (default: .)")  # fmt: skip
 
 
+@dataclasses.dataclass
+class _Answers:
+    """What a checkpoint or an artifact says of the prepared images."""
+
+    probs: np.ndarray
+    scores: np.ndarray | None = None
+    flags: np.ndarray | None = None
+    threshold: float | None = None
+    members: list[str] | None = None  # an ensemble's guesses, one line per image
+    uncalibrated: bool = False  # a checkpoint without a calibration
+
+
+def _from_artifact(artifact: str, flat: np.ndarray) -> _Answers:
+    """An exported model's answer: no checkpoint, no model code."""
+    outputs, manifest = predict_with_artifact(artifact, flat)
+    if outputs.get("probabilities") is None:  # every artifact returns them (export checks)
+        raise UsageError(f"{artifact}: the artifact returned no probabilities.")
+    threshold = manifest["trust"]["threshold"] if manifest.get("trust") else None
+    return _Answers(outputs["probabilities"], outputs.get("trust_score"), outputs.get("unusual"),
+                    threshold)  # fmt: skip
+
+
+def _from_checkpoint(where: str, flat: np.ndarray, members: bool) -> _Answers:
+    """One model's calibrated probabilities, or the ensemble's (the mean of its
+    members'), with the trust flag when the run was calibrated."""
+    path = checkpoint_path(where)
+    ckpt, calibration = load_checkpoint(path), load_calibration(path)
+    model, policy, x = ckpt.state.eval_model, ckpt.state.policy, jnp.asarray(flat)
+    temperature = calibration.temperature if calibration else 1.0
+    out = _Answers(np.asarray(predict_proba(model, x, policy=policy, temperature=temperature)),
+                   uncalibrated=calibration is None)  # fmt: skip
+    if ckpt.members is not None and members:
+        guesses = np.asarray(member_probabilities(model, x, policy=policy)).argmax(axis=-1)
+        out.members = [", ".join(data_mod.CLASS_NAMES[c] for c in g) for g in guesses.T]
+    if calibration is not None:
+        feats = features(model, x, policy=policy)
+        out.scores, out.flags = calibration.trust.scores(feats), calibration.trust.flags(feats, flat)
+        out.threshold = calibration.trust.threshold
+    return out
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, but got {args.top}.")
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
-    each, flags, scores, calibration, checkpoint = None, None, None, None, False
-    threshold = None
-    if is_artifact(args.checkpoint):  # an exported model: no checkpoint, no model code
-        outputs, manifest = predict_with_artifact(args.checkpoint, flat)
-        probs, scores, flags = (outputs.get(k) for k in ("probabilities", "trust_score", "unusual"))
-        threshold = manifest["trust"]["threshold"] if manifest.get("trust") else None
+    if is_artifact(args.checkpoint):
+        ans = _from_artifact(args.checkpoint, flat)
     else:
-        checkpoint, path = True, checkpoint_path(args.checkpoint)
-        ckpt, calibration = load_checkpoint(path), load_calibration(path)
-        model, policy = ckpt.state.eval_model, ckpt.state.policy
-        # One model's probabilities, or the ensemble's: the mean of its members'.
-        temperature = calibration.temperature if calibration else 1.0
-        probs = np.asarray(
-            predict_proba(model, jnp.asarray(flat), policy=policy, temperature=temperature)
-        )
-        if ckpt.members is not None and args.members:
-            guesses = np.asarray(member_probabilities(model, jnp.asarray(flat), policy=policy))
-            each = [
-                ", ".join(data_mod.CLASS_NAMES[c] for c in guesses[:, j].argmax(axis=-1))
-                for j in range(len(flat))
-            ]
-        if calibration is not None:
-            feats = features(model, jnp.asarray(flat), policy=policy)
-            scores = calibration.trust.scores(feats)
-            flags = calibration.trust.flags(feats, flat)
-            threshold = calibration.trust.threshold
-    if probs is None:  # every artifact returns its probabilities (export checks it)
-        raise UsageError(f"{args.checkpoint}: the artifact returned no probabilities.")
+        ans = _from_checkpoint(args.checkpoint, flat, args.members)
     if args.show is not None:
         args.show.mkdir(parents=True, exist_ok=True)
-    for i, (path, p) in enumerate(zip(args.images, probs, strict=True)):
+    for i, (path, p) in enumerate(zip(args.images, ans.probs, strict=True)):
         top = np.argsort(p)[::-1][: args.top]
         record = {
             "path": str(path),
             "top": [{"class": data_mod.CLASS_NAMES[c], "probability": float(p[c])} for c in top],
-            "calibrated": threshold is not None,
-            "unusual": None if flags is None else bool(flags[i]),
-            "score": None if scores is None else float(scores[i]),
-            "threshold": threshold,
+            "calibrated": ans.threshold is not None,
+            "unusual": None if ans.flags is None else bool(ans.flags[i]),
+            "score": None if ans.scores is None else float(ans.scores[i]),
+            "threshold": ans.threshold,
             "inverted": prepared[i].inverted,
         }
         if args.show is not None:
             shown = args.show / f"{Path(path).stem}.prepared.png"
             save_figure_png(prepared[i].pixels, shown)
             record["prepared"] = str(shown)
-        if each:
-            record["members"] = each[i]
+        if ans.members:
+            record["members"] = ans.members[i]
         if args.json:
             print(json.dumps(record))
             continue
         guesses = ", ".join(f"{t['class']} {t['probability']:.1%}" for t in record["top"])
-        notes = [f"members: {each[i]}"] if each else []
-        if flags is not None and flags[i]:
+        notes = [f"members: {ans.members[i]}"] if ans.members else []
+        if record["unusual"]:
             notes.append("UNUSUAL INPUT: unlike the training images, do not trust this answer")
         notes += ["inverted"] * prepared[i].inverted + (
             [f"saw {record['prepared']}"] if args.show else []
         )
         console.print(f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
                       markup=False, highlight=False)  # fmt: skip
-    if not args.json and checkpoint and calibration is None:
+    if not args.json and ans.uncalibrated:
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
 

@@ -26,7 +26,7 @@ from ..trust import features
 from . import html, onnx, safetensors, stablehlo
 from .format import ExportFormat, ExportInputs
 from .manifest import ExportError, manifest_path
-from .portable import scaled_softmax, to_portable
+from .portable import Portable, scaled_softmax, to_portable
 
 FORMATS: dict[str, ExportFormat] = {
     f.name: f for f in (stablehlo.FORMAT, safetensors.FORMAT, onnx.FORMAT, html.FORMAT)
@@ -93,6 +93,43 @@ def library_outputs(
     return out
 
 
+def _manifest(
+    kind: ExportFormat, path: Path, blob: bytes, info: dict[str, Any], models: MLP,
+    config: TrainConfig, portable: Portable, trust: Calibration | None, checked: Policy,
+    parity: Parity,
+) -> dict[str, Any]:  # fmt: skip
+    """The manifest of a checked artifact: what it is, what it takes and returns, how it
+    was built and checked."""
+    outputs = ["logits float32[b, 10]", "probabilities float32[b, 10]"]
+    if kind.member_outputs and portable.ensemble:
+        outputs.append(f"member_probabilities float32[{portable.num_members}, b, 10]")
+    if trust is not None:
+        outputs += ["trust_score float32[b]", "unusual bool[b]"]
+    return {
+        "format": kind.name,
+        "artifact": path.name,
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "bytes": len(blob),
+        "class_names": list(CLASS_NAMES),
+        "input": {"name": "images", "dtype": "uint8", "shape": ["b", IMAGE_SIZE],
+                  "meaning": "28 x 28 pixels row by row, 0-255, light item on dark"},
+        "outputs": outputs if kind.serves else None,
+        "members": num_members(models),
+        "precision": config.precision,
+        "checked_with": str(checked),  # the policy the library ran the check in
+        "temperature": portable.temperature,
+        "trust": None if trust is None or portable.trust is None else {
+            "threshold": trust.trust.threshold,
+            "ink_sum_range": list(portable.trust.ink_sum_range),
+            "min_contrast": trust.trust.min_contrast,
+        },
+        **info,
+        "config": config.to_dict(),
+        "parity": dataclasses.asdict(parity),
+        "versions": {"jax": jax.__version__, "equinox": eqx.__version__},
+    }  # fmt: skip
+
+
 def export_model(
     models: MLP,
     policy: Policy,
@@ -154,7 +191,6 @@ def export_model(
     inputs = ExportInputs(models, policy, config, portable, dict(extra or {}))
     blob, info = kind.build(inputs)
     theirs, checked_by = kind.run(blob, images, inputs)
-    info |= checked_by
     threshold = trust.trust.threshold if trust is not None else None
     parity, unexplained = check_parity(ours, theirs, threshold=threshold)
     if parity.mismatches or unexplained:
@@ -166,36 +202,9 @@ def export_model(
             f"the {format} export predicts {what} (largest logit difference "
             f"{parity.max_logit_difference:.2e}); nothing was written."
         )
-    outputs = ["logits float32[b, 10]", "probabilities float32[b, 10]"]
-    if kind.member_outputs and portable.ensemble:
-        outputs.append(f"member_probabilities float32[{portable.num_members}, b, 10]")
-    if trust is not None:
-        outputs += ["trust_score float32[b]", "unusual bool[b]"]
-    manifest = {
-        "format": format,
-        "artifact": path.name,
-        "sha256": hashlib.sha256(blob).hexdigest(),
-        "bytes": len(blob),
-        "class_names": list(CLASS_NAMES),
-        "input": {"name": "images", "dtype": "uint8", "shape": ["b", IMAGE_SIZE],
-                  "meaning": "28 x 28 pixels row by row, 0-255, light item on dark"},
-        "outputs": outputs if kind.serves else None,
-        "members": num_members(models),
-        "precision": config.precision,
-        "checked_with": str(checked),  # the policy the library ran the check in
-        "temperature": portable.temperature,
-        "trust": None if trust is None or portable.trust is None else {
-            "threshold": trust.trust.threshold,
-            "ink_sum_range": list(portable.trust.ink_sum_range),
-            "min_contrast": trust.trust.min_contrast,
-        },
-        **info,
-        "config": config.to_dict(),
-        "parity": dataclasses.asdict(parity),
-        "export_seconds": time.perf_counter() - start,
-        "versions": {"jax": jax.__version__, "equinox": eqx.__version__},
-        **(extra or {}),
-    }  # fmt: skip
+    manifest = _manifest(kind, path, blob, info | checked_by, models, config, portable,
+                         trust, checked, parity) | {
+        "export_seconds": time.perf_counter() - start, **(extra or {})}  # fmt: skip
     with atomic_write(path) as f:
         f.write(blob)
     with atomic_write(manifest_path(path), "w") as f:
