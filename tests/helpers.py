@@ -230,16 +230,21 @@ def run_cli(*args, env=None, timeout: float = 300):
 
 
 def run_cli_here(*args):
-    """`eqx-fmnist ARGS` in this process (no interpreter to start, compiled programs
-    shared with the suite), output captured: for commands that stop before training."""
+    """`eqx-fmnist ARGS` in this process, as `run_cli` runs it in a fresh one (no
+    interpreter to start, the data read and the programs compiled shared with the
+    suite), output captured. Commands that must be a process of their own (a signal, a
+    lock held by another process, more devices) use `run_cli`."""
     import contextlib
     import io
+    import os
     import subprocess
+    from unittest import mock
 
     from eqx_fmnist.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            mock.patch.dict(os.environ, {"COLUMNS": "120"}):  # fmt: skip
         try:
             status = main(["--no-compile-cache", *map(str, args)])
         except SystemExit as e:  # argparse's usage errors exit, as in a shell

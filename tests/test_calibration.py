@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import f32_matmul_atol, f32_sum_atol, run_cli
+from helpers import f32_matmul_atol, f32_sum_atol, run_cli_here
 
 
 def np_softmax(z):
@@ -243,7 +243,7 @@ def test_train_calibrate_then_predict_json_and_evaluate(tmp_path, real_data):
     from PIL import Image
 
     out = tmp_path / "run"
-    result = run_cli("train", "--steps", "100", "--hidden", "32", "--calibrate", "2000",
+    result = run_cli_here("train", "--steps", "100", "--hidden", "32", "--calibrate", "2000",
                      "--out", out, "--data-dir", real_data.source)  # fmt: skip
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
@@ -253,12 +253,12 @@ def test_train_calibrate_then_predict_json_and_evaluate(tmp_path, real_data):
     noise = np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)
     Image.fromarray(noise).save(tmp_path / "noise.png")
     shown = tmp_path / "shown"
-    result = run_cli("predict", out, tmp_path / "item.png", tmp_path / "noise.png", "--json",
+    result = run_cli_here("predict", out, tmp_path / "item.png", tmp_path / "noise.png", "--json",
                      "--show", shown)  # fmt: skip
     assert result.returncode == 0, result.stderr
     item, noisy = map(json.loads, result.stdout.strip().splitlines())
     assert item["calibrated"] and item["inverted"] and len(item["top"]) == 3
     assert noisy["unusual"] is True
     assert (shown / "item.prepared.png").is_file()
-    result = run_cli("evaluate", out, "--data-dir", real_data.source)
+    result = run_cli_here("evaluate", out, "--data-dir", real_data.source)
     assert "calibrated (T = " in result.stdout and "ECE" in result.stdout

@@ -77,7 +77,7 @@ def test_a_run_folder_of_every_format_works_with_every_command(fmt, real_data, t
     current format's run folders are what every other CLI test makes.)"""
     from PIL import Image
 
-    from helpers import run_cli
+    from helpers import run_cli_here as run_cli
 
     data = ("--data-dir", real_data.source)
     Image.fromarray(255 - real_data.test_images[0]).resize((90, 90)).save(tmp_path / "item.png")
@@ -87,7 +87,7 @@ def test_a_run_folder_of_every_format_works_with_every_command(fmt, real_data, t
         recorded = json.loads((run / "summary.json").read_text())["test_accuracy"]
         evaluated = run_cli("evaluate", run, *extra, *data)
         assert evaluated.returncode == 0, evaluated.stderr[-2000:]
-        assert f"accuracy {recorded:.4f}" in evaluated.stdout
+        assert f"accuracy {recorded:.4f}" in " ".join(evaluated.stdout.split())
         assert "Per-class accuracy" in evaluated.stdout
         predicted = run_cli("predict", run, tmp_path / "item.png", *extra)
         assert predicted.returncode == 0, predicted.stderr[-2000:]

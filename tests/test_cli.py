@@ -5,7 +5,7 @@ from helpers import run_cli, run_cli_here, start_cli
 
 
 def test_data_command_shows_the_splits(real_data):
-    out = run_cli("data", "--data-dir", str(real_data.source))
+    out = run_cli_here("data", "--data-dir", str(real_data.source))
     assert out.returncode == 0, out.stderr
     assert "checksums verified" in out.stdout
     assert "60,000" in out.stdout and "10,000" in out.stdout
@@ -143,7 +143,7 @@ def test_evaluate_reproduces_the_summary(trained_run, real_data):
 
     out, _ = trained_run
     summary = json.loads((out / "summary.json").read_text())
-    result = run_cli("evaluate", str(out), "--data-dir", str(real_data.source))
+    result = run_cli_here("evaluate", str(out), "--data-dir", str(real_data.source))
     assert result.returncode == 0, result.stderr
     assert f"test accuracy {summary['test_accuracy']:.4f}" in result.stdout
     assert "Per-class accuracy" in result.stdout and "Ankle boot" in result.stdout
@@ -165,10 +165,10 @@ def test_predict_classifies_a_png_of_a_test_image(trained_run, real_data, tmp_pa
     # Scaled up 4x, as a user's image would not be 28 x 28.
     Image.fromarray(images[i]).resize((112, 112)).save(tmp_path / "item.png")
     Image.fromarray(255 - images[i]).save(tmp_path / "dark_on_light.png")
-    result = run_cli("predict", str(out), str(tmp_path / "item.png"))
+    result = run_cli_here("predict", str(out), str(tmp_path / "item.png"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split(": ", 1)[1].startswith(CLASS_NAMES[real_data.test_labels[i]])
-    result = run_cli("predict", str(out), str(tmp_path / "dark_on_light.png"), "--invert")
+    result = run_cli_here("predict", str(out), str(tmp_path / "dark_on_light.png"), "--invert")
     assert result.stdout.split(": ", 1)[1].startswith(CLASS_NAMES[real_data.test_labels[i]])
 
 
@@ -257,7 +257,7 @@ def test_resume_continues_the_step_count_and_history(tmp_path, real_data):
     (run / "history.jsonl").write_text(
         json.dumps({"step": 20, "loss": 1.0, "accuracy": 0.5}) + "\n"
     )
-    result = run_cli(
+    result = run_cli_here(
         "train", "--resume", str(run / "checkpoint.eqx"), "--data-dir", str(real_data.source)
     )
     assert result.returncode == 0, result.stderr

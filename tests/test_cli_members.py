@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import run_cli, start_cli
+from helpers import run_cli_here, start_cli
 
 SMALL = ("--hidden", "32", "--log-every", "20")
 
@@ -14,7 +14,7 @@ SMALL = ("--hidden", "32", "--log-every", "20")
 @pytest.fixture(scope="module")
 def ensemble_run(tmp_path_factory, real_data):
     out = tmp_path_factory.mktemp("ens") / "run"
-    result = run_cli(
+    result = run_cli_here(
         "train", "--steps", "40", "--seeds", "3", *SMALL, "--out", out,
         "--data-dir", real_data.source,
     )  # fmt: skip
@@ -47,7 +47,7 @@ def test_train_with_seeds_writes_one_folder_for_the_ensemble(ensemble_run):
 def test_evaluate_reports_the_ensemble_and_each_member(ensemble_run, real_data):
     out, _ = ensemble_run
     summary = json.loads((out / "summary.json").read_text())
-    result = run_cli("evaluate", out, "--members", "--data-dir", real_data.source)
+    result = run_cli_here("evaluate", out, "--members", "--data-dir", real_data.source)
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich wraps long lines
     assert f"ensemble test accuracy {summary['test_accuracy']:.4f}" in text
@@ -64,7 +64,7 @@ def test_predict_uses_the_ensemble_and_can_show_each_member(ensemble_run, real_d
 
     out, _ = ensemble_run
     Image.fromarray(real_data.test_images[0]).save(tmp_path / "item.png")
-    result = run_cli("predict", out, tmp_path / "item.png", "--members", "--top", "1")
+    result = run_cli_here("predict", out, tmp_path / "item.png", "--members", "--top", "1")
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich may wrap the line
     guesses = text.split("(members: ")[1].split(")")[0].split(", ")
@@ -75,7 +75,7 @@ def test_predict_uses_the_ensemble_and_can_show_each_member(ensemble_run, real_d
 @pytest.mark.slow
 def test_a_sweep_writes_its_table_heatmap_and_all_members(tmp_path, real_data):
     out = tmp_path / "sweep"
-    result = run_cli(
+    result = run_cli_here(
         "sweep", "--steps", "20", *SMALL, "--learning-rate", "1e-3,1e-2",
         "--label-smoothing", "0,0.1", "--seeds", "2", "--validation-size", "2000",
         "--out", out, "--data-dir", real_data.source,
@@ -150,7 +150,7 @@ def test_an_interrupted_sweep_resumes_to_the_end(tmp_path, real_data):
     assert "eqx-fmnist sweep --resume" in err
     stopped_at = load_checkpoint(out / "checkpoint.eqx").step
     assert 10 <= stopped_at < 3000
-    result = run_cli("sweep", "--resume", out, "--data-dir", real_data.source)
+    result = run_cli_here("sweep", "--resume", out, "--data-dir", real_data.source)
     assert result.returncode == 0, result.stderr
     assert f"resuming at step {stopped_at:,}" in " ".join(result.stdout.split())
     history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]

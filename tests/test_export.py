@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import run_cli
+from helpers import run_cli, run_cli_here
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +197,7 @@ def test_broken_artifacts_are_refused_by_name(trained, test_images, tmp_path):
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory, real_data):
     out = tmp_path_factory.mktemp("export") / "run"
-    result = run_cli("train", "--steps", "20", "--hidden", "32", "--out", out,
+    result = run_cli_here("train", "--steps", "20", "--hidden", "32", "--out", out,
                      "--data-dir", real_data.source)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return out
@@ -207,7 +207,7 @@ def cli_run(tmp_path_factory, real_data):
 def test_the_export_command_then_predict_with_the_artifact(cli_run, real_data, tmp_path):
     from PIL import Image
 
-    out = run_cli("export", cli_run, "--out", tmp_path / "m.stablehlo",
+    out = run_cli_here("export", cli_run, "--out", tmp_path / "m.stablehlo",
                   "--data-dir", real_data.source)  # fmt: skip
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
@@ -216,8 +216,8 @@ def test_the_export_command_then_predict_with_the_artifact(cli_run, real_data, t
     summary = json.loads((cli_run / "summary.json").read_text())
     assert manifest["test_accuracy"] == pytest.approx(summary["test_accuracy"])
     Image.fromarray(real_data.test_images[0]).save(tmp_path / "item.png")
-    from_run = run_cli("predict", cli_run, tmp_path / "item.png")
-    from_artifact = run_cli("predict", tmp_path / "m.stablehlo", tmp_path / "item.png")
+    from_run = run_cli_here("predict", cli_run, tmp_path / "item.png")
+    from_artifact = run_cli_here("predict", tmp_path / "m.stablehlo", tmp_path / "item.png")
     assert from_artifact.returncode == 0, from_artifact.stderr
     # The same classes and probabilities (the run also notes that it is not calibrated).
     first = [" ".join(r.stdout.split("\n(")[0].split()) for r in (from_run, from_artifact)]
@@ -241,7 +241,7 @@ def test_bad_export_input_is_one_line_status_2(args, message, tmp_path, real_dat
     run.mkdir()
     if "ART" in args:
         run = request.getfixturevalue("cli_run")
-        exported = run_cli("export", run, "--out", art, "--data-dir", real_data.source)
+        exported = run_cli_here("export", run, "--out", art, "--data-dir", real_data.source)
         assert exported.returncode == 0, exported.stderr
         art.write_bytes(art.read_bytes()[:-10])
         Image.fromarray(real_data.test_images[0]).save(tmp_path / "i.png")

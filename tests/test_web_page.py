@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from helpers import numpy_reference, run_cli
+from helpers import numpy_reference, run_cli_here
 
 NODE = shutil.which("node")
 BROWSER = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
@@ -176,10 +176,10 @@ def test_an_ensemble_too_large_for_a_page_is_refused_with_the_limit():
 def cli_page(tmp_path_factory, real_data):
     """A calibrated run trained by the command line, and its page, exported by it."""
     run = tmp_path_factory.mktemp("cli") / "run"
-    trained = run_cli("train", "--steps", "60", "--hidden", "64", "--calibrate", "2000",
+    trained = run_cli_here("train", "--steps", "60", "--hidden", "64", "--calibrate", "2000",
                       "--out", run, "--data-dir", real_data.source)  # fmt: skip
     assert trained.returncode == 0, trained.stderr
-    exported = run_cli("export", run, "--format", "html", "--data-dir", real_data.source)
+    exported = run_cli_here("export", run, "--format", "html", "--data-dir", real_data.source)
     assert exported.returncode == 0, exported.stderr
     text = " ".join(exported.stdout.split())
     assert "0 of 10,000 test images predicted differently" in text and "0 verdicts differ" in text
@@ -220,7 +220,7 @@ def test_chromium_gives_the_answer_predict_gives(cli_page, real_data, tmp_path):
             path, quality = made[i].with_suffix(".small.jpg"), quality - 15
             Image.open(made[i]).convert("RGB").save(path, quality=quality)
         chosen.append(path)
-    predicted = run_cli("predict", run, *chosen, "--json", "--top", "10")
+    predicted = run_cli_here("predict", run, *chosen, "--json", "--top", "10")
     assert predicted.returncode == 0, predicted.stderr
     for path, line in zip(chosen, predicted.stdout.splitlines(), strict=True):
         want = json.loads(line)
@@ -244,13 +244,13 @@ def test_an_image_the_page_cannot_read_is_one_message(cli_page, url, tmp_path):
 def test_a_calibrated_stablehlo_artifact_flags_in_predict(cli_page, real_data, tmp_path):
     run, _ = cli_page
     art = tmp_path / "m.stablehlo"
-    exported = run_cli("export", run, "--out", art, "--data-dir", real_data.source)
+    exported = run_cli_here("export", run, "--out", art, "--data-dir", real_data.source)
     assert exported.returncode == 0, exported.stderr
     Image.fromarray(real_data.test_images[0]).save(tmp_path / "item.png")
     Image.fromarray(np.full((28, 28), 128, np.uint8)).save(tmp_path / "grey.png")
     images = [tmp_path / "item.png", tmp_path / "grey.png"]
-    from_run = [json.loads(x) for x in run_cli("predict", run, *images, "--json").stdout.splitlines()]
-    from_art = [json.loads(x) for x in run_cli("predict", art, *images, "--json").stdout.splitlines()]
+    from_run = [json.loads(x) for x in run_cli_here("predict", run, *images, "--json").stdout.splitlines()]
+    from_art = [json.loads(x) for x in run_cli_here("predict", art, *images, "--json").stdout.splitlines()]
     assert [r["unusual"] for r in from_art] == [r["unusual"] for r in from_run] == [False, True]
     assert all(r["calibrated"] for r in from_art)
     for a, b in zip(from_art, from_run, strict=True):
