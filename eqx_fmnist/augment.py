@@ -208,11 +208,15 @@ def augment(
 
 
 def move_images(
-    images: Shaped[Array, "n 784"], *, dx: int = 0, dy: int = 0, mirror: bool = False
+    images: Shaped[Array, "n 784"],
+    *,
+    dx: int | Int[Array, ""] = 0,
+    dy: int | Int[Array, ""] = 0,
+    mirror: bool | Bool[Array, ""] = False,
 ) -> Shaped[Array, "n 784"]:
     """Every image mirrored left-right (if `mirror`), then moved `dx` pixels right and
     `dy` down (negative: left, up), the uncovered pixels zero: the fixed moves of
-    robustness evaluation."""
+    robustness evaluation (plain numbers, or traced ones inside a compiled program)."""
     n = images.shape[0]
     full = jnp.full((n,), 1, jnp.int32)
     sources, keep = pixel_sources(full * dx, full * dy, jnp.full((n,), mirror))

@@ -302,6 +302,19 @@ class Robustness:
         return {"clean": self.clean, "mirrored": self.mirrored, **moved}
 
 
+@eqx.filter_jit
+def _moved_accuracy(model, dataset: ArrayDataset, moves, policy: Policy, batch_size: int):
+    """The accuracy on `dataset` moved by each `(dx, dy, mirror)` row of `moves`: one
+    compiled program, one host read."""
+
+    def one(move):
+        images = move_images(dataset.images, dx=move[0], dy=move[1], mirror=move[2] == 1)
+        moved = ArrayDataset(images, dataset.labels)
+        return _metrics(model, moved, policy, batch_size, None)[0][1]
+
+    return jax.lax.map(one, moves)
+
+
 def evaluate_robustness(
     model: MLP,
     dataset: ArrayDataset,
@@ -330,16 +343,9 @@ def evaluate_robustness(
     A [`Robustness`][eqx_fmnist.evaluation.Robustness].
     """
 
-    def accuracy_on(images) -> float:
-        moved = ArrayDataset(images, dataset.labels)
-        return evaluate(model, moved, policy=policy, batch_size=batch_size).accuracy
-
-    clean = evaluate(model, dataset, policy=policy, batch_size=batch_size).accuracy
-    mirrored = accuracy_on(move_images(dataset.images, mirror=True))
-    shifted = {}
-    for s in shifts:
-        moves = ((s, 0), (-s, 0), (0, s), (0, -s))
-        shifted[s] = float(
-            np.mean([accuracy_on(move_images(dataset.images, dx=x, dy=y)) for x, y in moves])
-        )
+    moves = [(0, 0, False), (0, 0, True)]
+    moves += [m for s in shifts for m in ((s, 0, False), (-s, 0, False), (0, s, False), (0, -s, False))]
+    acc = np.asarray(_moved_accuracy(model, dataset, jnp.asarray(moves, jnp.int32), policy, batch_size))
+    clean, mirrored = float(acc[0]), float(acc[1])
+    shifted = {s: float(np.mean(acc[2 + 4 * i : 6 + 4 * i])) for i, s in enumerate(shifts)}
     return Robustness(clean, mirrored, shifted, len(dataset))
