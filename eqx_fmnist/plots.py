@@ -20,8 +20,10 @@ from .data import CLASS_NAMES, NUM_CLASSES
 from .fileio import atomic_write
 
 
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
+def _figure(width: float, height: float, *, grid: bool = False) -> Figure:
+    """A figure on a non-interactive canvas; a `grid` of images without axes gets fixed
+    margins (constrained layout would draw it twice to find the same ones)."""
+    fig = Figure(figsize=(width, height), layout=None if grid else "constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -68,8 +70,9 @@ def plot_examples(
 
     The figure.
     """
-    fig = _figure(10.0, 4.6)
-    axes = fig.subplots(2, 5)
+    fig = _figure(10.0, 4.6, grid=True)
+    axes = fig.subplots(2, 5, gridspec_kw=dict(left=0.01, right=0.99, bottom=0.01, top=0.93,
+                                               wspace=0.08, hspace=0.15))  # fmt: skip
     for c, ax in enumerate(axes.flat[:NUM_CLASSES]):
         (where,) = np.nonzero(labels == c)
         ax.set_axis_off()
@@ -126,8 +129,11 @@ def plot_predictions(
     - `class_names`: names for the titles. Defaults to `CLASS_NAMES`.
     - `rows`, `cols`: the grid. Defaults to 5 x 5.
     """
-    fig = _figure(2.2 * cols, 2.35 * rows)
-    axes = fig.subplots(rows, cols, squeeze=False)
+    height = 2.35 * rows + 0.3
+    fig = _figure(2.2 * cols, height, grid=True)
+    # Inches kept free above the grid: the figure's title and the first row's titles.
+    axes = fig.subplots(rows, cols, squeeze=False, gridspec_kw=dict(
+        left=0.01, right=0.99, bottom=0.01, top=1 - 0.75 / height, wspace=0.1, hspace=0.25))  # fmt: skip
     for i, ax in enumerate(axes.flat):
         ax.set_axis_off()
         if i >= len(images):
