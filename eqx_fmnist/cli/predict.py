@@ -124,8 +124,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         notes += ["inverted"] * prepared[i].inverted + (
             [f"saw {record['prepared']}"] if args.show else []
         )
+        # One line per image whatever the terminal's width: scripts read it line by line.
         console.print(f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
-                      markup=False, highlight=False)  # fmt: skip
+                      markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     if not args.json and ans.uncalibrated:
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
