@@ -6,7 +6,7 @@ run `fit` would make with that seed), the members' mean, and the ensemble's (the
 of the members' probabilities).
 
     python benchmarks/accuracy.py [--seeds 0 1 2 3 4] [--precision p=f32,c=f32,o=f32 ...]
-        [--no-codelab] [--out benchmarks/results/accuracy.md]
+        [--no-codelab] [--steps N] [--out benchmarks/results/accuracy.md]
 """
 
 import argparse
@@ -23,6 +23,7 @@ def main() -> None:
         "--precision", nargs="+", default=["p=f32,c=f32,o=f32", "p=f32,c=bf16,o=f32"]
     )
     parser.add_argument("--no-codelab", action="store_true")
+    parser.add_argument("--steps", type=int, help="a quick check: every run this many steps")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/accuracy.md"))
     args = parser.parse_args()
     facts = machine_facts()
@@ -37,8 +38,9 @@ def main() -> None:
     data = ef.to_datasets(ef.load_fashion_mnist())
     runs = [] if args.no_codelab else [("codelab", ef.TrainConfig.codelab(), "p=f32,c=f32,o=f32")]
     runs += [("default", ef.TrainConfig(), spec) for spec in args.precision]
+    quick = {} if args.steps is None else {"steps": args.steps}
     for name, config, spec in runs:
-        r = ef.fit_ensemble(config.with_changes(precision=spec), args.seeds, data)
+        r = ef.fit_ensemble(config.with_changes(precision=spec, **quick), args.seeds, data)
         rows = [
             f"| {name} | {spec} | {seed} | {m.accuracy:.4f} | {m.loss:.4f} |"
             for seed, m in zip(args.seeds, r.test.members, strict=True)

@@ -10,7 +10,7 @@ naive preparation and `prepare_image`.
 3. Photo-like PNGs (a dark item on a white page, off-centre, non-square) prepared by the
    naive pipeline (pad to a square, resize) and by `prepare_image`; the figure shows both.
 
-    python benchmarks/calibration.py [--seeds 0 1 2] [--out benchmarks/results/calibration.md]
+    python benchmarks/calibration.py [--seeds 0 1 2] [--steps N] [--out benchmarks/results/calibration.md]
 """
 
 import argparse
@@ -80,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--calibrate", type=int, default=5000)
+    parser.add_argument("--steps", type=int, help="a quick check: every run this many steps")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/calibration.md"))
     args = parser.parse_args()
     facts = machine_facts()
@@ -100,11 +101,12 @@ def main() -> None:
         f"| accuracy, {args.calibrate:,} held out | accuracy, all 60,000 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    full = ef.fit_ensemble(ef.TrainConfig(), args.seeds, (train, test))
+    recipe = ef.TrainConfig(**({} if args.steps is None else {"steps": args.steps}))
+    full = ef.fit_ensemble(recipe, args.seeds, (train, test))
     runs, kinds = [], not_clothing(np.random.default_rng(0))
     flag_rows, calibrations = [], []
     for seed, member in zip(args.seeds, full.test.members, strict=True):
-        config = ef.TrainConfig(seed=seed, calibration_size=args.calibrate)
+        config = recipe.with_changes(seed=seed, calibration_size=args.calibrate)
         splits = ef.split_data((train, test), calibration_size=config.calibration_size)
         r = ef.fit(config, splits)
         calibration = ef.calibrate(r.model, splits.train, splits.calibration)

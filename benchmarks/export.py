@@ -39,13 +39,13 @@ def installed_mb(*names: str) -> dict[str, float]:
     return sizes
 
 
-def photos(data, folder: Path) -> list[Path]:
+def photos(data, folder: Path, count: int = 70) -> list[Path]:
     """Photos as users take them: a dark item on white at several sizes, noisy, some with
     transparency, some light-on-dark drawings, some JPEG."""
     rng = np.random.default_rng(0)
     sizes = [(300, 400), (1200, 900), (20, 15), (97, 31), (640, 640), (257, 1000), (28, 28)]
     made = []
-    for i in range(70):
+    for i in range(count):
         w, h = sizes[i % len(sizes)]
         item = Image.fromarray(255 - data.test_images[i]).resize((w, h), Image.Resampling.BICUBIC)
         a = np.clip(np.asarray(item.convert("RGB")).astype(int) + rng.integers(-12, 13, (h, w, 3)), 0, 255)
@@ -113,6 +113,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=80)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/export.md"))
+    parser.add_argument("--screenshot", type=Path, default=SCREENSHOT,
+                        help="where the browser's screenshot of the page goes")  # fmt: skip
+    parser.add_argument("--no-browser", action="store_true", help="skip headless Chromium")
+    parser.add_argument("--photos", type=int, default=70, help="synthetic photos to prepare")
     args = parser.parse_args()
     facts = machine_facts()
     data = ef.load_fashion_mnist()
@@ -172,7 +176,7 @@ def main() -> None:
               "with the `tensorboard` extra); the rest onnxruntime needs (numpy, ml_dtypes, "
               "flatbuffers, packaging, typing_extensions) comes with jax, equinox and "
               "matplotlib already."]  # fmt: skip
-    paths = photos(data, folder)
+    paths = photos(data, folder, args.photos)
     worst, exact, count = preparation_parity(pages["one model"], paths, folder)
     lines += ["", f"The page's photo preparation against `eqx_fmnist.data.prepare_image` on "
               f"{count} synthetic photos (7 sizes from 20 x 15 to 1200 x 900, RGB, RGBA, gray, "
@@ -180,7 +184,7 @@ def main() -> None:
               "of 255."]  # fmt: skip
     photo = folder / "photo.jpg"
     Image.open(paths[0]).convert("RGB").save(photo, quality=90)
-    got = browser(pages["one model"], photo, screenshot=SCREENSHOT)
+    got = None if args.no_browser else browser(pages["one model"], photo, screenshot=args.screenshot)
     if got is not None:
         from eqx_fmnist.trust import features
 
@@ -195,7 +199,8 @@ def main() -> None:
                   f"{got['unusual']}; the library: `{ef.CLASS_NAMES[int(probs.argmax())]}` with "
                   f"{probs.max():.4f}, unusual {unusual}; largest probability difference "
                   f"{np.abs(np.asarray(got['probabilities']) - probs).max():.1e}. Screenshot: "
-                  f"`{SCREENSHOT}`."]  # fmt: skip
+                  f"`{args.screenshot}`."]  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines[-5:]))
     print(f"wrote {args.out}")

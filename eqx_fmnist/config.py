@@ -70,8 +70,8 @@ class TrainConfig:
     0.1, each image of a batch moved by up to 2 pixels in x and y (small moves more
     often: `shift_distribution="triangular"`) and half of them mirrored, so that the
     model is right on images framed a little differently from the test set's. The optimiser's
-    numbers were chosen on a validation split (`benchmarks/tune_recipe.py`), the
-    augmentation and the length too (`benchmarks/tune_augmentation.py`).
+    numbers were chosen on a validation split (`benchmarks/results/sweep/tune.md`), the
+    augmentation and the length too (`benchmarks/results/tune_augmentation.md`).
     [`TrainConfig.best()`][eqx_fmnist.config.TrainConfig.best] is the strongest recipe
     (about ten minutes); [`TrainConfig.codelab()`][eqx_fmnist.config.TrainConfig.codelab]
     is the codelab's reference run. Each field's help text is in its metadata
@@ -261,7 +261,7 @@ class TrainConfig:
     def best(cls, **overrides) -> "TrainConfig":
         """The strongest single MLP of this architecture within about ten minutes of
         training on two CPU cores: the default recipe, `BEST_EPOCHS` (400) epochs long,
-        chosen on a validation split (`benchmarks/tune_augmentation.py`): longer runs
+        chosen on a validation split (`benchmarks/results/tune_augmentation.md`): longer runs
         did no better there, and moves of up to 1 pixel (`shift=1`) gained 0.3 points
         of clean accuracy but lost 5 on images shifted by 2 pixels."""
         return cls(epochs=BEST_EPOCHS).with_changes(**overrides)

@@ -1,0 +1,66 @@
+"""Every script in `benchmarks/` runs here in a smoke form: the script itself, in this
+process as `python` runs it, on a slice of the real data (8,000 training and 1,000 test
+images) with a few steps per run, writing its table to a temporary folder. That each
+table is made is asserted; speed and accuracy never are (they are what the full runs
+measure). `throughput.py` and `device_check.py` have their own tests
+(`test_bench.py`, `test_device_check.py`)."""
+
+import dataclasses
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+TESTED_ELSEWHERE = {"throughput.py", "device_check.py"}
+LIBRARIES = {"baselines.py", "time_to_accuracy.py"}  # imported by the scripts above
+# A script's smoke arguments, and a line its table must hold.
+SMOKE = {
+    "accuracy.py": (["--seeds", "0", "1", "--steps", "6", "--precision", "p=f32,c=bf16,o=f32"],
+                    "**ensemble of 2**"),
+    "calibration.py": (["--seeds", "0", "--steps", "6", "--calibrate", "1000"],
+                       "### The trust flag"),
+    "ensemble.py": (["--members", "1", "2", "--repeats", "1", "--seeds", "2", "--epochs", "1"],
+                    "| 2 |"),
+    # Chromium opening the page is test_web_page.py's.
+    "export.py": (["--epochs", "1", "--seeds", "2", "--no-browser",
+                   "--photos", "7"], "| ensemble of 2 (test accuracy"),
+    "robust_accuracy.py": (["--seeds", "0", "--ensemble", "2", "--steps", "6"],
+                           "distilled from the ensemble of 2"),
+    "trust_probes.py": (["--steps", "6"], "| 6 moves |"),
+}
+
+
+def test_every_script_is_smoke_tested_somewhere():
+    assert set(SCRIPTS) == set(SMOKE) | TESTED_ELSEWHERE | LIBRARIES, set(SCRIPTS) ^ (
+        set(SMOKE) | TESTED_ELSEWHERE | LIBRARIES
+    )
+
+
+@pytest.fixture
+def slice_of_the_data(real_data, monkeypatch):
+    """`ef.load_fashion_mnist()` gives the first 8,000 training and 1,000 test images."""
+    import eqx_fmnist as ef
+
+    small = dataclasses.replace(
+        real_data,
+        train_images=real_data.train_images[:8000], train_labels=real_data.train_labels[:8000],
+        test_images=real_data.test_images[:1000], test_labels=real_data.test_labels[:1000],
+    )  # fmt: skip
+    monkeypatch.setattr(ef, "load_fashion_mnist", lambda *args, **kwargs: small)
+    return small
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_the_script_runs_in_its_smoke_form(script, slice_of_the_data, tmp_path, monkeypatch):
+    args, promised = SMOKE[script]
+    out = tmp_path / "results" / script.replace(".py", ".md")
+    monkeypatch.setattr(sys, "argv", [script, *args, "--out", str(out)])
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.chdir(tmp_path)  # anything written beside the table stays in tmp_path
+    runpy.run_path(str(ROOT / "benchmarks" / script), run_name="__main__")
+    table = out.read_text()
+    assert table.startswith("Machine:") and promised in table, table[-2000:]
