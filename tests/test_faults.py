@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import run_cli, start_cli, tree_allclose, wait_for
+from helpers import run_cli, run_cli_here, start_cli, tree_allclose, wait_for
 
 
 def config(**kw):
@@ -108,16 +108,28 @@ def wait_for_history(out, timeout: float = 120) -> bool:
     return False
 
 
+def _interruptible(real_data) -> list:
+    return ["--steps", 120, "--log-every", 10, "--hidden", 64, "--data-dir", real_data.source]
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory, real_data):
+    """The run without interruption, once for both signals (in this process: the same
+    program and data as the CLI process that is interrupted)."""
+    out = tmp_path_factory.mktemp("faults") / "straight"
+    straight = run_cli_here("train", *_interruptible(real_data), "--out", out)
+    assert straight.returncode == 0, straight.stderr
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_data):
+def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_data, straight_run):
     from eqx_fmnist.checkpoint import load_checkpoint
 
-    common = ["--steps", 120, "--log-every", 10, "--hidden", 64, "--data-dir", real_data.source]
     # The default checkpoint cadence (60 s) is longer than this run: the checkpoint the
     # resume starts from is the one the signal asks for.
-    straight = run_cli("train", *common, "--out", tmp_path / "straight")
-    assert straight.returncode == 0, straight.stderr
+    common = _interruptible(real_data)
     out = tmp_path / "cut"
     proc = start_cli("train", *common, "--out", out)
     try:
@@ -133,10 +145,11 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_d
     assert proc.returncode == 130 and "--resume" in err
     cut_step = load_checkpoint(out / "checkpoint.eqx").step
     assert 10 <= cut_step < 120
-    resumed = run_cli("train", "--resume", out / "checkpoint.eqx", "--data-dir", real_data.source)
+    resumed = run_cli_here("train", "--resume", out / "checkpoint.eqx", "--data-dir",
+                           real_data.source)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     a = load_checkpoint(out / "checkpoint.eqx")
-    b = load_checkpoint(tmp_path / "straight" / "checkpoint.eqx")
+    b = load_checkpoint(straight_run / "checkpoint.eqx")
     assert a.step == b.step == 120
     assert tree_allclose(a.state.model, b.state.model, rtol=0, atol=0)
     hist = [json.loads(x)["step"] for x in (out / "history.jsonl").read_text().splitlines()]
