@@ -43,32 +43,30 @@ def test_an_empty_data_dir_is_an_error_not_a_silent_fallback(command, tmp_path, 
 # ----------------------------------------------------------------------------- train & co
 
 
+def _train_args(out, real_data) -> list:
+    return ["train", "--steps", 60, "--log-every", 20, "--out", out, "--data-dir",
+            real_data.source]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, real_data):
+    """A short run, trained in this process: the folder the other commands read."""
     out = tmp_path_factory.mktemp("runs") / "run"
-    result = run_cli(
-        "train",
-        "--steps",
-        "60",
-        "--log-every",
-        "20",
-        "--out",
-        str(out),
-        "--data-dir",
-        str(real_data.source),
-        "--profile",
-        env={"EQX_FMNIST_COMPILE_CACHE": str(out.parent / "compile-cache")},
-    )
+    result = run_cli_here(*_train_args(out, real_data))
     assert result.returncode == 0, result.stderr
     return out, result
 
 
-def test_train_keeps_compiled_programs_and_writes_a_profile(trained_run):
+@pytest.mark.slow  # a CLI process, compiling into an empty cache
+def test_train_keeps_compiled_programs_and_writes_a_profile(tmp_path, real_data):
     import gzip
     import json
 
-    out, result = trained_run
-    cached = list((out.parent / "compile-cache").iterdir())
+    out = tmp_path / "run"
+    result = run_cli(*_train_args(out, real_data), "--profile",
+                     env={"EQX_FMNIST_COMPILE_CACHE": str(tmp_path / "compile-cache")})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    cached = list((tmp_path / "compile-cache").iterdir())
     assert any(p.name.startswith("jit__steps") for p in cached), sorted(p.name for p in cached)
     traces = list((out / "profile").rglob("perfetto_trace.json.gz"))
     assert len(traces) == 1 and str(traces[0]) in result.stdout.replace("\n", "")

@@ -104,6 +104,7 @@ def tiny_data():
     return ef, train, ArrayDataset(a["test_images"], a["test_labels"])
 
 
+@pytest.mark.slow  # each draw compiles its own programs: about 4 s a draw
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.fixed_dictionaries({k: st.sampled_from(v) for k, v in LEGAL.items()}))  # fmt: skip
