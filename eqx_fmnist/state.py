@@ -28,6 +28,27 @@ from .optim import make_optimizer, make_schedule
 from .precision import FLOAT32, DynamicLossScale, LossScale, NoOpLossScale, Policy
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What a state's compiled step is made of besides its arrays, as one static value
+    (part of the compiled program, not an input of it).
+
+    **Fields:** `optimizer` (an Optax transformation from
+    [`make_optimizer`][eqx_fmnist.optim.make_optimizer]), `schedule` (the learning
+    rate's multiplier by the optimiser's step count), `policy` (the precision policy),
+    `skip_nonfinite` (skip a step whose loss or gradients are not finite),
+    `augmentation` (what each step does to its batch) and `ema_decay` (of the weight
+    average; `0`: none).
+    """
+
+    optimizer: optax.GradientTransformation
+    schedule: optax.Schedule
+    policy: Policy = FLOAT32
+    skip_nonfinite: bool = False
+    augmentation: Augmentation = NONE
+    ema_decay: float = 0.0
+
+
 class TrainState(eqx.Module):
     """Everything that changes during training, as one PyTree: one run, or many runs
     stacked on a leading axis (every array leaf then has one, of size `num_members`).
@@ -35,8 +56,8 @@ class TrainState(eqx.Module):
     `hyperparams` holds the run's numbers as arrays (the peak `learning_rate`,
     `weight_decay`, `label_smoothing`): inputs of the compiled program, not constants in
     it, so members of a sweep differ in them inside one program and a single run is the
-    same program. `optimizer`, `schedule`, `policy` and `skip_nonfinite` are static:
-    part of the compiled program.
+    same program. Everything else the step is made of is one static value,
+    [`settings`][eqx_fmnist.state.Settings]: part of the compiled program.
     """
 
     model: MLP
@@ -46,12 +67,7 @@ class TrainState(eqx.Module):
     loss_scale: LossScale
     hyperparams: dict[str, Float[Array, ""]]
     average: MLP | None
-    optimizer: optax.GradientTransformation = eqx.field(static=True)
-    schedule: optax.Schedule = eqx.field(static=True)
-    policy: Policy = eqx.field(static=True)
-    skip_nonfinite: bool = eqx.field(static=True)
-    augmentation: Augmentation = eqx.field(static=True)
-    ema_decay: float = eqx.field(static=True)
+    settings: Settings = eqx.field(static=True)
 
     def __init__(
         self,
@@ -104,15 +120,17 @@ class TrainState(eqx.Module):
             loss_scale = DynamicLossScale() if policy.needs_loss_scale else NoOpLossScale()
         self.loss_scale = loss_scale
         self.hyperparams = {k: jnp.asarray(hyperparams[k], jnp.float32) for k in HYPERPARAMS}
-        self.optimizer = optimizer
-        self.schedule = optax.constant_schedule(1.0) if schedule is None else schedule
-        self.policy = policy
-        self.skip_nonfinite = bool(skip_nonfinite)
-        self.augmentation = augmentation
-        self.ema_decay = float(ema_decay)
+        schedule = optax.constant_schedule(1.0) if schedule is None else schedule
+        self.settings = Settings(optimizer, schedule, policy, bool(skip_nonfinite),
+                                 augmentation, float(ema_decay))  # fmt: skip
         # A copy, not the same buffers: every compiled path donates the state, and one
         # buffer cannot be donated twice.
         self.average = jtu.tree_map(jnp.copy, model) if ema_decay > 0 else None
+
+    @property
+    def policy(self) -> Policy:
+        """The precision policy (of [`settings`][eqx_fmnist.state.Settings])."""
+        return self.settings.policy
 
     @property
     def num_members(self) -> int | None:

@@ -73,7 +73,7 @@ def _averaged(state: TrainState, model):
     if state.average is None:
         return None
     t = state.opt_state.count.astype(jnp.float32)
-    decay = jnp.minimum(state.ema_decay, (1.0 + t) / (10.0 + t))
+    decay = jnp.minimum(state.settings.ema_decay, (1.0 + t) / (10.0 + t))
     new, old = (
         eqx.filter(model, eqx.is_inexact_array),
         eqx.filter(state.average, eqx.is_inexact_array),
@@ -108,19 +108,19 @@ def _step(
         with optax_promotion():
             # The rate of this step, written into the injected hyperparameters: the
             # schedule follows the optimiser's own count (a skipped step does not move it).
-            rate = hp["learning_rate"] * state.schedule(state.opt_state.count)
+            rate = hp["learning_rate"] * state.settings.schedule(state.opt_state.count)
             injected = {"learning_rate": rate, "weight_decay": hp["weight_decay"]}
             opt_state = state.opt_state._replace(hyperparams=injected)
-            updates, new_opt_state = state.optimizer.update(grads, opt_state, params)
+            updates, new_opt_state = state.settings.optimizer.update(grads, opt_state, params)
         opt_state = _cast_like(new_opt_state, state.opt_state)
         model = eqx.apply_updates(state.model, _cast_like(updates, params))
-    if isinstance(state.loss_scale, NoOpLossScale) and not state.skip_nonfinite:
+    if isinstance(state.loss_scale, NoOpLossScale) and not state.settings.skip_nonfinite:
         finite = jnp.array(True)
     else:
         # A float16 overflow (or, with skip_nonfinite, any NaN/inf): keep the old
         # parameters and optimiser state; the loss scale, if any, shrinks.
         finite = all_finite(grads)
-        if state.skip_nonfinite:
+        if state.settings.skip_nonfinite:
             finite = finite & jnp.isfinite(loss)
         model, opt_state = jtu.tree_map(
             lambda new, old: jnp.where(finite, new, old),
@@ -206,7 +206,7 @@ def augment_key(key):
 def _augmented(st: TrainState, x):
     """The batch `x` moved, mirrored or erased as the state's augmentation says, by the
     key of the state's step."""
-    return augment(jr.fold_in(augment_key(st.key), st.step), x, st.augmentation)
+    return augment(jr.fold_in(augment_key(st.key), st.step), x, st.settings.augmentation)
 
 
 def _steps(static, state: TrainState):

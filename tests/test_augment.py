@@ -108,7 +108,7 @@ def test_the_step_trains_on_the_augmented_gather(small):
     key = jnp.array(np.asarray(by_hand.key))
     for step in range(2):
         idx = batch_indices(key, step, len(small), 32)
-        x = augment(jr.fold_in(augment_key(key), step), small.images[idx], by_hand.augmentation)
+        x = augment(jr.fold_in(augment_key(key), step), small.images[idx], by_hand.settings.augmentation)
         by_hand, _ = _step(by_hand, x, small.labels[idx])
         looped, _ = train_step(looped, small.images[idx], small.labels[idx])
     assert tree_allclose(fused.model, by_hand.model, rtol=1e-5, atol=1e-6)
