@@ -14,11 +14,15 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def _compile_cache() -> str:
-    """This worker's folder of compiled programs: in the user cache, one per CPU kind (a
-    program compiled for AVX-512 is not loaded on a machine without it) and per xdist
-    worker (JAX's cache does not lock a folder without a size limit, and with one its
-    lock races under the suite); `$EQX_FMNIST_TEST_CACHE` moves it, `off` turns it
-    off."""
+    """The suite's folder of compiled programs: in the user cache, one per CPU kind (a
+    program compiled for AVX-512 is not loaded on a machine without it), shared by the
+    xdist workers and the CLI processes they start, so that a program one of them
+    compiled the others load; `$EQX_FMNIST_TEST_CACHE` moves it, `off` turns it off.
+
+    JAX writes an entry without a lock (the cache has no size limit, so nothing is
+    evicted): two workers compiling the same program write the same bytes, and one that
+    reads an entry still being written gets a failed read, which JAX reports with a
+    warning and answers by compiling (that warning is allowed in `pyproject.toml`)."""
     import hashlib
     import platform
 
@@ -34,8 +38,7 @@ def _compile_cache() -> str:
     root = setting or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "eqx_fmnist-tests"
     )
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    return os.path.join(root, f"jax-compile-{kind}", worker)
+    return os.path.join(root, f"jax-compile-{kind}")
 
 
 # In-process tests compile the same programs again and again (the same tiny fit in many
