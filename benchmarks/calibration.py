@@ -166,8 +166,8 @@ def main() -> None:
         new = prepare_image(path).pixels
         batch = np.stack([*x_old, new]).reshape(3, -1)
         probs = np.asarray(ef.predict_proba(r.model, jnp.asarray(batch)))
-        scaled = np.exp(np.log(probs) / calibrations[0].temperature)
-        scaled /= scaled.sum(1, keepdims=True)
+        scaled = np.asarray(ef.predict_proba(r.model, jnp.asarray(batch),
+                                             temperature=calibrations[0].temperature))  # fmt: skip
         shown = [probs[0], probs[1], scaled[2]]
         flagged = bool(
             calibrations[0].trust.flags(features(r.model, jnp.asarray(batch[2:])), batch[2:])[0]

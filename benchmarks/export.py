@@ -146,9 +146,10 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     folder = Path(tempfile.mkdtemp())
-    pages = {}
+    pages, calibrations = {}, {}
     for name, model, policy, accuracy in models:
-        calibration = ef.calibrate(model, splits.train, splits.calibration, policy=policy)
+        calibration = calibrations[name] = ef.calibrate(model, splits.train, splits.calibration,
+                                                        policy=policy)  # fmt: skip
         for fmt in FORMATS:
             path = folder / f"{name.replace(' ', '_')}{FORMATS[fmt].suffix}"
             m = export_model(model, policy, config, path, check_images=images, format=fmt,
@@ -188,11 +189,10 @@ def main() -> None:
     if got is not None:
         from eqx_fmnist.trust import features
 
-        calibration = ef.calibrate(single.model, splits.train, splits.calibration)
+        calibration = calibrations["one model"]
         pixels = prepare_image(photo).pixels.reshape(1, -1)
-        probs = np.asarray(ef.predict_proba(single.model, jnp.asarray(pixels)))[0]
-        z = np.log(probs) / calibration.temperature
-        probs = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        probs = np.asarray(ef.predict_proba(single.model, jnp.asarray(pixels),
+                                            temperature=calibration.temperature))[0]  # fmt: skip
         unusual = bool(calibration.trust.flags(features(single.model, jnp.asarray(pixels)), pixels)[0])
         lines += ["", f"Headless Chromium opening the page from disk with `#image=` (a 300 x 400 "
                   f"JPEG photo): `{got['class']}` with {max(got['probabilities']):.4f}, unusual "

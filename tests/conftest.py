@@ -53,7 +53,7 @@ if _CACHE:  # as eqx_fmnist.cache.enable_compile_cache does; the package is not 
 
 @pytest.fixture(scope="session")
 def shared_compile_cache(tmp_path_factory):
-    """The folder of compiled programs every `eqx-fmnist` process of this worker shares
+    """The folder of compiled programs every `eqx-fmnist` process the suite starts shares
     with the tests themselves: a command that compiles what an earlier one did loads it."""
     return _CACHE or tmp_path_factory.mktemp("jax-compile")
 
