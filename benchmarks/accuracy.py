@@ -35,12 +35,12 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
-    data = ef.to_datasets(ef.load_fashion_mnist())
+    splits = ef.split_data(ef.load_fashion_mnist())
     runs = [] if args.no_codelab else [("codelab", ef.TrainConfig.codelab(), "p=f32,c=f32,o=f32")]
     runs += [("default", ef.TrainConfig(), spec) for spec in args.precision]
     quick = {} if args.steps is None else {"steps": args.steps}
     for name, config, spec in runs:
-        r = ef.fit_ensemble(config.with_changes(precision=spec, **quick), args.seeds, data)
+        r = ef.fit_ensemble(config.with_changes(precision=spec, **quick), splits, args.seeds)
         rows = [
             f"| {name} | {spec} | {seed} | {m.accuracy:.4f} | {m.loss:.4f} |"
             for seed, m in zip(args.seeds, r.test.members, strict=True)

@@ -102,7 +102,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     recipe = ef.TrainConfig(**({} if args.steps is None else {"steps": args.steps}))
-    full = ef.fit_ensemble(recipe, args.seeds, (train, test))
+    full = ef.fit_ensemble(recipe, ef.Splits(train, test), args.seeds)
     runs, kinds = [], not_clothing(np.random.default_rng(0))
     flag_rows, calibrations = [], []
     for seed, member in zip(args.seeds, full.test.members, strict=True):

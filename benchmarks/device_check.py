@@ -91,8 +91,11 @@ def main() -> None:
               f"{target:.2f} test accuracy after "
               + (f"{seconds:.1f} s" if seconds is not None else "never")
               + f" (compiling and every evaluation included); final {final:.4f}.", ""]  # fmt: skip
-    print(f"== a StableHLO artifact on the device ({time.perf_counter() - t0:.0f} s so far)", flush=True)
-    small = ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64,)), (train, test))
+    print(
+        f"== a StableHLO artifact on the device ({time.perf_counter() - t0:.0f} s so far)",
+        flush=True,
+    )
+    small = ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64,)), ef.Splits(train, test))
     images = np.asarray(data.test_images).reshape(len(data.test_images), -1)
     path = args.out / "model.stablehlo"
     manifest = export_model(small.model, small.state.policy, small.config, path,

@@ -63,7 +63,7 @@ def throughput(train: ef.ArrayDataset, ks: list[int], repeats: int) -> list[str]
 def wall_time(data, seeds: list[int], epochs: int) -> list[str]:
     config = ef.TrainConfig(epochs=epochs)
     t = time.perf_counter()
-    ensemble = ef.fit_ensemble(config, seeds, data)
+    ensemble = ef.fit_ensemble(config, data, seeds)
     ensemble_seconds = time.perf_counter() - t
     singles, t = [], time.perf_counter()
     for s in seeds:
@@ -111,8 +111,8 @@ def main() -> None:
         "### K members in one program vs one model (one epoch of the recipe per call)",
         "",
     ]
-    data = ef.to_datasets(ef.load_fashion_mnist())
-    lines += throughput(data[0], args.members, args.repeats)
+    data = ef.split_data(ef.load_fashion_mnist())
+    lines += throughput(data.train, args.members, args.repeats)
     print("\n".join(lines), flush=True)
     if not args.skip_wall:
         lines += ["", f"### The recipe ({args.epochs} epochs), {args.seeds} seeds", ""]

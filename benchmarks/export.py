@@ -124,7 +124,7 @@ def main() -> None:
     config = ef.TrainConfig(epochs=args.epochs, calibration_size=5000)
     splits = ef.split_data(data, calibration_size=5000)
     single = ef.fit(config, splits)
-    ensemble = ef.fit_ensemble(config, args.seeds, splits)
+    ensemble = ef.fit_ensemble(config, splits, args.seeds)
     models = [
         ("one model", single.model, single.state.policy, single.test.accuracy),
         (f"ensemble of {args.seeds}", ensemble.model, ensemble.state.policy,

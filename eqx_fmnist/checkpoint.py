@@ -220,7 +220,7 @@ def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = Non
     **Returns:**
 
     A [`Checkpoint`][eqx_fmnist.checkpoint.Checkpoint]; `fit(checkpoint.config,
-    state=checkpoint.state)` continues the run exactly where it stopped.
+    splits, state=checkpoint.state)` continues the run exactly where it stopped.
 
     **Raises:**
 

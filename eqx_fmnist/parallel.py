@@ -21,7 +21,7 @@ after `jax.distributed.initialize()` in every process, on many machines.
     ```
 
     Under SLURM, Open MPI or on Cloud TPU, `jax.distributed.initialize()` with no
-    arguments reads all three from the environment. Then `fit(config)` with
+    arguments reads all three from the environment. Then `fit(config, splits)` with
     `config.devices` equal to `jax.device_count()` trains over every device of every
     process; only process 0 should write files (`jax.process_index() == 0`).
 """

@@ -22,13 +22,12 @@ import numpy as np
 from jax.sharding import Mesh
 
 from .config import TrainConfig
-from .data import FashionMNIST, load_fashion_mnist
-from .dataset import ArrayDataset, Splits, split_data
+from .dataset import ArrayDataset, Splits
 from .distill import Teacher
 from .evaluation import EvalResult, evaluate
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import MLP
-from .parallel import check_divisible, make_mesh, replicate
+from .parallel import check_divisible, make_mesh, replicate, to_local
 from .precision import Policy
 from .state import TrainState, check_members, init_members, init_state
 from .step import compile_steps
@@ -73,8 +72,10 @@ class TrainResult:
     @property
     def model(self) -> MLP:
         """The trained model (stacked for members): the weight average when the run kept
-        one (`ema_decay`), as evaluation used."""
-        return self.state.eval_model
+        one (`ema_decay`), as evaluation used; this process's copy after multi-host
+        training ([`to_local`][eqx_fmnist.parallel.to_local], the one place a model is
+        made local: exports, reports and calibration take it as it is)."""
+        return to_local(self.state.eval_model)
 
     @property
     def policy(self) -> Policy:
@@ -145,31 +146,27 @@ def run_chunks(
         yield state, step, metrics, elapsed
 
 
-def _as_splits(configs: Sequence[TrainConfig], data) -> Splits:
-    config = configs[0]
-    if data is None:
-        data = load_fashion_mnist()
-    if not isinstance(data, Splits):
-        if config.validation_size or config.calibration_size:
-            raise ValueError(
-                f"the config holds out validation_size={config.validation_size} and "
-                f"calibration_size={config.calibration_size} images, but `fit` does not "
-                "split data: pass `ef.split_data(data, validation_size=..., "
-                "calibration_size=...)` as `data` (or set both to 0)."
-            )
-        data = split_data(data)  # on the device, nothing held out
+def _check_splits(config: TrainConfig, splits: object) -> None:
+    """`splits` are what `fit` takes, made with the config's held-out sizes (anything is
+    taken here, so that the error names the fix even where a type checker is off)."""
+    if not isinstance(splits, Splits):
+        raise TypeError(
+            f"`fit` takes its data as `Splits`, not {type(splits).__name__}: pass "
+            "`ef.split_data(data)` (a FashionMNIST or `(train, test)`) or "
+            "`ef.Splits(train, test)`."
+        )
     for name, size in (
         ("validation", config.validation_size),
         ("calibration", config.calibration_size),
     ):
-        held = getattr(data, name)
+        held = getattr(splits, name)
         if size and (held is None or len(held) != size):
             raise ValueError(
                 f"the config's {name}_size is {size:,}, but the splits' {name} set holds "
                 f"{0 if held is None else len(held):,} images: make the splits from this "
-                "config's sizes."
+                "config's sizes (`ef.split_data(data, validation_size=..., "
+                "calibration_size=...)`, or `ef.runs.run_splits(config)`)."
             )
-    return data
 
 
 _Trees = TypeVar("_Trees")
@@ -187,8 +184,8 @@ def _place(config: TrainConfig, trees: _Trees) -> tuple[Mesh | None, _Trees]:
 
 
 def fit(
-    config: TrainConfig | Sequence[TrainConfig] = TrainConfig(),
-    data: FashionMNIST | tuple[ArrayDataset, ArrayDataset | None] | Splits | None = None,
+    config: TrainConfig | Sequence[TrainConfig],
+    splits: Splits,
     *,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
@@ -202,14 +199,14 @@ def fit(
 
     - `config`: the run; or one config per member (they may differ only in `seed`,
         `learning_rate`, `weight_decay` and `label_smoothing`, see
-        [`check_members`][eqx_fmnist.state.check_members]). Defaults to the
-        recommended recipe.
-    - `data`: a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST], `(train, test)`
-        [`ArrayDataset`][eqx_fmnist.dataset.ArrayDataset]s (`test` may be `None`), or
-        [`Splits`][eqx_fmnist.dataset.Splits] from
-        [`split_data`][eqx_fmnist.dataset.split_data] (their `validation` set, if any,
-        is evaluated after every interval: `valid_loss`, `valid_accuracy` in the
-        history, and at the end); the whole training set is trained on. Defaults to `load_fashion_mnist()`, the one convenience.
+        [`check_members`][eqx_fmnist.state.check_members]).
+    - `splits`: the run's [`Splits`][eqx_fmnist.dataset.Splits], the one form `fit`
+        takes its data in: from [`split_data`][eqx_fmnist.dataset.split_data] (a
+        `FashionMNIST` or `(train, test)`, with the config's held-out sizes), or
+        `ef.Splits(train, test)` from datasets at hand. The whole `train` set is trained
+        on; the `validation` set, if any, is evaluated after every interval
+        (`valid_loss`, `valid_accuracy` in the history) and at the end; `test` (or
+        `None`) at the end.
     - `state`: a state to continue from, e.g. from
         [`load_checkpoint`][eqx_fmnist.checkpoint.load_checkpoint]; training resumes
         at its step and stops at the config's total steps. Its buffers are donated.
@@ -234,15 +231,16 @@ def fit(
 
     [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] (with `on_nonfinite="raise"`,
     naming the member), before the bad interval is recorded; `ValueError` for a `state`
-    past the run's end or of the wrong number of members, or a config that holds out
-    images from data that were not split by it.
+    past the run's end or of the wrong number of members, or splits whose held-out sets
+    are not the config's sizes; `TypeError` for data that are not `Splits`.
 
     !!! example
 
         ```python
         import eqx_fmnist as ef
 
-        result = ef.fit(ef.TrainConfig(epochs=5))
+        config = ef.TrainConfig(epochs=5)
+        result = ef.fit(config, ef.split_data(ef.load_fashion_mnist()))
         result.test.accuracy  # 0.88 here, on all 10,000 test images
         ```
     """
@@ -251,7 +249,7 @@ def fit(
     if stacked:
         check_members(configs)
     start = time.perf_counter()
-    splits = _as_splits(configs, data)
+    _check_splits(configs[0], splits)
     train, test, valid = splits.train, splits.test, splits.validation
     if state is None:
         state = init_members(configs, len(train)) if stacked else init_state(config, len(train))

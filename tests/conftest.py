@@ -114,6 +114,14 @@ def real_datasets(real_data):
     return ef.to_datasets(real_data)
 
 
+@pytest.fixture(scope="session")
+def real_splits(real_datasets):
+    """The real data as `fit` takes them: `Splits(train, test)`, nothing held out."""
+    import eqx_fmnist as ef
+
+    return ef.Splits(*real_datasets)
+
+
 @pytest.fixture
 def small():
     """A small synthetic training set: 256 examples, 8 steps of 32 per epoch."""

@@ -34,7 +34,7 @@ def main() -> None:
     config = ef.TrainConfig(
         steps=12, batch_size=64, hidden_sizes=(32,), log_every=4, devices=devices
     )
-    result = ef.fit(config, (ds, ds))
+    result = ef.fit(config, ef.Splits(ds, ds))
     checks = {}
     if devices > 1:
         from eqx_fmnist.parallel import batch_sharding, make_mesh, replicate
@@ -48,9 +48,16 @@ def main() -> None:
         state = replicate(ef.init_state(config, len(ds)), mesh)
         run = ef.compile_steps(state, replicate(ds, mesh), batch_size=64, num_steps=4, mesh=mesh)
         checks["all_reduce"] = "all-reduce" in run.compiled.as_text()
-    leaves = jtu.tree_leaves(result.model)
+    trained = result.state.eval_model  # what evaluation used, over every process
+    leaves = jtu.tree_leaves(trained)
+    weight, local = trained.layers[0].weight, result.model.layers[0].weight
     info = {
-        "devices_of_weight": len(result.model.layers[0].weight.sharding.device_set),
+        "devices_of_weight": len(weight.sharding.device_set),
+        # `result.model` is this process's full copy of the same weights.
+        "model_is_local": bool(local.is_fully_addressable),
+        "model_matches_state": bool(
+            np.array_equal(np.asarray(local), np.asarray(weight.addressable_data(0)))
+        ),
         "process_count": jax.process_count(),
         "accuracy": result.test.accuracy,
         "count": result.test.count,

@@ -138,7 +138,7 @@ def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_feat
     from eqx_fmnist.trust import features, fit_trust
 
     config = ef.TrainConfig(steps=8, batch_size=32, hidden_sizes=(16,))
-    members = ef.fit_ensemble(config, seeds=2, data=(small, None))
+    members = ef.fit_ensemble(config, ef.Splits(small), seeds=2)
     train, held = small.split(64, key=__import__("jax").random.PRNGKey(0))
     cal = ef.calibrate(members.model, train, held)
     probs = np.stack(
@@ -206,7 +206,7 @@ def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
     moves = ef.trust_moves(config)
     assert moves == ((0, 0, False), (0, 0, True), (1, 0, False), (-1, 0, False),
                      (0, 1, False), (0, -1, False))  # fmt: skip
-    model = ef.fit(config, (small, None)).model
+    model = ef.fit(config, ef.Splits(small)).model
     train, held = small.split(64, key=jr.PRNGKey(0))
     trust = fit_trust(model, train, held, moves=moves)
     assert trust.means.shape == (60, 16)

@@ -23,12 +23,13 @@ def config(**kw):
 def test_save_load_continue_equals_straight_through(small, tmp_path, extra):
     """Exact, with the augmentation's choices and the weight average too."""
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import train_steps
     from eqx_fmnist.train import fit
 
     c = config(**extra)
-    straight = fit(c, (small, small))
+    straight = fit(c, Splits(small, small))
     state = init_state(c, len(small))
     state, _ = train_steps(state, small, batch_size=32, num_steps=10)
     path = save_checkpoint(tmp_path / "ckpt.eqx", state, c, num_train=len(small))
@@ -39,7 +40,7 @@ def test_save_load_continue_equals_straight_through(small, tmp_path, extra):
     assert (ckpt.state.average is None) == (state.average is None) == ("ema_decay" not in extra)
     if state.average is not None:
         assert tree_allclose(ckpt.state.average, state.average, rtol=0, atol=0)
-    resumed = fit(ckpt.config, (small, small), state=ckpt.state)
+    resumed = fit(ckpt.config, Splits(small, small), state=ckpt.state)
     assert int(resumed.state.step) == 16
     assert tree_allclose(resumed.model, straight.model, rtol=1e-5, atol=1e-6)
     from eqx_fmnist.checkpoint import read_header

@@ -47,7 +47,7 @@ def test_a_checkpoint_of_every_format_loads_as_it_was_trained(fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_run_stopped_halfway_in_every_format_resumes_to_the_straight_run(fmt, real_datasets):
+def test_a_run_stopped_halfway_in_every_format_resumes_to_the_straight_run(fmt, real_splits):
     """The independent computation: the same 12 steps run without stopping by the code
     that wrote the format. The fixtures were made on an AMD EPYC with AVX-512; another CPU
     rounds the float32 sums differently, so the parameters are held to the reference
@@ -59,7 +59,7 @@ def test_a_run_stopped_halfway_in_every_format_resumes_to_the_straight_run(fmt, 
 
     ckpt = ef.load_checkpoint(FIXTURES / f"format{fmt}" / "halfway.eqx")
     assert ckpt.step == 6 and ckpt.config.steps == 12
-    resumed = ef.fit(ckpt.config, real_datasets, state=ckpt.state)
+    resumed = ef.fit(ckpt.config, real_splits, state=ckpt.state)
     straight = np.load(FIXTURES / f"format{fmt}" / "straight.npz")
     want = [straight[f"arr_{i}"] for i in range(len(straight.files) - 1)]
     got = [np.asarray(x) for x in jax.tree.leaves(resumed.model)]

@@ -38,12 +38,12 @@ def test_each_member_is_the_run_fit_would_have_made(small):
     import eqx_fmnist as ef
 
     c = config()
-    ens = ef.fit_ensemble(c, seeds=(0, 5), data=(small, small))
+    ens = ef.fit_ensemble(c, ef.Splits(small, small), seeds=(0, 5))
     assert type(ens) is ef.TrainResult and ens.num_members == 2  # the one result type
     assert [h["step"] for h in ens.history] == [4, 8, 12]
     assert all(len(h["members"]) == 2 for h in ens.history)
     for i, seed in enumerate((0, 5)):
-        single = ef.fit(c.with_changes(seed=seed), (small, small))
+        single = ef.fit(c.with_changes(seed=seed), ef.Splits(small, small))
         assert max_diff(ef.select_members(ens.model, i), single.model) < 1e-5
         assert np.array_equal(ens.state.key[i], single.state.key)
         np.testing.assert_allclose(
@@ -64,9 +64,9 @@ def test_members_that_differ_in_numbers_match_their_single_runs(small):
         config(learning_rate=1e-3, weight_decay=0.0, label_smoothing=0.0, schedule="cosine"),
         config(learning_rate=3e-3, weight_decay=0.1, label_smoothing=0.2, schedule="cosine"),
     ]
-    ens = ef.fit(configs, (small, small))
+    ens = ef.fit(configs, ef.Splits(small, small))
     for i, c in enumerate(configs):
-        single = ef.fit(c, (small, small))
+        single = ef.fit(c, ef.Splits(small, small))
         assert max_diff(ef.select_members(ens.model, i), single.model) < 1e-5
         assert ens.history[-1]["members"][i]["learning_rate"] == pytest.approx(
             single.history[-1]["learning_rate"], rel=1e-6
@@ -76,13 +76,13 @@ def test_members_that_differ_in_numbers_match_their_single_runs(small):
 
 
 @pytest.mark.slow
-def test_members_match_single_runs_after_two_epochs_of_the_real_recipe(real_datasets):
+def test_members_match_single_runs_after_two_epochs_of_the_real_recipe(real_splits):
     import eqx_fmnist as ef
 
     c = ef.TrainConfig(epochs=2)
-    ens = ef.fit_ensemble(c, seeds=(0, 1), data=real_datasets)
+    ens = ef.fit_ensemble(c, real_splits, seeds=(0, 1))
     for i in range(2):
-        single = ef.fit(c.with_changes(seed=i), real_datasets)
+        single = ef.fit(c.with_changes(seed=i), real_splits)
         assert max_diff(ef.select_members(ens.model, i), single.model) < 1e-4
         assert abs(ens.test.members[i].accuracy - single.test.accuracy) <= 0.002
 
@@ -91,7 +91,7 @@ def test_members_match_single_runs_after_two_epochs_of_the_real_recipe(real_data
 def test_the_ensemble_evaluation_against_numpy(small):
     import eqx_fmnist as ef
 
-    ens = ef.fit_ensemble(config(), seeds=3, data=(small, small))
+    ens = ef.fit_ensemble(config(), ef.Splits(small, small), seeds=3)
     labels = np.asarray(small.labels)
     probs = np.stack(
         [
@@ -119,7 +119,7 @@ def test_a_member_that_diverges_is_named(small):
 
     configs = [config(seed=0), config(seed=1, learning_rate=1e30)]
     with pytest.raises(ef.NonFiniteError, match=r"member 1 \(seed=1, learning_rate=1e\+30"):
-        ef.fit(configs, (small, small))
+        ef.fit(configs, ef.Splits(small, small))
 
 
 def test_members_that_would_not_fit_in_memory_are_refused_before_compiling(small, monkeypatch):
@@ -130,7 +130,7 @@ def test_members_that_would_not_fit_in_memory_are_refused_before_compiling(small
     monkeypatch.setattr(members, "_device_memory", lambda device: (50 * 2**20, "free"))
     traces = eqx.debug.get_num_traces(step._steps_traced)
     with pytest.raises(ValueError, match=r"100 members need about .* GiB.*at most \d+ members"):
-        ef.fit_ensemble(config(hidden_sizes=(256, 128)), seeds=100, data=(small, small))
+        ef.fit_ensemble(config(hidden_sizes=(256, 128)), ef.Splits(small, small), seeds=100)
     assert eqx.debug.get_num_traces(step._steps_traced) == traces
 
 
@@ -149,7 +149,7 @@ def test_bad_seeds_are_refused(seeds, small):
     import eqx_fmnist as ef
 
     with pytest.raises(ValueError, match="seeds"):
-        ef.fit_ensemble(config(), seeds=seeds, data=(small, small))
+        ef.fit_ensemble(config(), ef.Splits(small, small), seeds=seeds)
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -161,7 +161,8 @@ def test_a_sweep_is_one_compile_ranked_on_validation(small, tmp_path):
 
     grid = {"learning_rate": [1e-3, 1e-2], "label_smoothing": [0.0, 0.1]}
     traces = eqx.debug.get_num_traces(step._steps_traced)
-    result = ef.sweep(config(steps=8), grid, seeds=2, validation_size=64, data=(small, small))
+    splits = ef.split_data((small, small), validation_size=64)
+    result = ef.sweep(config(steps=8), splits, grid, seeds=2)
     assert eqx.debug.get_num_traces(step._steps_traced) - traces == 1
     assert len(result.members.configs) == 8 and len(result.points) == 4
     # Ranked by validation accuracy, recomputed here member by member.
@@ -208,7 +209,7 @@ def test_a_sweep_needs_a_validation_split(small):
     import eqx_fmnist as ef
 
     with pytest.raises(ValueError, match="validation_size"):
-        ef.sweep(config(), {"learning_rate": [1e-3]}, validation_size=0, data=(small, small))
+        ef.sweep(config(), ef.Splits(small, small), {"learning_rate": [1e-3]})
 
 
 def test_the_grid_comes_back_from_the_member_configs():
@@ -228,11 +229,12 @@ def test_the_grid_comes_back_from_the_member_configs():
 
 def test_an_interrupted_ensemble_resumes_exactly(small, tmp_path):
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.runs import Interrupted, RunFolder
     from eqx_fmnist.train import fit
 
     configs = [config(seed=s, learning_rate=lr) for s, lr in ((0, 1e-3), (1, 3e-3))]
-    whole = fit(configs, (small, small))
+    whole = fit(configs, Splits(small, small))
     with RunFolder(tmp_path, configs[0], num_train=len(small), members=configs) as run:
 
         def stop_after_first(record, state):
@@ -240,19 +242,19 @@ def test_an_interrupted_ensemble_resumes_exactly(small, tmp_path):
             run.callback(record, state)
 
         with pytest.raises(Interrupted):
-            fit(configs, (small, small), callback=stop_after_first)
+            fit(configs, Splits(small, small), callback=stop_after_first)
     ckpt = load_checkpoint(tmp_path / "checkpoint.eqx")
     assert ckpt.step == 4 and ckpt.members == tuple(configs)
-    resumed = fit(ckpt.members, (small, small), state=ckpt.state)
+    resumed = fit(ckpt.members, Splits(small, small), state=ckpt.state)
     assert same_arrays(resumed.state.model, whole.state.model)
     assert [h["step"] for h in resumed.history] == [8, 12]
     # A stacked state needs its member configs, and the other way round.
     with pytest.raises(ValueError, match="stacked members"):
         save_checkpoint(tmp_path / "x.eqx", whole.state, configs[0], num_train=len(small))
     with pytest.raises(ValueError, match="holds 2 members, but 3"):
-        fit([*configs, config(seed=9)], (small, small), state=ckpt.state)
+        fit([*configs, config(seed=9)], Splits(small, small), state=ckpt.state)
     with pytest.raises(ValueError, match="holds 2 members, but one config"):
-        fit(configs[0], (small, small), state=ckpt.state)
+        fit(configs[0], Splits(small, small), state=ckpt.state)
 
 
 @pytest.mark.slow
@@ -269,7 +271,7 @@ def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data
             real_data, test_images=real_data.test_images[:256],
             test_labels=real_data.test_labels[:256],
         )  # fmt: skip
-        result = ef.fit(configs, (small, test), callback=run.callback)
+        result = ef.fit(configs, ef.Splits(small, test), callback=run.callback)
         summary = run.finish(result, data)
     assert summary["test_accuracy"] == pytest.approx(result.test.accuracy)
     assert [m["seed"] for m in summary["members"]] == [0, 1]

@@ -7,11 +7,11 @@ from helpers import F32_U, f32_sum_atol, mlp_logits_atol
 
 
 @pytest.fixture(scope="module")
-def trained(real_datasets):
+def trained(real_splits):
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.train import fit
 
-    return fit(TrainConfig.codelab(steps=100, log_every=100), real_datasets)
+    return fit(TrainConfig.codelab(steps=100, log_every=100), real_splits)
 
 
 def test_evaluation_counts_all_10000_and_matches_numpy(trained, real_datasets, real_data):

@@ -16,7 +16,7 @@ from helpers import run_cli, run_cli_here
 def trained(real_data):
     import eqx_fmnist as ef
 
-    result = ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64, 32)), ef.to_datasets(real_data))
+    result = ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64, 32)), ef.split_data(real_data))
     return result
 
 
@@ -75,7 +75,7 @@ def test_an_ensemble_exports_its_mean_probability(real_data, test_images, tmp_pa
     from eqx_fmnist.export import export_model, load_artifact
 
     ens = ef.fit_ensemble(
-        ef.TrainConfig(steps=20, hidden_sizes=(32,)), seeds=2, data=ef.to_datasets(real_data)
+        ef.TrainConfig(steps=20, hidden_sizes=(32,)), ef.split_data(real_data), seeds=2
     )
     manifest = export_model(
         ens.state.model, ens.state.policy, ens.config, tmp_path / "e.stablehlo",

@@ -19,13 +19,16 @@ def config(**kw):
 
 
 def test_a_nan_stops_fit_naming_the_step_and_metric(small):
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.intervals import NonFiniteError
     from eqx_fmnist.train import fit
 
     seen = []
     with pytest.raises(NonFiniteError) as info:
         fit(
-            config(learning_rate=1e30), (small, small), callback=lambda e, s: seen.append(e["step"])
+            config(learning_rate=1e30),
+            Splits(small, small),
+            callback=lambda e, s: seen.append(e["step"]),
         )
     assert info.value.metric in ("loss", "gradient norm")
     assert 1 <= info.value.step <= 16 and f"step {info.value.step}" in str(info.value)
@@ -55,10 +58,11 @@ def test_skip_leaves_the_parameters_of_bad_steps_unchanged(small):
 def test_runs_are_bitwise_deterministic(small):
     import jax.tree_util as jtu
 
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.train import fit
 
-    a = fit(config(), (small, small))
-    b = fit(config(), (small, small))
+    a = fit(config(), Splits(small, small))
+    b = fit(config(), Splits(small, small))
     for x, y in zip(jtu.tree_leaves(a.model), jtu.tree_leaves(b.model), strict=True):
         assert np.array_equal(np.asarray(x), np.asarray(y))
     keys = ("step", "loss", "accuracy", "grad_norm", "skipped")

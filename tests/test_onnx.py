@@ -18,7 +18,7 @@ pytest.importorskip("onnxruntime", reason="the extra 'onnx' is not installed")
 def trained(real_data):
     import eqx_fmnist as ef
 
-    return ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64, 32)), ef.to_datasets(real_data))
+    return ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64, 32)), ef.split_data(real_data))
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_an_ensemble_is_one_graph_with_each_member_and_the_mean(real_data, test_
     from eqx_fmnist.export import export_model, run_onnx
 
     ens = ef.fit_ensemble(
-        ef.TrainConfig(steps=20, hidden_sizes=(32,)), seeds=3, data=ef.to_datasets(real_data)
+        ef.TrainConfig(steps=20, hidden_sizes=(32,)), ef.split_data(real_data), seeds=3
     )
     path = tmp_path / "e.onnx"
     manifest = export_model(ens.state.model, ens.state.policy, ens.config, path,

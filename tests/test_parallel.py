@@ -86,6 +86,8 @@ def test_two_processes_with_jax_distributed_train_like_one(single, tmp_path):
     assert outs[0].exists() and not outs[1].exists()  # only process 0 writes
     params, info = load(outs[0])
     assert info["process_count"] == 2 and info["devices_of_weight"] == 2
+    # `result.model` is this process's copy (`to_local`, once, in `TrainResult`).
+    assert info["model_is_local"] and info["model_matches_state"]
     for a, b in zip(params, single[0], strict=True):
         np.testing.assert_allclose(a, b, atol=ATOL, rtol=0)
 

@@ -117,21 +117,21 @@ def test_training_dtypes_follow_the_policy(compute):
 
 
 @pytest.mark.slow
-def test_bfloat16_compute_tracks_float32(real_datasets):
+def test_bfloat16_compute_tracks_float32(real_splits):
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.train import fit
 
     results = {}
     for compute in ("f32", "bf16"):
         config = TrainConfig.codelab(steps=100, log_every=100, precision=f"p=f32,c={compute},o=f32")
-        results[compute] = fit(config, real_datasets)
+        results[compute] = fit(config, real_splits)
     f32, bf16 = results["f32"], results["bf16"]
     assert abs(f32.history[-1]["loss"] - bf16.history[-1]["loss"]) < 0.02
     assert abs(f32.test.accuracy - bf16.test.accuracy) < 0.01
 
 
 @pytest.mark.slow
-def test_float16_with_dynamic_loss_scale_trains_and_skips_overflows(real_datasets):
+def test_float16_with_dynamic_loss_scale_trains_and_skips_overflows(real_datasets, real_splits):
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.precision import DynamicLossScale
     from eqx_fmnist.state import init_state
@@ -141,7 +141,7 @@ def test_float16_with_dynamic_loss_scale_trains_and_skips_overflows(real_dataset
     config = TrainConfig.codelab(steps=200, log_every=100, precision="p=f32,c=f16,o=f32")
     # 2**40 overflows float16 at once: steps are skipped and the scale halves until it fits.
     state = eqx_tree_at_loss_scale(init_state(config, len(train)), DynamicLossScale(2.0**40))
-    result = fit(config, real_datasets, state=state)
+    result = fit(config, real_splits, state=state)
     skipped = sum(h["skipped"] for h in result.history)
     assert skipped >= 1
     assert all(np.isfinite(h["loss"]) for h in result.history)
@@ -233,7 +233,7 @@ def test_parameters_stored_in_a_low_precision_dtype_train(small, spec):
             schedule="constant", learning_rate=1e-2, label_smoothing=0.0, shift=0,
             mirror=False, ema_decay=0.9,
         )  # fmt: skip
-        return ef.fit(config, (small, small))
+        return ef.fit(config, ef.Splits(small, small))
 
     low, full = run(spec), run("float32")
     dtype = ef.Policy.from_string(spec).param_dtype

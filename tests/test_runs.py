@@ -48,6 +48,7 @@ def saves(monkeypatch):
 
 def test_logging_every_two_steps_checkpoints_on_its_own_cadence(small, tmp_path, monkeypatch):
     from eqx_fmnist.checkpoint import load_checkpoint
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.runs import CheckpointEvery, RunFolder, read_history
     from eqx_fmnist.train import fit
 
@@ -56,11 +57,11 @@ def test_logging_every_two_steps_checkpoints_on_its_own_cadence(small, tmp_path,
     with RunFolder(
         tmp_path / "a", c, num_train=256, checkpoint_every=CheckpointEvery(steps=10)
     ) as run:
-        fit(c, (small, small), callback=run.callback)
+        fit(c, Splits(small, small), callback=run.callback)
     assert [h["step"] for h in read_history(tmp_path / "a")] == list(range(2, 25, 2))
     assert saved == [10, 20]  # the first interval ends at or past each 10 steps
     with RunFolder(tmp_path / "b", c, num_train=256) as run:  # every 60 s: none due
-        result = fit(c, (small, small), callback=run.callback)
+        result = fit(c, Splits(small, small), callback=run.callback)
         run.finish(result, _numpy(small))
     assert saved[2:] == [24]  # only the end
     assert load_checkpoint(tmp_path / "b" / "checkpoint.eqx").step == 24
@@ -77,13 +78,14 @@ def _numpy(ds):
 
 def test_a_requested_stop_saves_and_the_resume_is_exact(small, tmp_path):
     from eqx_fmnist.checkpoint import load_checkpoint
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.runs import Interrupted, RunFolder, read_history
     from eqx_fmnist.train import fit
 
     from helpers import tree_allclose
 
     c = config()
-    straight = fit(c, (small, small))
+    straight = fit(c, Splits(small, small))
     folder = tmp_path / "cut"
 
     def stop_after_step_8(record, state):
@@ -92,12 +94,12 @@ def test_a_requested_stop_saves_and_the_resume_is_exact(small, tmp_path):
 
     with RunFolder(folder, c, num_train=256) as run:
         with pytest.raises(Interrupted, match="asked by the test") as info:
-            fit(c, (small, small), callback=[stop_after_step_8, run.callback])
+            fit(c, Splits(small, small), callback=[stop_after_step_8, run.callback])
     assert info.value.step == 8 and not (folder / ".eqx-fmnist.lock").exists()
     ckpt = load_checkpoint(folder / "checkpoint.eqx")
     assert ckpt.step == 8
     with RunFolder(folder, c, num_train=256, start_step=ckpt.step) as run:
-        resumed = fit(c, (small, small), state=ckpt.state, callback=run.callback)
+        resumed = fit(c, Splits(small, small), state=ckpt.state, callback=run.callback)
     assert tree_allclose(resumed.model, straight.model, rtol=0, atol=0)
     assert [h["step"] for h in read_history(folder)] == list(range(2, 25, 2))
 
@@ -118,12 +120,13 @@ def test_a_folder_in_use_or_with_results_is_refused(small, tmp_path):
 
 def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
     pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.runs import RunFolder
     from eqx_fmnist.train import fit
 
     c = config(steps=4)
     with RunFolder(tmp_path / "tb", c, num_train=256, tensorboard=True) as run:
-        result = fit(c, (small, small), callback=run.callback)
+        result = fit(c, Splits(small, small), callback=run.callback)
         run.finish(result, _numpy(small))
     events = list((tmp_path / "tb" / "tensorboard").rglob("events.out.tfevents.*"))
     assert events and sum(p.stat().st_size for p in events) > 0
@@ -133,11 +136,12 @@ def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
 
 def test_tensorboard_shows_each_member_of_an_ensemble(small, tmp_path):
     pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.runs import RunFolder
     from eqx_fmnist.train import fit
 
     configs = [config(steps=4, seed=s) for s in (0, 1)]
     with RunFolder(tmp_path, configs[0], num_train=256, tensorboard=True, members=configs) as run:
-        fit(configs, (small, small), callback=run.callback)
+        fit(configs, Splits(small, small), callback=run.callback)
     blob = b"".join(p.read_bytes() for p in (tmp_path / "tensorboard").rglob("events.*"))
     assert b"train/loss" in blob and b"members/0/loss" in blob and b"members/1/accuracy" in blob

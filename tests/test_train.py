@@ -16,23 +16,25 @@ def small_config(**kw):
 
 
 def test_runs_are_reproducible(small):
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.train import fit
 
-    a = fit(small_config(log_every=4), (small, small))
-    b = fit(small_config(log_every=8), (small, small), callback=None)  # other chunking
-    c = fit(small_config(seed=1), (small, small))
+    a = fit(small_config(log_every=4), Splits(small, small))
+    b = fit(small_config(log_every=8), Splits(small, small), callback=None)  # other chunking
+    c = fit(small_config(seed=1), Splits(small, small))
     assert tree_allclose(a.model, b.model, rtol=1e-5, atol=1e-6)
     assert not tree_allclose(a.model, c.model)
     assert [h["step"] for h in a.history] == [4, 8, 12, 16]
 
 
 def test_fit_reports_history_and_calls_back(small):
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.train import fit
 
     seen = []
     r = fit(
         small_config(log_every=8),
-        (small, small),
+        Splits(small, small),
         callback=lambda m, s: seen.append((m, int(s.step))),
     )
     assert [s for _, s in seen] == [8, 16] and [m for m, _ in seen] == r.history
@@ -43,15 +45,16 @@ def test_fit_reports_history_and_calls_back(small):
 
 
 def test_fit_resumes_from_a_state_exactly(small):
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import train_steps
     from eqx_fmnist.train import fit
 
     config = small_config()
-    straight = fit(config, (small, small))
+    straight = fit(config, Splits(small, small))
     half = init_state(config, len(small))
     half, _ = train_steps(half, small, batch_size=32, num_steps=6)
-    resumed = fit(config, (small, small), state=half)
+    resumed = fit(config, Splits(small, small), state=half)
     assert [h["step"] for h in resumed.history] == [8, 16]  # first to the epoch boundary
     assert tree_allclose(resumed.model, straight.model, rtol=1e-5, atol=1e-6)
 
@@ -69,10 +72,11 @@ def test_schedules_reach_zero_and_warm_up():
 
 
 def test_history_learning_rates_follow_the_schedule(small):
+    from eqx_fmnist.dataset import Splits
     from eqx_fmnist.train import fit
 
     config = small_config(schedule="warmup_cosine", warmup_steps=4, log_every=2, learning_rate=0.01)
-    history = fit(config, (small, small)).history
+    history = fit(config, Splits(small, small)).history
 
     # Hand-written warm-up then cosine decay to 0 over 16 steps, at each interval's last step.
     def lr(s):
@@ -81,3 +85,25 @@ def test_history_learning_rates_follow_the_schedule(small):
     np.testing.assert_allclose(
         [h["learning_rate"] for h in history], [lr(h["step"] - 1) for h in history], atol=1e-7
     )
+
+
+def test_fit_takes_splits_and_refuses_other_data_or_other_sizes_before_training(small):
+    import pytest
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.train import _check_splits
+
+    # Under this suite's type checker `fit` itself refuses a tuple for `splits`; without
+    # one, its own check says what to pass instead.
+    with pytest.raises(TypeError, match="splits"):
+        ef.fit(small_config(), (small, small))
+    with pytest.raises(TypeError, match=r"not tuple: pass `ef\.split_data\(data\)`"):
+        _check_splits(small_config(), (small, small))
+    # The config holds out 64 validation images; splits made without them are refused...
+    held_out = small_config(validation_size=64)
+    with pytest.raises(ValueError, match="validation_size is 64, but the splits' validation set holds 0"):
+        ef.fit(held_out, ef.Splits(small, small))
+    # ...and so are splits of another size.
+    other = ef.split_data((small, small), validation_size=32)
+    with pytest.raises(ValueError, match="holds 32 images: make the splits from this config"):
+        ef.fit(held_out, other)

@@ -37,7 +37,7 @@ def trained(real_data):
 
     from helpers import calibrate_on_training_images
 
-    result = ef.fit(ef.TrainConfig(steps=60, hidden_sizes=(64, 32)), ef.to_datasets(real_data))
+    result = ef.fit(ef.TrainConfig(steps=60, hidden_sizes=(64, 32)), ef.split_data(real_data))
     return result, calibrate_on_training_images(result.model, real_data)
 
 
@@ -289,7 +289,7 @@ def test_the_javascript_of_an_ensemble_agrees_with_numpy(real_data, test_images,
     from helpers import calibrate_on_training_images
 
     config = ef.TrainConfig(steps=30, hidden_sizes=(16,))
-    ensemble = ef.fit_ensemble(config, seeds=2, data=ef.to_datasets(real_data))
+    ensemble = ef.fit_ensemble(config, ef.split_data(real_data), seeds=2)
     calibration = calibrate_on_training_images(ensemble.model, real_data)
     images = test_images[:2000]
     manifest = export_model(ensemble.model, ensemble.state.policy, config, tmp_path / "e.html",

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import TrainConfig
-from ..dataset import ArrayDataset, epoch_indices, steps_per_epoch
+from ..dataset import ArrayDataset, Splits, epoch_indices, steps_per_epoch
 from ..state import init_state
 from ..step import compile_steps, train_step, train_steps
 from ..train import fit
@@ -138,7 +138,7 @@ def compare_training(
 
 
 def fit_cadence(
-    data: tuple[ArrayDataset, ArrayDataset],
+    data: Splits,
     config: TrainConfig,
     log_every: Sequence[int | None] = (CODELAB_READ_EVERY, None),
     *,
@@ -156,7 +156,7 @@ def fit_cadence(
         for every in log_every:
             result = fit(dataclasses.replace(config, log_every=every), data)
             rates[every].append(result.examples_per_sec)
-    spe = steps_per_epoch(len(data[0]), config.batch_size)
+    spe = steps_per_epoch(len(data.train), config.batch_size)
     return [Cadence(every or spe, statistics.median(r), tuple(r)) for every, r in rates.items()]
 
 
@@ -307,7 +307,7 @@ def run_benchmark(
     cadence_config = TrainConfig.codelab(
         steps=steps_per_epoch(len(train), 512) * (2 if quick else 10)
     )
-    cadence = fit_cadence((train, test), cadence_config, repeats=repeats)
+    cadence = fit_cadence(Splits(train, test), cadence_config, repeats=repeats)
     say("precision policies")
     precision = precision_rows(train, config, repeats=repeats)
     batch_sizes = (128, 512) if quick else (128, 512, 2048)

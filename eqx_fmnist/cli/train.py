@@ -303,8 +303,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     def train(splits, callbacks):
         state = resume.state if resume else None
         return sweep(
-            config, grid, seeds, validation_size=config.validation_size, data=splits,
-            state=state, callback=callbacks,
+            config, splits, grid, seeds, state=state, callback=callbacks,
         )  # fmt: skip
 
     result = _in_folder(

@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..config import TrainConfig
-from ..data import FashionMNIST, load_fashion_mnist
-from ..dataset import ArrayDataset, Splits, split_data
+from ..dataset import Splits
 from ..evaluation import EvalResult, evaluate
 from ..fileio import atomic_write
 from ..intervals import Callback
@@ -221,11 +220,10 @@ SWEEP_VALIDATION = 10_000
 
 def sweep(
     config: TrainConfig,
+    splits: Splits,
     grid: Mapping[str, Sequence[Any]],
     seeds: int | Sequence[int] = 2,
     *,
-    validation_size: int = SWEEP_VALIDATION,
-    data: FashionMNIST | tuple[ArrayDataset, ArrayDataset] | Splits | None = None,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
     eval_batch_size: int = 1000,
@@ -233,8 +231,7 @@ def sweep(
     """Train every grid point x seed as a member of one compiled program, rank the points
     by validation accuracy, and evaluate the winner (its seeds) on the test set.
 
-    A thin wrapper: the grid's member configs, the validation split
-    ([`split_data`][eqx_fmnist.dataset.split_data]), the memory check, then
+    A thin wrapper: the grid's member configs, the memory check, then
     [`fit`][eqx_fmnist.train.fit] on the members' stacked state without the test set.
 
     **Arguments:**
@@ -244,11 +241,11 @@ def sweep(
         `label_smoothing`; these are arrays in the training state, so the grid needs
         one compile. Other fields are refused (see
         [`grid_configs`][eqx_fmnist.ensemble.grid_configs]).
+    - `splits`: [`Splits`][eqx_fmnist.dataset.Splits] with a validation set, the
+        training images held out to rank on (`ef.split_data(data,
+        validation_size=SWEEP_VALIDATION)`: 10,000); the test set is never used to
+        choose.
     - `seeds`: a count or the seeds of each point. Defaults to `2`.
-    - `validation_size`: training images held out to rank on; the test set is never
-        used to choose. Defaults to `10_000`.
-    - `data`: a `FashionMNIST`, `(train, test)` datasets, or `Splits` already made
-        with this `validation_size`. Defaults to `load_fashion_mnist()`.
     - `state`, `callback`, `eval_batch_size`: as for [`fit`][eqx_fmnist.train.fit].
 
     **Returns:**
@@ -260,19 +257,18 @@ def sweep(
 
         ```python
         grid = {"learning_rate": [1e-3, 3e-3], "weight_decay": [1e-2, 5e-2]}
-        result = ef.sweep(ef.TrainConfig(epochs=10), grid, seeds=2)
+        splits = ef.split_data(ef.load_fashion_mnist(), validation_size=10_000)
+        result = ef.sweep(ef.TrainConfig(epochs=10), splits, grid, seeds=2)
         table = result.to_markdown()  # the ranked table, as `sweep.md` holds it
         ```
     """
-    if not isinstance(validation_size, int) or validation_size <= 0:
+    if not isinstance(splits, Splits) or splits.validation is None:
         raise ValueError(
-            f"a sweep ranks on a validation split: `validation_size` must be a positive "
-            f"int, but got {validation_size!r}."
+            "a sweep ranks on a validation split: pass `ef.split_data(data, "
+            "validation_size=10_000)` as `splits`."
         )
-    config = config.with_changes(validation_size=validation_size)
+    config = config.with_changes(validation_size=len(splits.validation))
     points, seeds, configs = grid_configs(config, grid, seeds)
-    data = load_fashion_mnist() if data is None else data
-    splits = data if isinstance(data, Splits) else split_data(data, validation_size=validation_size)
     check_memory(configs, len(splits.train))
     unseen = dataclasses.replace(splits, test=None)  # the test set is not for choosing
     members = fit(configs, unseen, state=state, callback=callback, eval_batch_size=eval_batch_size)

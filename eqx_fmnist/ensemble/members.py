@@ -7,8 +7,7 @@ from collections.abc import Sequence
 import jax
 
 from ..config import TrainConfig
-from ..data import FashionMNIST, load_fashion_mnist
-from ..dataset import ArrayDataset, Splits
+from ..dataset import Splits
 from ..intervals import Callback
 from ..state import TrainState, state_bytes
 from ..train import TrainResult, fit
@@ -81,9 +80,9 @@ def check_memory(
 
 
 def fit_ensemble(
-    config: TrainConfig = TrainConfig(),
+    config: TrainConfig,
+    splits: Splits,
     seeds: int | Sequence[int] = (0, 1, 2, 3, 4),
-    data: FashionMNIST | tuple[ArrayDataset, ArrayDataset | None] | Splits | None = None,
     *,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
@@ -97,10 +96,11 @@ def fit_ensemble(
 
     **Arguments:**
 
-    - `config`: the run every member makes. Defaults to the recommended recipe.
+    - `config`: the run every member makes.
+    - `splits`: the run's [`Splits`][eqx_fmnist.dataset.Splits], as for `fit`.
     - `seeds`: the members' seeds, or how many (`n`: `config.seed` to
         `config.seed + n - 1`). Defaults to `(0, 1, 2, 3, 4)`.
-    - `data`, `state`, `callback`, `eval_batch_size`: as for
+    - `state`, `callback`, `eval_batch_size`: as for
         [`fit`][eqx_fmnist.train.fit].
 
     **Returns:**
@@ -113,17 +113,11 @@ def fit_ensemble(
     !!! example
 
         ```python
-        result = ef.fit_ensemble(ef.TrainConfig(), seeds=5)
+        splits = ef.split_data(ef.load_fashion_mnist())
+        result = ef.fit_ensemble(ef.TrainConfig(), splits, seeds=5)
         result.test.accuracy_mean, result.test.accuracy  # members' mean, the ensemble
         ```
     """
     configs = [config.with_changes(seed=s) for s in member_seeds(config, seeds)]
-    data = load_fashion_mnist() if data is None else data
-    check_memory(configs, _train_size(data))
-    return fit(configs, data, state=state, callback=callback, eval_batch_size=eval_batch_size)
-
-
-def _train_size(data) -> int:
-    if isinstance(data, Splits):
-        return len(data.train)
-    return len(data.train_labels) if isinstance(data, FashionMNIST) else len(data[0])
+    check_memory(configs, len(splits.train))
+    return fit(configs, splits, state=state, callback=callback, eval_batch_size=eval_batch_size)

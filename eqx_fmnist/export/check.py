@@ -20,7 +20,6 @@ from ..data import CLASS_NAMES, IMAGE_SIZE
 from ..evaluation import predict_logits
 from ..fileio import atomic_write
 from ..model import MLP, num_members
-from ..parallel import to_local
 from ..precision import FLOAT32, Policy
 from ..trust import features
 from . import html, onnx, safetensors, stablehlo
@@ -181,7 +180,6 @@ def export_model(
         raise ExportError("give a calibration or a temperature, not both.")
     path, start = Path(path), time.perf_counter()
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
-    models = to_local(models)
     portable = to_portable(models, calibration=calibration, temperature=temperature)
     trust = calibration if kind.trust else None
     # A format that does not keep the run's policy holds float32 weights and is checked

@@ -16,7 +16,6 @@ import numpy as np
 from ..calibration import Calibration
 from ..data import IMAGE_SIZE
 from ..model import MLP, num_members
-from ..parallel import to_local
 from ..trust import Trust
 from .manifest import ExportError
 
@@ -99,7 +98,6 @@ def to_portable(
             f"exports write GELU (tanh form, jax.nn.gelu), but the model's activation is "
             f"{getattr(models.activation, '__name__', models.activation)!r}."
         )
-    models = to_local(models)
     k = num_members(models)
     arrays = [(np.asarray(w, np.float32), np.asarray(b, np.float32))
               for w, b in ((layer.weight, layer.bias) for layer in models.layers)]  # fmt: skip

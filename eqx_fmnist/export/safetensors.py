@@ -8,7 +8,6 @@ import numpy as np
 
 from ..config import TrainConfig
 from ..model import MLP, num_members
-from ..parallel import to_local
 from .format import ExportFormat, ExportInputs, Outputs
 from .portable import Portable, numpy_serve
 
@@ -17,7 +16,6 @@ def weight_arrays(models: MLP) -> dict[str, np.ndarray]:
     """The weights by name: `layers.{i}.weight` of shape `(out, in)` and
     `layers.{i}.bias` (PyTorch's `nn.Linear` layout); `members.{k}.` in front for an
     ensemble."""
-    models = to_local(models)
     arrays, members = {}, num_members(models) is not None
     for i, layer in enumerate(models.layers):
         weight, bias = np.asarray(layer.weight, np.float32), np.asarray(layer.bias, np.float32)

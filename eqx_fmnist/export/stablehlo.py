@@ -16,7 +16,6 @@ from ..data import IMAGE_SIZE
 from ..dataset import normalize
 from ..evaluation import ensemble_log_probs, scaled_softmax
 from ..model import MLP, num_members, per_member
-from ..parallel import to_local
 from ..precision import Policy
 from .format import ExportFormat, ExportInputs, Outputs
 from .manifest import ExportError, manifest_path
@@ -91,7 +90,7 @@ def to_stablehlo(
     lowered for CPU and CUDA."""
     (batch,) = jax.export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((batch, IMAGE_SIZE), jnp.uint8)
-    serve = serving_function(to_local(models), policy, temperature=temperature, trust=trust)
+    serve = serving_function(models, policy, temperature=temperature, trust=trust)
     return bytes(jax.export.export(jax.jit(serve), platforms=PLATFORMS)(spec).serialize())
 
 

@@ -134,7 +134,7 @@ class RunFolder:
 
         ```python
         with ef.RunFolder("runs/a", config, num_train=60_000) as run:
-            result = ef.fit(config, data, callback=run.callback)
+            result = ef.fit(config, ef.split_data(data), callback=run.callback)
             run.finish(result, data)
         ```
     """

@@ -19,7 +19,6 @@ from ..calibration import Calibration, calibration_report
 from ..dataset import ArrayDataset
 from ..evaluation import Robustness, confusion_matrix, evaluate_robustness, predict_logits
 from ..model import MLP
-from ..parallel import to_local
 from ..plots import plot_confusion_matrix, plot_robustness
 from ..precision import Policy
 
@@ -70,7 +69,6 @@ def run_report(
     """The [`RunReport`][eqx_fmnist.runs.report.RunReport] of `model` (or a stack of
     members) on `uint8` test images `(n, 784)` and their labels, with the run's
     `calibration` if it has one."""
-    model = to_local(model)
     x = jnp.asarray(np.asarray(images).reshape(len(images), -1))
     logits = np.asarray(predict_logits(model, x, policy=policy), np.float32)
     cm = np.asarray(confusion_matrix(labels, logits.argmax(axis=-1)))

@@ -6,18 +6,28 @@ from collections.abc import Sequence
 
 from ..calibration import Calibration, calibrate
 from ..config import TrainConfig
-from ..data import FashionMNIST
+from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import Splits, split_data
 from ..intervals import Callback
 from ..model import MLP
-from ..parallel import to_local
 from ..state import TrainState
 from ..train import TrainResult, fit
 
 
-def run_splits(config: TrainConfig, data: FashionMNIST) -> Splits:
+def run_splits(config: TrainConfig, data: FashionMNIST | None = None) -> Splits:
     """The splits `config` asks for (its `validation_size` and `calibration_size`), made
-    by [`split_data`][eqx_fmnist.dataset.split_data]."""
+    by [`split_data`][eqx_fmnist.dataset.split_data] from `data`; the library's one
+    convenience load: `data` defaults to
+    [`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist].
+
+    !!! example
+
+        ```python
+        config = ef.TrainConfig(epochs=5, calibration_size=5000)
+        result = ef.fit(config, ef.runs.run_splits(config))
+        ```
+    """
+    data = load_fashion_mnist() if data is None else data
     return split_data(
         data, validation_size=config.validation_size, calibration_size=config.calibration_size
     )
@@ -47,6 +57,7 @@ def train_run(
     result = fit(configs, splits, state=state, callback=callback, teacher=teacher)
     calibration = None
     if splits.calibration is not None:
-        model = to_local(result.model)
-        calibration = calibrate(model, splits.train, splits.calibration, policy=result.policy)
+        calibration = calibrate(
+            result.model, splits.train, splits.calibration, policy=result.policy
+        )
     return RunResult(result, calibration)

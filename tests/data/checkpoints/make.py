@@ -8,7 +8,7 @@ It writes into OUT: `run/` (what `eqx-fmnist train --steps 6 --hidden 8` wrote, 
 its figures), `members/` (the same with `--seeds 2`), and the library's own view of a
 run stopped halfway: `halfway.eqx` (6 of 12 steps, saved with `save_checkpoint`) and
 `straight.npz` (the parameters of the same 12 steps run without stopping). Only calls
-every format's code has are used.
+every format's code has are used (and `fit`'s data in the form that code takes).
 """
 
 import subprocess
@@ -36,7 +36,8 @@ state, _ = ef.train_steps(state, train, batch_size=config.batch_size, num_steps=
 from eqx_fmnist.checkpoint import save_checkpoint  # noqa: E402  (not re-exported by every version)
 
 save_checkpoint(out / "halfway.eqx", state, config, num_train=len(train))
-straight = ef.fit(config, datasets)
+# `fit` took `(train, test)` until it took only `Splits`; every format's code has one of the two.
+straight = ef.fit(config, ef.Splits(*datasets) if hasattr(ef, "Splits") else datasets)
 leaves = [np.asarray(x) for x in __import__("jax").tree.leaves(straight.model)]
 np.savez(out / "straight.npz", *leaves, test_accuracy=straight.test.accuracy)
 print("wrote", out)
