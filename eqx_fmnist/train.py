@@ -27,7 +27,7 @@ from .distill import Teacher
 from .evaluation import EvalResult, evaluate
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import MLP
-from .parallel import check_divisible, make_mesh, replicate, to_local
+from .parallel import make_mesh, replicate, to_local
 from .precision import Policy
 from .state import TrainState, check_members, init_members, init_state
 from .step import compile_steps
@@ -177,8 +177,7 @@ def _place(config: TrainConfig, trees: _Trees) -> tuple[Mesh | None, _Trees]:
     or left where they are on one device; returned once they are in place."""
     mesh = None
     if config.devices > 1 or jax.process_count() > 1:
-        mesh = make_mesh(config.devices)
-        check_divisible(config.batch_size, mesh)
+        mesh = make_mesh(config.devices)  # the config checked the batch divides over it
         trees = replicate(trees, mesh)
     return mesh, jax.block_until_ready(trees)
 
