@@ -3,6 +3,7 @@
 import importlib.metadata
 
 from . import (
+    attributions as attributions,
     augment as augment,
     cache as cache,
     calibration as calibration,
@@ -26,6 +27,7 @@ from . import (
     train as train,
     trust as trust,
 )
+from .attributions import Explanation as Explanation, explain as explain
 from .augment import Augmentation as Augmentation, move_images as move_images
 from .cache import (
     compile_cache_dir as compile_cache_dir,

@@ -207,6 +207,18 @@ def augment(
     return remap(images, *random_moves(key, images.shape[0], augmentation))
 
 
+Move = tuple[int, int, bool]
+"""A fixed move of an image, `(dx, dy, mirror)`: mirrored left-right if `mirror`, then
+moved `dx` pixels right and `dy` down (see
+[`move_images`][eqx_fmnist.augment.move_images])."""
+
+TTA_MIRROR: tuple[Move, ...] = ((0, 0, False), (0, 0, True))
+"""Test-time augmentation's views: each image as it is and mirrored left-right."""
+TTA_SHIFTS: tuple[Move, ...] = TTA_MIRROR + ((1, 0, False), (-1, 0, False), (0, 1, False),
+                                             (0, -1, False))  # fmt: skip
+"""The mirror and moves of one pixel along each axis: six views."""
+
+
 def move_images(
     images: Shaped[Array, "n 784"],
     *,

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer
 
+from .conformal import COVERAGE, ConformalSets, fit_sets
 from .dataset import ArrayDataset
 from .evaluation import _logits
 from .fileio import atomic_write
@@ -100,10 +101,16 @@ def _stats(logits, labels, mask, temperature):
 
 
 def dataset_logits(
-    model: MLP, dataset: ArrayDataset, *, policy: Policy = FLOAT32, batch_size: int = 1000
+    model: MLP,
+    dataset: ArrayDataset,
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+    tta: tuple[Move, ...] | None = None,
 ) -> tuple[Float[Array, "padded classes"], Int[Array, " padded"], Bool[Array, " padded"]]:
-    """`(logits, labels, mask)` of every example, padded to whole batches."""
-    logits, mask = _logits(model, dataset.images, policy, batch_size)
+    """`(logits, labels, mask)` of every example, padded to whole batches (with `tta`
+    views: the log of the mean probability over them)."""
+    logits, mask = _logits(model, dataset.images, policy, batch_size, None, tta)
     padding = jnp.zeros(logits.shape[0] - len(dataset), dataset.labels.dtype)
     return logits, jnp.concatenate([dataset.labels, padding]), mask
 
@@ -115,10 +122,12 @@ def evaluate_calibration(
     policy: Policy = FLOAT32,
     temperature: float = 1.0,
     batch_size: int = 1000,
+    tta: tuple[Move, ...] | None = None,
 ) -> CalibrationResult:
     """[`calibration_metrics`][eqx_fmnist.calibration.calibration_metrics] of `model`
-    over every example of `dataset`."""
-    logits, labels, mask = dataset_logits(model, dataset, policy=policy, batch_size=batch_size)
+    over every example of `dataset` (with `tta`, of its test-time-augmented outputs)."""
+    logits, labels, mask = dataset_logits(model, dataset, policy=policy, batch_size=batch_size,
+                                          tta=tta)  # fmt: skip
     return calibration_metrics(logits, labels, mask, temperature=temperature)
 
 
@@ -165,13 +174,23 @@ def calibrate(
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
     moves: tuple[Move, ...] = AS_THEY_ARE,
+    coverage: float = COVERAGE,
+    per_class: bool = False,
+    tta: tuple[Move, ...] | None = None,
 ) -> "Calibration":
     """Calibrate a trained model, or an ensemble: the step after training.
 
     The temperature is fitted on `held_out` to the model's logits (an ensemble's: the
-    log of its mean probability); the trust flag's means and covariance on `train`
-    (for an ensemble, each member's on its own activations) and its threshold on
-    `held_out`.
+    log of its mean probability); the conformal prediction sets' threshold on the same
+    images' temperature-scaled probabilities (the outputs the sets are made from); the
+    trust flag's means and covariance on `train` (for an ensemble, each member's on its
+    own activations) and its threshold on `held_out`.
+
+    The temperature is one number fitted on the images the sets' threshold is then
+    fitted on: strictly, split-conformal coverage assumes the score was fixed before
+    the held-out images were seen. With one parameter and thousands of images the
+    effect is far below the spread of coverage over calibration splits (measured in
+    `tests/test_conformal.py`).
 
     **Arguments:**
 
@@ -184,6 +203,14 @@ def calibrate(
     - `moves`: the moves of the training images the trust flag's means are fitted on
         (see [`fit_trust`][eqx_fmnist.trust.fit_trust]). Defaults to the images
         as they are.
+    - `coverage`: the prediction sets' target share of new images whose set holds the
+        true class (see [`fit_sets`][eqx_fmnist.conformal.fit_sets]). Defaults to `0.9`.
+    - `per_class`: one set threshold per class, so that each class is covered on its
+        own. Defaults to `False`.
+    - `tta`: test-time augmentation's views (see
+        [`predict_logits`][eqx_fmnist.evaluation.predict_logits]): the temperature and
+        the sets are then fitted on the averaged outputs they will be applied to, and
+        the calibration records the views. Defaults to `None`.
 
     **Returns:**
 
@@ -197,10 +224,14 @@ def calibrate(
         calibration = ef.calibrate(result.model, splits.train, splits.calibration)
         ```
     """
-    logits, labels, mask = dataset_logits(model, held_out, policy=policy, batch_size=batch_size)
+    logits, labels, mask = dataset_logits(model, held_out, policy=policy, batch_size=batch_size,
+                                          tta=tta)  # fmt: skip
     temperature = fit_temperature(logits, labels, mask)
+    n = len(held_out)
+    probs = np.asarray(jax.nn.softmax(logits[:n].astype(jnp.float32) / temperature, axis=-1))
+    sets = fit_sets(probs, np.asarray(labels[:n]), coverage=coverage, per_class=per_class)
     trust = fit_trust(model, train, held_out, policy=policy, moves=moves)
-    return Calibration(temperature, trust, len(held_out))
+    return Calibration(temperature, trust, n, sets, tuple(tta) if tta else None)
 
 
 def calibration_report(
@@ -236,12 +267,17 @@ def calibration_report(
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-    """What a run learns about its own probabilities on held-out images: the temperature
-    and the trust detector, and how many images it was fitted on."""
+    """What a run learns about its own probabilities on held-out images: the temperature,
+    the trust detector, how many images it was fitted on, and the conformal prediction
+    sets (`None` in a calibration saved before they existed), and the test-time
+    augmentation views the temperature and the sets were fitted on (`None`: none; the
+    outputs they apply to must use the same)."""
 
     temperature: float
     trust: Trust
     held_out: int
+    sets: ConformalSets | None = None
+    tta: tuple[Move, ...] | None = None
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write a safetensors file (atomically); the numbers are in its metadata."""
@@ -269,7 +305,10 @@ class Calibration:
                 trust = Trust(f.get_tensor("means"), f.get_tensor("precision"),
                               float(meta["threshold"]), tuple(meta["ink_range"]),
                               float(meta["min_contrast"]))  # fmt: skip
-                return cls(float(meta["temperature"]), trust, int(meta["held_out"]))
+                sets = ConformalSets.from_dict(meta["sets"]) if "sets" in meta else None
+                tta = tuple((int(x), int(y), bool(m)) for x, y, m in meta["tta"]) if meta.get(
+                    "tta") else None  # fmt: skip
+                return cls(float(meta["temperature"]), trust, int(meta["held_out"]), sets, tta)
         except Exception as e:  # safetensors raises several kinds
             raise ValueError(f"cannot read the calibration {path}: {e}") from None
 
@@ -277,4 +316,5 @@ class Calibration:
         return {"temperature": self.temperature, "threshold": self.trust.threshold,
                 "ink_range": list(self.trust.ink_range),
                 "min_contrast": self.trust.min_contrast, "held_out": self.held_out,
-                "flag_rate": FLAG_RATE}  # fmt: skip
+                "flag_rate": FLAG_RATE, "tta": [list(v) for v in self.tta or ()],
+                **({} if self.sets is None else {"sets": self.sets.to_dict()})}  # fmt: skip

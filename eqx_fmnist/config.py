@@ -19,6 +19,7 @@ import typing
 from typing import Any, Literal
 
 from .augment import ShiftDistribution, augmentation_of
+from .conformal import COVERAGE, check_coverage
 from .dataset import steps_per_epoch
 from .precision import Policy
 
@@ -98,6 +99,10 @@ class TrainConfig:
     - `calibration_size`: training examples held out (another fixed split) to fit the
         temperature of the probabilities and the trust flag after training; `0` (the
         default) trains on them instead and leaves the probabilities raw.
+    - `coverage`, `per_class_sets`: with a calibration split, the conformal prediction
+        sets fitted on it (see [`fit_sets`][eqx_fmnist.conformal.fit_sets]): the share of
+        new images whose set holds the true class (`0.9`), and whether each class gets
+        its own threshold (covered on its own) or all share one (`False`).
 
         Both are choices of the run, so they are fields (flags, `config.json`, what a
         resume rebuilds), but the loop does not read them: the caller makes the splits
@@ -145,6 +150,13 @@ class TrainConfig:
         0,
         "training images held out to fit the temperature and the trust flag (0: none)",
         flags=("--calibrate",),
+    )
+    coverage: float = _field(
+        COVERAGE,
+        "with --calibrate: the share of new images whose prediction set holds the true class",
+    )
+    per_class_sets: bool = _field(
+        False, "with --calibrate: one prediction-set threshold per class, each class covered"
     )
     shift: int = _field(
         2, "move each training image by up to this many pixels in x and y (0: none)"
@@ -225,14 +237,23 @@ class TrainConfig:
                 f"`devices`; use a multiple of {self.devices} such as {max(lower, self.devices)} "
                 f"or {lower + self.devices}."
             )
-        for name in ("validation_size", "calibration_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"`{name}` must be a non-negative int, but got {value!r}.")
+        self._check_held_out()
         try:
             self.policy  # noqa: B018  (parses the precision string)
         except ValueError as e:
             raise ValueError(f"`precision`: {e}") from None
+
+    def _check_held_out(self) -> None:
+        for name in ("validation_size", "calibration_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"`{name}` must be a non-negative int, but got {value!r}.")
+        check_coverage(self.coverage)  # the prediction sets' rule, kept where they are made
+        if (self.coverage != COVERAGE or self.per_class_sets) and not self.calibration_size:
+            raise ValueError(
+                "`coverage` and `per_class_sets` shape the prediction sets fitted on the "
+                "calibration split: hold one out too (`calibration_size`, --calibrate 5000)."
+            )
 
     @property
     def policy(self) -> Policy:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
-from .augment import move_images
+from .augment import Move, move_images
 from .data import NUM_CLASSES
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .losses import accuracy, cross_entropy
@@ -69,21 +69,30 @@ def _forward(
     policy: Policy,
     batch_size: int,
     mesh: jax.sharding.Mesh | None,
+    tta: tuple[Move, ...] | None = None,
 ) -> Float[Array, "padded classes"]:
-    """One model's logits of all images, padded to whole batches."""
+    """One model's logits of all images, padded to whole batches; with `tta` views, the
+    log of its mean probability over them."""
     if mesh is not None:  # whole batches per device: round the batch up to a multiple
         batch_size = -(-batch_size // mesh.size) * mesh.size
     batches, _ = pad_to_batches(images, batch_size)
     if mesh is not None:
         batches = jax.lax.with_sharding_constraint(batches, batch_sharding(mesh, 3, axis=1))
     forward = jax.vmap(lambda x: model(normalize(x), policy=policy))
+    if tta:
+        plain = forward
+
+        def forward(x):  # every view of the batch, then their mean probability
+            views = [move_images(x, dx=dx, dy=dy, mirror=m) for dx, dy, m in tta]
+            return ensemble_log_probs(jnp.stack([plain(v) for v in views]))
+
     logits = jax.lax.map(forward, batches)  # one batch at a time: bounded memory
     return logits.reshape(-1, logits.shape[-1])
 
 
-def _member_logits(model: MLP, images, policy: Policy, batch_size: int, mesh=None):
+def _member_logits(model: MLP, images, policy: Policy, batch_size: int, mesh=None, tta=None):
     """`_forward` of every member, on a leading axis (one model: a stack of one)."""
-    return per_member(_forward, model, images, policy, batch_size, mesh)
+    return per_member(_forward, model, images, policy, batch_size, mesh, tta)
 
 
 def _combined(model: MLP, logits):
@@ -99,10 +108,11 @@ def _logits(
     policy: Policy,
     batch_size: int,
     mesh: jax.sharding.Mesh | None = None,
+    tta: tuple[Move, ...] | None = None,
 ) -> tuple[Float[Array, "padded classes"], Bool[Array, " padded"]]:
-    """Logits (an ensemble's log mean probabilities) of all images, padded to whole
-    batches, and the mask of real rows."""
-    logits = _combined(model, _member_logits(model, images, policy, batch_size, mesh))
+    """Logits (an ensemble's, or test-time augmentation's, log mean probabilities) of all
+    images, padded to whole batches, and the mask of real rows."""
+    logits = _combined(model, _member_logits(model, images, policy, batch_size, mesh, tta))
     mask = jnp.arange(logits.shape[0]) < images.shape[0]
     return logits, mask
 
@@ -113,6 +123,7 @@ def predict_logits(
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
+    tta: tuple[Move, ...] | None = None,
 ) -> Float[Array, "n classes"]:
     """Logits for every image, computed in fixed-shape batches.
 
@@ -122,13 +133,17 @@ def predict_logits(
     - `images`: shape `(n, 784)`, `uint8` pixels or floats in `[0, 1]`.
     - `policy`: the precision policy of the forward pass. Defaults to float32.
     - `batch_size`: images per compiled batch. Defaults to `1000`.
+    - `tta`: test-time augmentation: the views of each image to average the
+        probabilities over (`(dx, dy, mirror)` moves, e.g.
+        [`TTA_MIRROR`][eqx_fmnist.augment.TTA_MIRROR]: the image and its mirror).
+        Defaults to `None`: the image as it is.
 
     **Returns:**
 
-    The logits, shape `(n, 10)`; for members, the log of the mean of their
-    probabilities.
+    The logits, shape `(n, 10)`; for members, or with `tta`, the log of the mean of
+    the probabilities (over members and views).
     """
-    logits, _ = _logits(model, images, policy, batch_size)
+    logits, _ = _logits(model, images, policy, batch_size, None, tta)
     return logits[: images.shape[0]]
 
 
@@ -138,10 +153,12 @@ def predict(
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
+    tta: tuple[Move, ...] | None = None,
 ) -> Int[Array, " n"]:
     """The predicted class of every image (arguments as for
     [`predict_logits`][eqx_fmnist.evaluation.predict_logits])."""
-    return jnp.argmax(predict_logits(model, images, policy=policy, batch_size=batch_size), -1)
+    logits = predict_logits(model, images, policy=policy, batch_size=batch_size, tta=tta)
+    return jnp.argmax(logits, -1)
 
 
 def predict_proba(
@@ -151,11 +168,13 @@ def predict_proba(
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
     temperature: float = 1.0,
+    tta: tuple[Move, ...] | None = None,
 ) -> Float[Array, "n classes"]:
-    """Softmax probabilities of every class for every image, float32; for members, the
-    mean of their probabilities. A `temperature` (a run's calibrated one) divides the
-    logits first ([`scaled_softmax`][eqx_fmnist.evaluation.scaled_softmax])."""
-    logits = predict_logits(model, images, policy=policy, batch_size=batch_size)
+    """Softmax probabilities of every class for every image, float32; for members (and
+    `tta` views), the mean of their probabilities. A `temperature` (a run's calibrated
+    one) divides the logits first
+    ([`scaled_softmax`][eqx_fmnist.evaluation.scaled_softmax])."""
+    logits = predict_logits(model, images, policy=policy, batch_size=batch_size, tta=tta)
     return scaled_softmax(logits, temperature)
 
 
@@ -188,6 +207,7 @@ def evaluate(
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
     mesh: jax.sharding.Mesh | None = None,
+    tta: tuple[Move, ...] | None = None,
 ) -> EvalResult:
     """Mean cross-entropy and accuracy over **all** examples of `dataset`.
 
@@ -199,13 +219,16 @@ def evaluate(
     - `batch_size`: examples per compiled batch. Defaults to `1000`.
     - `mesh`: split each batch over this mesh's devices (data parallel). Defaults to
         `None`.
+    - `tta`: test-time augmentation's views, as for
+        [`predict_logits`][eqx_fmnist.evaluation.predict_logits]. Defaults to `None`.
 
     **Returns:**
 
     An [`EvalResult`][eqx_fmnist.evaluation.EvalResult] with `count == len(dataset)`:
     for members, the ensemble's numbers with each member's in `members`.
     """
-    (loss, acc), each, count = jax.device_get(_metrics(model, dataset, policy, batch_size, mesh))
+    metrics = _metrics(model, dataset, policy, batch_size, mesh, tta)
+    (loss, acc), each, count = jax.device_get(metrics)
     count = int(count)
     members = () if each is None else tuple(
         EvalResult(float(x), float(a), count) for x, a in zip(*each, strict=True)
@@ -214,10 +237,10 @@ def evaluate(
 
 
 @eqx.filter_jit
-def _metrics(model, dataset: ArrayDataset, policy: Policy, batch_size: int, mesh):
+def _metrics(model, dataset: ArrayDataset, policy: Policy, batch_size: int, mesh, tta=None):
     """Loss and accuracy (and each member's) over every example: one compiled program,
     one host read."""
-    logits = _member_logits(model, dataset.images, policy, batch_size, mesh)
+    logits = _member_logits(model, dataset.images, policy, batch_size, mesh, tta)
     padded = logits.shape[-2]
     mask = jnp.arange(padded) < len(dataset)
     labels = jnp.concatenate(
@@ -303,14 +326,16 @@ class Robustness:
 
 
 @eqx.filter_jit
-def _moved_accuracy(model, dataset: ArrayDataset, moves, policy: Policy, batch_size: int):
+def _moved_accuracy(
+    model, dataset: ArrayDataset, moves, policy: Policy, batch_size: int, tta=None
+):
     """The accuracy on `dataset` moved by each `(dx, dy, mirror)` row of `moves`: one
     compiled program, one host read."""
 
     def one(move):
         images = move_images(dataset.images, dx=move[0], dy=move[1], mirror=move[2] == 1)
         moved = ArrayDataset(images, dataset.labels)
-        return _metrics(model, moved, policy, batch_size, None)[0][1]
+        return _metrics(model, moved, policy, batch_size, None, tta)[0][1]
 
     return jax.lax.map(one, moves)
 
@@ -322,6 +347,7 @@ def evaluate_robustness(
     policy: Policy = FLOAT32,
     shifts: tuple[int, ...] = ROBUSTNESS_SHIFTS,
     batch_size: int = 1000,
+    tta: tuple[Move, ...] | None = None,
 ) -> Robustness:
     """Accuracy on `dataset` as it is, mirrored, and moved by each of `shifts` pixels.
 
@@ -337,6 +363,8 @@ def evaluate_robustness(
     - `shifts`: pixel distances; each is scored as the mean over the moves left,
         right, up and down. Defaults to `(1, 2, 3)`.
     - `batch_size`: examples per compiled batch. Defaults to `1000`.
+    - `tta`: test-time augmentation's views of each moved image, as for
+        [`predict_logits`][eqx_fmnist.evaluation.predict_logits]. Defaults to `None`.
 
     **Returns:**
 
@@ -345,7 +373,8 @@ def evaluate_robustness(
 
     moves = [(0, 0, False), (0, 0, True)]
     moves += [m for s in shifts for m in ((s, 0, False), (-s, 0, False), (0, s, False), (0, -s, False))]
-    acc = np.asarray(_moved_accuracy(model, dataset, jnp.asarray(moves, jnp.int32), policy, batch_size))
+    moves = jnp.asarray(moves, jnp.int32)
+    acc = np.asarray(_moved_accuracy(model, dataset, moves, policy, batch_size, tta))
     clean, mirrored = float(acc[0]), float(acc[1])
     shifted = {s: float(np.mean(acc[2 + 4 * i : 6 + 4 * i])) for i, s in enumerate(shifts)}
     return Robustness(clean, mirrored, shifted, len(dataset))

@@ -149,6 +149,50 @@ def plot_predictions(
     return fig
 
 
+def plot_explanation(
+    image: UInt8[np.ndarray, "28 28"],
+    attributions: Float[np.ndarray, "28 28"],
+    probabilities: Float[np.ndarray, " classes"],
+    target: int,
+    *,
+    class_names: Sequence[str] = CLASS_NAMES,
+    top: int = 3,
+    title: str | None = None,
+) -> Figure:
+    """What the model saw, which pixels made it say `target`, and its top classes.
+
+    **Arguments:**
+
+    - `image`: the 28 x 28 input, `uint8` (ink high, as Fashion-MNIST's).
+    - `attributions`: one per pixel, e.g. an
+        [`Explanation`][eqx_fmnist.attributions.Explanation]'s row reshaped to 28 x 28:
+        red raised the class's score, blue lowered it (one colour scale, symmetric).
+    - `probabilities`: the model's probability of each class.
+    - `target`: the class explained.
+    - `class_names`: names. Defaults to `CLASS_NAMES`.
+    - `top`: classes in the bar chart. Defaults to `3`.
+    - `title`: above the panels. Defaults to the explained class.
+    """
+    fig = _figure(9.5, 3.6)
+    ax_image, ax_map, ax_bars = fig.subplots(1, 3, gridspec_kw=dict(width_ratios=[1, 1, 1.2]))
+    for ax in (ax_image, ax_map):
+        ax.set_axis_off()
+    ax_image.imshow(image, cmap="gray_r", vmin=0, vmax=255)
+    ax_image.set_title("the input")
+    scale = float(np.abs(attributions).max()) or 1.0
+    ax_map.imshow(image, cmap="gray_r", vmin=0, vmax=255, alpha=0.35)
+    shown = ax_map.imshow(attributions, cmap="RdBu_r", vmin=-scale, vmax=scale, alpha=0.85)
+    fig.colorbar(shown, ax=ax_map, shrink=0.8)
+    ax_map.set_title(f"red: for {class_names[target]}, blue: against", fontsize=9)
+    order = np.argsort(probabilities)[::-1][:top]
+    ax_bars.barh([class_names[c] for c in order][::-1], probabilities[order][::-1],
+                 color=["tab:red" if c == target else "tab:gray" for c in order][::-1])  # fmt: skip
+    ax_bars.set_xlim(0, 1)
+    ax_bars.set_xlabel("probability")
+    fig.suptitle(title or f"why {class_names[target]}?")
+    return fig
+
+
 def plot_confusion_matrix(
     cm: Integer[np.ndarray, "k k"],
     *,
@@ -275,6 +319,40 @@ def plot_reliability(
     bottom.set_yscale("log")
     bottom.set_xlabel("confidence (top-class probability), mean of the bin")
     bottom.set_ylabel("examples")
+    return fig
+
+
+def plot_sets(
+    class_coverage: Sequence[float],
+    class_size: Sequence[float],
+    coverage: float,
+    *,
+    class_names: Sequence[str] = CLASS_NAMES,
+    title: str = "Prediction sets on the test images",
+) -> Figure:
+    """Conformal prediction sets by true class: the share whose set holds the true class
+    against the `coverage` asked for (a dashed line), and the mean set size.
+
+    **Arguments:**
+
+    - `class_coverage`, `class_size`: per true class, the coverage and mean set size.
+    - `coverage`: the target.
+    - `class_names`: names. Defaults to `CLASS_NAMES`.
+    - `title`: the figure's title.
+    """
+    fig = _figure(7.0, 5.5)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    where = np.arange(len(class_coverage))
+    covered = np.asarray(class_coverage)
+    top.bar(where, covered, color=np.where(covered < coverage, "tab:red", "tab:blue"))
+    top.axhline(coverage, color="black", linestyle="--", linewidth=1)
+    top.text(len(covered) - 0.5, coverage, f"target {coverage:.0%}", ha="right", va="bottom")
+    top.set_ylim(max(0.0, min(covered.min(), coverage) - 0.1), 1.0)
+    top.set_ylabel("coverage (red: below the target)")
+    top.set_title(title)
+    bottom.bar(where, class_size, color="tab:gray")
+    bottom.set_ylabel("mean set size")
+    bottom.set_xticks(where, class_names, rotation=45, ha="right")
     return fig
 
 

@@ -18,17 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Shaped
 
-from .augment import move_images
+from .augment import Move, move_images
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .model import MLP, num_members, per_member
 from .precision import FLOAT32, Policy
 
 FLAG_RATE = 0.05
 """The share of held-out real images the trust threshold flags."""
-Move = tuple[int, int, bool]
-"""A fixed move of an image, `(dx, dy, mirror)`: mirrored left-right if `mirror`, then
-moved `dx` pixels right and `dy` down (see
-[`move_images`][eqx_fmnist.augment.move_images])."""
 AS_THEY_ARE: tuple[Move, ...] = ((0, 0, False),)
 """The training images as they are: the default of
 [`fit_trust`][eqx_fmnist.trust.fit_trust]."""

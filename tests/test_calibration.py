@@ -244,11 +244,30 @@ def test_train_calibrate_then_predict_json_and_evaluate(tmp_path, real_data):
 
     out = tmp_path / "run"
     result = run_cli_here("train", "--steps", "100", "--hidden", "32", "--calibrate", "2000",
-                     "--out", out, "--data-dir", real_data.source)  # fmt: skip
+                          "--coverage", "0.95", "--per-class-sets", "--out", out,
+                          "--data-dir", real_data.source)  # fmt: skip
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["calibration"]["calibrated"]["temperature"] == summary["trust"]["temperature"]
     assert (out / "calibration.safetensors").is_file() and (out / "reliability.png").is_file()
+    # The prediction sets, recomputed here from the checkpoint and the saved thresholds.
+    import jax.numpy as jnp
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.calibration import Calibration
+
+    calibration = Calibration.load(out / "calibration.safetensors")
+    assert calibration.sets.coverage == 0.95 and calibration.sets.per_class
+    assert summary["trust"]["sets"]["thresholds"] == list(calibration.sets.thresholds)
+    model = ef.load_checkpoint(out / "checkpoint.eqx").state.eval_model
+    x = jnp.asarray(real_data.test_images.reshape(10_000, -1))
+    probs = np.asarray(ef.predict_proba(model, x, temperature=calibration.temperature))
+    sets = 1 - probs <= np.asarray(calibration.sets.thresholds)
+    labels = real_data.test_labels.astype(int)
+    covered = sets[np.arange(10_000), labels]
+    assert summary["prediction_sets"]["coverage"] == pytest.approx(covered.mean(), abs=2e-4)
+    assert summary["prediction_sets"]["mean_size"] == pytest.approx(sets.sum(1).mean(), abs=2e-3)
+    assert (out / "prediction_sets.png").is_file()
     Image.fromarray(255 - real_data.test_images[0]).resize((90, 60)).save(tmp_path / "item.png")
     noise = np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)
     Image.fromarray(noise).save(tmp_path / "noise.png")
@@ -258,7 +277,12 @@ def test_train_calibrate_then_predict_json_and_evaluate(tmp_path, real_data):
     assert result.returncode == 0, result.stderr
     item, noisy = map(json.loads, result.stdout.strip().splitlines())
     assert item["calibrated"] and item["inverted"] and len(item["top"]) == 3
+    assert item["set_coverage"] == 0.95 and set(item["set"]) >= {
+        t["class"] for t in item["top"]
+        if 1 - t["probability"] <= calibration.sets.thresholds[ef.CLASS_NAMES.index(t["class"])]
+    }
     assert noisy["unusual"] is True
     assert (shown / "item.prepared.png").is_file()
     result = run_cli_here("evaluate", out, "--data-dir", real_data.source)
     assert "calibrated (T = " in result.stdout and "ECE" in result.stdout
+    assert "Prediction sets (95% asked, one threshold per class): coverage" in result.stdout

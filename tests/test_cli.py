@@ -170,6 +170,28 @@ def test_predict_classifies_a_png_of_a_test_image(trained_run, real_data, tmp_pa
     assert result.stdout.split(": ", 1)[1].startswith(CLASS_NAMES[real_data.test_labels[i]])
 
 
+def test_predict_explain_writes_the_attribution_figure_of_the_shown_class(trained_run, tmp_path):
+    import json
+
+    from PIL import Image
+
+    from eqx_fmnist.data import CLASS_NAMES
+
+    out, _ = trained_run
+    Image.fromarray(np.full((40, 30), 255, np.uint8)).save(tmp_path / "white.png")
+    Image.fromarray(np.eye(28, dtype=np.uint8) * 255).save(tmp_path / "line.png")
+    images = [str(tmp_path / n) for n in ("white.png", "line.png")]
+    result = run_cli_here("predict", str(out), *images, "--json", "--explain", str(tmp_path / "why"))
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    for record, name in zip(records, ("white", "line"), strict=True):
+        figure = tmp_path / "why" / f"{name}.explained.png"
+        assert record["explained"] == str(figure)
+        with Image.open(figure) as png:
+            assert png.size[0] > 500  # a PNG of three panels
+        assert record["top"][0]["class"] in CLASS_NAMES
+
+
 @pytest.mark.parametrize(
     "case",
     [
@@ -184,12 +206,16 @@ def test_predict_classifies_a_png_of_a_test_image(trained_run, real_data, tmp_pa
         "teacher of another architecture",
         "teacher not a run",
         "teacher missing",
+        "explain an artifact",
     ],
 )
 def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, trained_run):
     out_dir = tmp_path / "out"
     junk = tmp_path / "junk.eqx"
     junk.write_bytes(b"not a checkpoint at all")
+    artifact = tmp_path / "model.stablehlo"  # refused by its kind, before it is read
+    artifact.write_bytes(b"")
+    (tmp_path / "model.stablehlo.manifest.json").write_text("{}")
     text = tmp_path / "image.png"
     text.write_text("this is not a PNG")
     args = {
@@ -211,6 +237,7 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
         ],
         "teacher not a run": ["train", "--teacher", str(junk), "--out", str(out_dir)],
         "teacher missing": ["train", "--teacher", str(tmp_path / "nope"), "--out", str(out_dir)],
+        "explain an artifact": ["predict", str(artifact), str(text), "--explain", str(out_dir)],
         "resume with flags": [
             "train",
             "--resume",

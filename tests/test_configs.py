@@ -40,6 +40,10 @@ LEGAL = {
     "erase": [0.0, 0.5],
     "ema_decay": [0.0, 0.9],
     "on_nonfinite": ["raise", "skip"],
+    # The prediction sets' choices; without a calibration split they are refused (see
+    # tests/test_conformal.py), so a draw without one leaves them at their defaults.
+    "coverage": [0.9, 0.95],
+    "per_class_sets": [False, True],
 }
 ILLEGAL = [
     ("steps", 0), ("epochs", -1), ("batch_size", 0), ("learning_rate", 0.0),
@@ -48,7 +52,7 @@ ILLEGAL = [
     ("log_every", 0), ("grad_clip", 0.0), ("label_smoothing", 1.5), ("validation_size", -1),
     ("calibration_size", -5), ("shift", -1), ("shift", 28), ("erase", 2.0),
     ("ema_decay", 1.0), ("distill_temperature", 0.0), ("distill_weight", 1.5),
-    ("devices", 0),
+    ("devices", 0), ("coverage", 1.0), ("coverage", 0.0),
 ]  # fmt: skip
 
 
@@ -115,6 +119,8 @@ def test_every_accepted_config_trains_saves_loads_and_exports(tiny_data, tmp_pat
     from helpers import same_arrays
 
     ef, train, test = tiny_data
+    if not fields["calibration_size"]:
+        fields = fields | {"coverage": 0.9, "per_class_sets": False}
     config = ef.TrainConfig(**fields)
     assert config_from_flags(fields) == config  # the command line reaches every config
     splits = ef.split_data(

@@ -76,6 +76,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         for name, r in report.calibration.items()
     ]  # fmt: skip
     console.print(table("Calibration", ("probabilities", "NLL", "Brier", "ECE (15 bins)"), rows))
+    if (sets := report.sets) is not None and calibration is not None and calibration.sets:
+        kind = "one threshold per class" if calibration.sets.per_class else "one threshold"
+        worst = sets.worst_class
+        console.print(
+            f"Prediction sets ({calibration.sets.coverage:.0%} asked, {kind}): coverage "
+            f"{sets.coverage:.4f} on {sets.count:,} test images, worst class "
+            f"{names[worst]} {sets.class_coverage[worst]:.4f}; mean size {sets.mean_size:.2f}, "
+            f"{sets.singletons:.1%} single classes"
+        )
     if calibration is None:
         console.print("(not calibrated: train with --calibrate 5000 to fit a temperature)")
     out = args.out or path.parent

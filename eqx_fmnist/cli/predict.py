@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image
 
 from .. import data as data_mod
+from ..attributions import Explanation, explain
 from ..checkpoint import load_checkpoint
 from ..evaluation import member_probabilities, predict_proba
 from ..trust import features
@@ -43,6 +44,9 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per image, for scripts")
     p.add_argument("--show", metavar="DIR", nargs="?", const=Path("."), type=Path,
                    help="save what the model saw, IMAGE.prepared.png, in DIR (default: .)")  # fmt: skip
+    p.add_argument("--explain", metavar="DIR", nargs="?", const=Path("."), type=Path,
+                   help="save which pixels made the model say it (integrated gradients), "
+                   "IMAGE.explained.png, in DIR (default: .); needs a checkpoint")  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -55,6 +59,9 @@ class _Answers:
     threshold: float | None = None
     members: list[str] | None = None  # an ensemble's guesses, one line per image
     uncalibrated: bool = False  # a checkpoint without a calibration
+    explained: Explanation | None = None  # with --explain: attributions of the top class
+    sets: np.ndarray | None = None  # a calibrated run's conformal sets, (n, 10) booleans
+    coverage: float | None = None  # what the sets promise
 
 
 def _from_artifact(artifact: str, flat: np.ndarray) -> _Answers:
@@ -67,36 +74,46 @@ def _from_artifact(artifact: str, flat: np.ndarray) -> _Answers:
                     threshold)  # fmt: skip
 
 
-def _from_checkpoint(where: str, flat: np.ndarray, members: bool) -> _Answers:
+def _from_checkpoint(where: str, flat: np.ndarray, members: bool, explain_: bool) -> _Answers:
     """One model's calibrated probabilities, or the ensemble's (the mean of its
     members'), with the trust flag when the run was calibrated."""
     path = checkpoint_path(where)
     ckpt, calibration = load_checkpoint(path), load_calibration(path)
     model, policy, x = ckpt.state.eval_model, ckpt.state.policy, jnp.asarray(flat)
-    temperature = calibration.temperature if calibration else 1.0
-    out = _Answers(np.asarray(predict_proba(model, x, policy=policy, temperature=temperature)),
-                   uncalibrated=calibration is None)  # fmt: skip
+    temperature, tta = (calibration.temperature, calibration.tta) if calibration else (1.0, None)
+    probs = predict_proba(model, x, policy=policy, temperature=temperature, tta=tta)
+    out = _Answers(np.asarray(probs), uncalibrated=calibration is None)
     if ckpt.members is not None and members:
         guesses = np.asarray(member_probabilities(model, x, policy=policy)).argmax(axis=-1)
         out.members = [", ".join(data_mod.CLASS_NAMES[c] for c in g) for g in guesses.T]
+    if explain_:  # the class shown first: the temperature does not change the order
+        out.explained = explain(model, x, target=out.probs.argmax(axis=-1), policy=policy)
     if calibration is not None:
         feats = features(model, x, policy=policy)
         out.scores, out.flags = calibration.trust.scores(feats), calibration.trust.flags(feats, flat)
         out.threshold = calibration.trust.threshold
+        if calibration.sets is not None:
+            out.sets, out.coverage = calibration.sets.sets(out.probs), calibration.sets.coverage
     return out
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, but got {args.top}.")
+    if args.explain is not None and is_artifact(args.checkpoint):
+        raise UsageError(
+            f"{args.checkpoint}: --explain needs the model's gradients, which an exported "
+            "artifact does not give: pass the run folder or its checkpoint."
+        )
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
     if is_artifact(args.checkpoint):
         ans = _from_artifact(args.checkpoint, flat)
     else:
-        ans = _from_checkpoint(args.checkpoint, flat, args.members)
-    if args.show is not None:
-        args.show.mkdir(parents=True, exist_ok=True)
+        ans = _from_checkpoint(args.checkpoint, flat, args.members, args.explain is not None)
+    for folder in (args.show, args.explain):
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
     for i, (path, p) in enumerate(zip(args.images, ans.probs, strict=True)):
         top = np.argsort(p)[::-1][: args.top]
         record = {
@@ -107,11 +124,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
             "score": None if ans.scores is None else float(ans.scores[i]),
             "threshold": ans.threshold,
             "inverted": prepared[i].inverted,
-        }
+            "set": None if ans.sets is None else  # most probable first
+            [data_mod.CLASS_NAMES[c] for c in np.argsort(p)[::-1] if ans.sets[i, c]],
+            "set_coverage": ans.coverage,
+        }  # fmt: skip
         if args.show is not None:
             shown = args.show / f"{Path(path).stem}.prepared.png"
             save_figure_png(prepared[i].pixels, shown)
             record["prepared"] = str(shown)
+        if ans.explained is not None and args.explain is not None:
+            shown = _save_explanation(ans, i, prepared[i].pixels, p, path, args.explain)
+            record["explained"] = str(shown)
         if ans.members:
             record["members"] = ans.members[i]
         if args.json:
@@ -119,17 +142,30 @@ def cmd_predict(args: argparse.Namespace) -> int:
             continue
         guesses = ", ".join(f"{t['class']} {t['probability']:.1%}" for t in record["top"])
         notes = [f"members: {ans.members[i]}"] if ans.members else []
+        if record["set"] is not None:
+            notes.append(f"{ans.coverage:.0%} set: {', '.join(record['set']) or 'empty'}")
         if record["unusual"]:
             notes.append("UNUSUAL INPUT: unlike the training images, do not trust this answer")
         notes += ["inverted"] * prepared[i].inverted + (
             [f"saw {record['prepared']}"] if args.show else []
-        )
+        ) + ([f"why: {record['explained']}"] if ans.explained is not None else [])
         # One line per image whatever the terminal's width: scripts read it line by line.
         console.print(f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
                       markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     if not args.json and ans.uncalibrated:
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
+
+
+def _save_explanation(ans: _Answers, i: int, pixels, probs, path, folder: Path) -> Path:
+    """Image `i`'s attribution figure, `IMAGE.explained.png` in `folder`."""
+    from ..plots import plot_explanation, save_figure
+
+    assert ans.explained is not None
+    e = ans.explained
+    fig = plot_explanation(pixels, e.attributions[i].reshape(28, 28), probs, int(e.target[i]),
+                           title=f"{Path(path).name}: why {data_mod.CLASS_NAMES[e.target[i]]}?")  # fmt: skip
+    return save_figure(fig, folder / f"{Path(path).stem}.explained.png")
 
 
 def save_figure_png(pixels: np.ndarray, path: Path) -> None:

@@ -297,6 +297,7 @@ class RunFolder:
             **summarise(result, report.confusion, calibration),
             "calibration": report.calibration,
             "robustness": report.robustness.to_dict(),
+            **({} if report.sets is None else {"prediction_sets": report.sets.to_dict()}),
         }
         _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
         pred = report.predictions

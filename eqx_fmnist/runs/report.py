@@ -16,10 +16,17 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..calibration import Calibration, calibration_report
+from ..conformal import SetReport, set_report
 from ..dataset import ArrayDataset
-from ..evaluation import Robustness, confusion_matrix, evaluate_robustness, predict_logits
+from ..evaluation import (
+    Robustness,
+    confusion_matrix,
+    evaluate_robustness,
+    predict_logits,
+    scaled_softmax,
+)
 from ..model import MLP
-from ..plots import plot_confusion_matrix, plot_robustness
+from ..plots import plot_confusion_matrix, plot_robustness, plot_sets
 from ..precision import Policy
 
 
@@ -30,8 +37,10 @@ class RunReport:
     **Fields:** `logits` (`(n, 10)` float32; an ensemble's log mean probabilities),
     `confusion` (the `10 x 10` confusion matrix, rows the true class),
     `calibration` (NLL, Brier score and ECE, `raw` and, for a calibrated run,
-    `calibrated`), `robustness` (accuracy on the images moved and mirrored), and the
-    reliability diagram, drawn with the metrics.
+    `calibrated`), `robustness` (accuracy on the images moved and mirrored), the
+    reliability diagram, drawn with the metrics, and `sets` (the conformal prediction
+    sets' coverage and sizes, for a calibration that has them; else `None`) with
+    `set_sizes` (the mean set size per true class).
     """
 
     logits: np.ndarray
@@ -39,6 +48,9 @@ class RunReport:
     calibration: dict[str, Any]
     robustness: Robustness
     reliability: Figure
+    sets: SetReport | None = None
+    set_sizes: tuple[float, ...] | None = None
+    target_coverage: float | None = None
 
     @property
     def predictions(self) -> np.ndarray:
@@ -46,10 +58,14 @@ class RunReport:
         return self.logits.argmax(axis=-1)
 
     def figures(self) -> dict[str, Figure]:
-        """`{file name: figure}`: `confusion_matrix.png`, `reliability.png` and
-        `robustness.png`."""
+        """`{file name: figure}`: `confusion_matrix.png`, `reliability.png`,
+        `robustness.png` and, with sets, `prediction_sets.png`."""
         robust = self.robustness
-        return {
+        sets = {} if self.sets is None or self.set_sizes is None else {
+            "prediction_sets.png": plot_sets(self.sets.class_coverage, self.set_sizes,
+                                             self.target_coverage or 0.0),
+        }  # fmt: skip
+        return sets | {
             "confusion_matrix.png": plot_confusion_matrix(self.confusion),
             "reliability.png": self.reliability,
             "robustness.png": plot_robustness(
@@ -70,9 +86,18 @@ def run_report(
     members) on `uint8` test images `(n, 784)` and their labels, with the run's
     `calibration` if it has one."""
     x = jnp.asarray(np.asarray(images).reshape(len(images), -1))
-    logits = np.asarray(predict_logits(model, x, policy=policy), np.float32)
+    tta = None if calibration is None else calibration.tta  # the outputs it was fitted on
+    logits = np.asarray(predict_logits(model, x, policy=policy, tta=tta), np.float32)
     cm = np.asarray(confusion_matrix(labels, logits.argmax(axis=-1)))
     summary, reliability = calibration_report(logits, labels, calibration)
-    robust = evaluate_robustness(model, ArrayDataset(x, jnp.asarray(labels)), policy=policy)
-    return RunReport(logits, cm, summary, robust, reliability)
+    robust = evaluate_robustness(model, ArrayDataset(x, jnp.asarray(labels)), policy=policy,
+                                 tta=tta)  # fmt: skip
+    if calibration is None or calibration.sets is None:
+        return RunReport(logits, cm, summary, robust, reliability)
+    probs = np.asarray(scaled_softmax(jnp.asarray(logits), calibration.temperature))
+    sets = calibration.sets.sets(probs)
+    y = np.asarray(labels).astype(int)
+    sizes = tuple(float(sets[y == k].sum(axis=1).mean()) for k in range(sets.shape[1]))
+    return RunReport(logits, cm, summary, robust, reliability, set_report(sets, y), sizes,
+                     calibration.sets.coverage)  # fmt: skip
 

@@ -57,7 +57,8 @@ def train_run(
     result = fit(configs, splits, state=state, callback=callback, teacher=teacher)
     calibration = None
     if splits.calibration is not None:
-        calibration = calibrate(
-            result.model, splits.train, splits.calibration, policy=result.policy
-        )
+        config = result.config
+        calibration = calibrate(result.model, splits.train, splits.calibration,
+                                policy=result.policy, coverage=config.coverage,
+                                per_class=config.per_class_sets)  # fmt: skip
     return RunResult(result, calibration)

@@ -1,0 +1,101 @@
+"""Test-time augmentation: the mean probability over an image's views, against numpy
+(the model's forward pass and the moves written here), for one model and an ensemble,
+in evaluation, robustness and calibration."""
+
+import numpy as np
+import pytest
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def _probs64(model, x):
+    """Softmax of the MLP's logits in float64 numpy, for `uint8` rows of `x`."""
+    h = x.astype(np.float64) / 255
+    for i, layer in enumerate(model.layers):
+        h = h @ np.asarray(layer.weight, np.float64).T + np.asarray(layer.bias, np.float64)
+        h = _gelu(h) if i < len(model.layers) - 1 else h
+    e = np.exp(h - h.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _moved(x, dx, dy, mirror):
+    """numpy: mirrored left-right, then moved dx right and dy down, zeros uncovered."""
+    img = x.reshape(-1, 28, 28)[:, :, ::-1] if mirror else x.reshape(-1, 28, 28)
+    out = np.zeros_like(img)
+    ys, xs = slice(max(dy, 0), 28 + min(dy, 0)), slice(max(dx, 0), 28 + min(dx, 0))
+    out[:, ys, xs] = img[:, max(-dy, 0) : 28 - max(dy, 0), max(-dx, 0) : 28 - max(dx, 0)]
+    return out.reshape(len(x), 784)
+
+
+@pytest.fixture(scope="module")
+def model():
+    import jax
+
+    import eqx_fmnist as ef
+
+    return ef.MLP(hidden_sizes=(16,), key=jax.random.PRNGKey(5))
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.random.default_rng(2).integers(0, 256, (37, 784), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("views", ["TTA_MIRROR", "TTA_SHIFTS"])
+def test_tta_is_the_mean_probability_over_the_views(model, images, views):
+    import jax.numpy as jnp
+
+    import eqx_fmnist as ef
+    from eqx_fmnist import augment
+
+    tta = getattr(augment, views)
+    got = np.asarray(ef.predict_proba(model, jnp.asarray(images), tta=tta, batch_size=16))
+    want = np.mean([_probs64(model, _moved(images, *v)) for v in tta], axis=0)
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
+    # An image and its mirror get the same answer from the mirror's two views.
+    if views == "TTA_MIRROR":
+        flipped = np.asarray(ef.predict_proba(model, jnp.asarray(_moved(images, 0, 0, True)),
+                                              tta=tta))  # fmt: skip
+        np.testing.assert_allclose(flipped, got, atol=2e-6, rtol=0)
+
+
+def test_an_ensemble_averages_over_members_and_views(images):
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.augment import TTA_MIRROR
+
+    keys = jax.random.split(jax.random.PRNGKey(1), 3)
+    stack = eqx.filter_vmap(lambda k: ef.MLP(hidden_sizes=(16,), key=k))(keys)
+    got = np.asarray(ef.predict_proba(stack, jnp.asarray(images), tta=TTA_MIRROR))
+    members = [ef.select_members(stack, i) for i in range(3)]
+    want = np.mean([_probs64(m, _moved(images, 0, 0, v)) for m in members for v in (0, 1)], 0)
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
+
+
+def test_evaluation_robustness_and_calibration_use_the_same_views(model, images, tmp_path):
+    import jax.numpy as jnp
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.augment import TTA_MIRROR
+    from eqx_fmnist.calibration import Calibration, fit_temperature
+
+    labels = np.arange(len(images)) % 10
+    ds = ef.ArrayDataset(jnp.asarray(images), jnp.asarray(labels, jnp.int32))
+    p = np.mean([_probs64(model, _moved(images, 0, 0, v)) for v in (0, 1)], axis=0)
+    r = ef.evaluate(model, ds, tta=TTA_MIRROR, batch_size=16)
+    assert r.accuracy == pytest.approx((p.argmax(1) == labels).mean())
+    assert r.loss == pytest.approx(-np.log(p[np.arange(len(labels)), labels]).mean(), rel=1e-5)
+    robust = ef.evaluate_robustness(model, ds, tta=TTA_MIRROR, shifts=(1,))
+    assert robust.clean == pytest.approx(r.accuracy)
+    assert robust.mirrored == pytest.approx(r.accuracy)  # the mirror's views are the same two
+    # The temperature is fitted to the averaged outputs, and the views are saved with it.
+    calibration = ef.calibrate(model, ds, ds, tta=TTA_MIRROR, coverage=0.8)
+    want = fit_temperature(jnp.asarray(np.log(p), jnp.float32), jnp.asarray(labels))
+    assert calibration.temperature == pytest.approx(want, rel=1e-4)
+    assert calibration.tta == TTA_MIRROR
+    assert Calibration.load(calibration.save(tmp_path / "c.safetensors")).tta == TTA_MIRROR
