@@ -18,6 +18,7 @@ TESTED_ELSEWHERE = {"throughput.py", "device_check.py"}
 LIBRARIES = {"baselines.py", "time_to_accuracy.py"}  # imported by the scripts above
 # A script's smoke arguments, and a line its table must hold.
 SMOKE = {
+    "answers.py": (["--steps", "6", "--seeds", "0", "1"], "## Attributions"),
     "accuracy.py": (["--seeds", "0", "1", "--steps", "6", "--precision", "p=f32,c=bf16,o=f32"],
                     "**ensemble of 2**"),
     "calibration.py": (["--seeds", "0", "--steps", "6", "--calibrate", "1000"],

@@ -1,0 +1,149 @@
+"""Answers a person can act on, measured: conformal prediction sets, test-time
+augmentation (the image and its mirror) and integrated-gradients attributions.
+
+For each model (the default recipe, seed 0, and optionally an ensemble of seeds), 5,000
+training images held out to calibrate:
+
+- **sets** at 90% and 95%, one threshold and one per class: coverage on all 10,000 test
+  images (overall and the worst class), mean set size, share of single classes; and the
+  spread of the coverage over five random halves of the held-out images (fitted on one
+  half, measured on the other: images drawn like the calibration ones);
+- **TTA**: accuracy on the test images as they are, mirrored and shifted by 1-3 pixels
+  (mean of 4 directions), and the calibrated ECE, without and with the mirror's views
+  (each calibrated on the outputs it is applied to), and the cost of the views;
+- **attributions** (one model): the completeness error against the number of steps on
+  100 test images, and the randomisation check (Spearman's rank correlation of the
+  trained model's maps with those of the same architecture's random weights).
+
+    python benchmarks/answers.py [--seeds 0 1 2 3 4] [--out benchmarks/results/answers.md]
+"""
+
+import argparse
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import eqx_fmnist as ef
+from eqx_fmnist.augment import TTA_MIRROR
+from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.calibration import calibration_metrics, fit_temperature
+from eqx_fmnist.conformal import fit_sets, set_report
+
+
+def sets_rows(name, cal_logits, cal_y, test_logits, test_y, temperature) -> list[str]:
+    """The sets' table rows of one model: coverage on the test set, and over halves of
+    the held-out images."""
+
+    def softmax(z):
+        return np.asarray(jax.nn.softmax(jnp.asarray(z) / temperature, axis=-1), np.float64)
+
+    cal_p, test_p, rows = softmax(cal_logits), softmax(test_logits), []
+    for coverage in (0.9, 0.95):
+        for per_class in (False, True):
+            fitted = fit_sets(cal_p, cal_y, coverage=coverage, per_class=per_class)
+            r = set_report(fitted.sets(test_p), test_y)
+            halves = []
+            for seed in range(5):
+                order = np.random.default_rng(seed).permutation(len(cal_y))
+                a, b = order[: len(order) // 2], order[len(order) // 2 :]
+                half = fit_sets(cal_p[a], cal_y[a], coverage=coverage, per_class=per_class)
+                halves.append(set_report(half.sets(cal_p[b]), cal_y[b]).coverage)
+            kind = "per class" if per_class else "one"
+            rows.append(
+                f"| {name} | {coverage:.0%} | {kind} | {r.coverage:.4f} | "
+                f"{ef.CLASS_NAMES[r.worst_class]} {min(r.class_coverage):.4f} | "
+                f"{r.mean_size:.2f} | {r.singletons:.1%} | "
+                f"{np.mean(halves):.4f} ± {np.std(halves):.4f} |"
+            )
+    return rows
+
+
+def tta_row(name, model, splits, tta) -> str:
+    """Accuracy clean / mirrored / shifted and the calibrated ECE, with `tta` views."""
+    test = splits.test
+    calibration = ef.calibrate(model, splits.train, splits.calibration, tta=tta)
+    robust = ef.evaluate_robustness(model, test, tta=tta)
+    logits = ef.predict_logits(model, test.images, tta=tta)
+    ece = calibration_metrics(logits, test.labels, temperature=calibration.temperature).ece
+    ef.predict_logits(model, test.images[:1000], tta=tta).block_until_ready()  # compiled
+    t = time.perf_counter()
+    ef.predict_logits(model, test.images, tta=tta).block_until_ready()
+    ms = 1000 * (time.perf_counter() - t)
+    cells = [robust.clean, robust.mirrored, *robust.shifted.values()]
+    views = "image and mirror" if tta else "the image"
+    return (f"| {name} | {views} | " + " | ".join(f"{c:.4f}" for c in cells)
+            + f" | {ece:.4f} | {ms:.0f} |")  # fmt: skip
+
+
+def attribution_lines(model, random_model, images) -> list[str]:
+    lines = ["| steps | completeness error, median | 95th percentile | of the score change |",
+             "|---|---|---|---|"]  # fmt: skip
+    for steps in (4, 16, 64, 256):
+        e = ef.explain(model, images, steps=steps)
+        err, rel = e.completeness_error, e.completeness_error / np.abs(e.score_change)
+        lines.append(f"| {steps} | {np.median(err):.1e} | {np.quantile(err, 0.95):.1e} | "
+                     f"{np.median(rel):.1e} |")  # fmt: skip
+    a = ef.explain(model, images, steps=64)
+    b = ef.explain(random_model, images, target=a.target, steps=64).attributions
+
+    def ranks(v):
+        return np.argsort(np.argsort(v))
+
+    rho = [np.corrcoef(ranks(x[m]), ranks(y[m]))[0, 1]
+           for x, y, m in zip(a.attributions, b, images > 0, strict=True)]  # fmt: skip
+    return lines + ["", f"Randomisation check: Spearman's rank correlation of the trained "
+                    f"model's maps with a random model's, over each image's inked pixels: "
+                    f"median {np.median(rho):.3f} (5th-95th percentile {np.quantile(rho, 0.05):.3f}"
+                    f" to {np.quantile(rho, 0.95):.3f}) on {len(images)} test images."]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/answers.md"))
+    parser.add_argument("--seeds", type=int, nargs="*", default=[],
+                        help="also an ensemble of these seeds")  # fmt: skip
+    parser.add_argument("--steps", type=int, help="a quick check: train this many steps")
+    args = parser.parse_args()
+    data = ef.load_fashion_mnist()
+    quick = {"steps": args.steps} if args.steps else {}
+    config = ef.TrainConfig(calibration_size=5000, **quick)
+    splits = ef.split_data(data, calibration_size=5000)
+    models = {"default recipe, seed 0": ef.fit(config, splits)}
+    if args.seeds:
+        members = [config.with_changes(seed=s) for s in args.seeds]
+        models[f"ensemble of {len(members)}"] = ef.fit(members, splits)
+    facts = machine_facts()
+    lines = [f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
+             f"5,000 training images held out to calibrate; the test set is all 10,000.", "",
+             "## Prediction sets (score 1 - p, calibrated probabilities)", "",
+             "| model | coverage asked | thresholds | test coverage | worst class | "
+             "mean size | single classes | held-out halves: coverage, mean ± sd of 5 |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    tta_lines = ["## Test-time augmentation", "",
+                 "| model | views | clean | mirrored | shift 1 | shift 2 | shift 3 | "
+                 "ECE (calibrated) | ms per 10,000 images |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, r in models.items():
+        cal, test = splits.calibration, splits.test
+        cal_z = np.asarray(ef.predict_logits(r.model, cal.images), np.float32)
+        test_z = np.asarray(ef.predict_logits(r.model, test.images), np.float32)
+        t = fit_temperature(cal_z, np.asarray(cal.labels))
+        lines += sets_rows(name, cal_z, np.asarray(cal.labels), test_z,
+                           np.asarray(test.labels), t)  # fmt: skip
+        for tta in (None, TTA_MIRROR):
+            tta_lines.append(tta_row(name, r.model, splits, tta))
+        print(f"measured {name}", flush=True)
+    single = models["default recipe, seed 0"].model
+    random_model = ef.MLP(hidden_sizes=config.hidden_sizes, key=jax.random.PRNGKey(1))
+    images = data.test_images[:100].reshape(100, -1)
+    lines += ["", *tta_lines, "", "## Attributions (integrated gradients, default recipe)", "",
+              *attribution_lines(single, random_model, images)]  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
