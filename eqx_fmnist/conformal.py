@@ -28,6 +28,7 @@ same way. A user's own photos are not; their sets have no guarantee (the trust f
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from jaxtyping import Bool, Float, Integer
@@ -54,6 +55,17 @@ def conformal_threshold(scores: Float[np.ndarray, " n"], coverage: float) -> flo
     return 1.0 if rank > len(scores) else float(scores[rank - 1])
 
 
+def prediction_sets(
+    probabilities: Float[np.ndarray, "n classes"], thresholds: Sequence[float] | np.ndarray
+) -> Bool[np.ndarray, "n classes"]:
+    """`(n, 10)` booleans: class `k` is in image `i`'s set when
+    `1 - probabilities[i, k] <= thresholds[k]`, or when it is the most probable class.
+    Every export computes the same (and is checked against this)."""
+    p = np.asarray(probabilities, np.float64)
+    top = np.arange(p.shape[1]) == p.argmax(axis=1)[:, None]
+    return (1.0 - p <= np.asarray(thresholds, np.float64)) | top
+
+
 @dataclasses.dataclass(frozen=True)
 class ConformalSets:
     """Fitted prediction sets: the coverage asked for and one threshold per class (all
@@ -71,11 +83,9 @@ class ConformalSets:
     def sets(
         self, probabilities: Float[np.ndarray, "n classes"]
     ) -> Bool[np.ndarray, "n classes"]:
-        """`(n, 10)` booleans: class `k` is in image `i`'s set when
-        `1 - probabilities[i, k] <= thresholds[k]`, or when it is the most probable."""
-        p = np.asarray(probabilities, np.float64)
-        top = np.arange(p.shape[1]) == p.argmax(axis=1)[:, None]
-        return (1.0 - p <= np.asarray(self.thresholds)) | top
+        """`(n, 10)` booleans: [`prediction_sets`][eqx_fmnist.conformal.prediction_sets]
+        with these thresholds."""
+        return prediction_sets(probabilities, self.thresholds)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"thresholds": list(self.thresholds), "score": "1 - p"}

@@ -276,15 +276,18 @@ def calibrated(trained, real_data):
 def test_the_stablehlo_artifact_carries_the_trust_flag(trained, calibrated, test_images, tmp_path):
     from eqx_fmnist.export import export_model, load_artifact
 
-    from helpers import numpy_reference
+    from helpers import assert_sets_match, numpy_reference
 
     path = tmp_path / "t.stablehlo"
     manifest = export_model(trained.model, trained.state.policy, trained.config, path,
                             check_images=test_images, calibration=calibrated)  # fmt: skip
     assert manifest["parity"]["flag_mismatches"] == 0
-    assert manifest["outputs"][-2:] == ["trust_score float32[b]", "unusual bool[b]"]
+    assert manifest["outputs"][-3:] == ["trust_score float32[b]", "unusual bool[b]",
+                                        "prediction_set bool[b, 10]"]  # fmt: skip
+    assert manifest["prediction_sets"]["thresholds"] == list(calibrated.sets.thresholds)
     out = load_artifact(path).run(test_images)
     ref = numpy_reference(trained.model, test_images, calibration=calibrated)
+    assert_sets_match(out["prediction_set"], ref, calibrated.sets.thresholds)
     np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-4)
     np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)
     assert np.array_equal(out["unusual"], ref["unusual"]) and 0 < ref["unusual"].sum() < 2000

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import numpy_reference
+from helpers import assert_sets_match, numpy_reference
 
 pytest.importorskip("onnxruntime", reason="the extra 'onnx' is not installed")
 
@@ -57,9 +57,10 @@ def test_onnx_matches_on_every_test_image_and_flags_as_the_library(
     (inp,) = session.get_inputs()
     assert inp.name == "images" and inp.type == "tensor(uint8)" and inp.shape == ["batch", 784]
     names = [o.name for o in session.get_outputs()]
-    assert names == ["logits", "probabilities", "trust_score", "unusual"]
-    logits, probs, score, unusual = session.run(None, {"images": test_images})
+    assert names == ["logits", "probabilities", "trust_score", "unusual", "prediction_set"]
+    logits, probs, score, unusual, sets = session.run(None, {"images": test_images})
     ref = numpy_reference(trained.model, test_images, calibration=calibrated)
+    assert_sets_match(sets, ref, calibrated.sets.thresholds)
     assert np.array_equal(logits.argmax(-1), ref["logits"].argmax(-1))
     np.testing.assert_allclose(probs, ref["probabilities"], atol=1e-5)
     np.testing.assert_allclose(score, ref["trust_score"], rtol=1e-4)
@@ -79,7 +80,7 @@ for name in ("jax", "jaxlib", "equinox", "eqx_fmnist"):
     sys.modules[name] = None  # any import of them raises ImportError
 import json, numpy as np, onnxruntime as ort
 session = ort.InferenceSession({str(path)!r}, providers=["CPUExecutionProvider"])
-logits, probs, score, unusual = session.run(None, {{"images": np.load({str(tmp_path / "images.npy")!r})}})
+logits, probs, *_ = session.run(None, {{"images": np.load({str(tmp_path / "images.npy")!r})}})
 print(json.dumps({{"pred": logits.argmax(-1).tolist(), "sum": float(probs.sum(-1).mean())}}))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from helpers import numpy_reference, run_cli_here
+from helpers import assert_sets_match, numpy_reference, run_cli_here
 
 NODE = shutil.which("node")
 BROWSER = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
@@ -90,6 +90,7 @@ def test_the_javascript_forward_pass_agrees_on_every_test_image(page, trained, t
     np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)
     np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-4)
     assert np.array_equal(out["unusual"], ref["unusual"])
+    assert_sets_match(out["prediction_set"], ref, calibration.sets.thresholds)
 
 
 @pytest.mark.slow
@@ -230,6 +231,7 @@ def test_chromium_gives_the_answer_predict_gives(cli_page, real_data, tmp_path):
         page_probs = dict(zip(CLASS_NAMES, got["probabilities"], strict=True))
         assert max(abs(page_probs[c] - p) for c, p in probs.items()) < 0.02, path.name
         assert got["unusual"] == want["unusual"] and got["inverted"] == want["inverted"]
+        assert got["set"] == want["set"], path.name  # the page shows the same set
 
 
 @pytest.mark.slow
@@ -254,6 +256,7 @@ def test_a_calibrated_stablehlo_artifact_flags_in_predict(cli_page, real_data, t
     assert [r["unusual"] for r in from_art] == [r["unusual"] for r in from_run] == [False, True]
     assert all(r["calibrated"] for r in from_art)
     for a, b in zip(from_art, from_run, strict=True):
+        assert a["set"] == b["set"] and a["set_coverage"] == b["set_coverage"] == 0.9
         assert a["score"] == pytest.approx(b["score"], rel=1e-4)
         assert a["top"][0]["probability"] == pytest.approx(b["top"][0]["probability"], abs=1e-5)
 
@@ -273,6 +276,7 @@ def test_without_node_the_export_checks_the_pages_own_arrays(trained, test_image
     assert manifest["checked_by"].startswith("numpy") and manifest["parity"]["mismatches"] == 0
     out = numpy_serve(portable_of_page(path.read_bytes()), test_images[:2000])
     ref = numpy_reference(result.model, test_images[:2000], calibration=calibration)
+    assert_sets_match(out["prediction_set"], ref, calibration.sets.thresholds)
     np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)
     np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-4)
     assert np.array_equal(out["unusual"], ref["unusual"])

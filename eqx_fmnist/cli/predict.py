@@ -70,8 +70,10 @@ def _from_artifact(artifact: str, flat: np.ndarray) -> _Answers:
     if outputs.get("probabilities") is None:  # every artifact returns them (export checks)
         raise UsageError(f"{artifact}: the artifact returned no probabilities.")
     threshold = manifest["trust"]["threshold"] if manifest.get("trust") else None
+    sets = manifest.get("prediction_sets")  # absent from artifacts made before the sets
     return _Answers(outputs["probabilities"], outputs.get("trust_score"), outputs.get("unusual"),
-                    threshold)  # fmt: skip
+                    threshold, sets=outputs.get("prediction_set"),
+                    coverage=sets["coverage"] if sets else None)  # fmt: skip
 
 
 def _from_checkpoint(where: str, flat: np.ndarray, members: bool, explain_: bool) -> _Answers:

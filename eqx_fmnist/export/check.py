@@ -34,6 +34,10 @@ FORMATS: dict[str, ExportFormat] = {
 SCORE_TOLERANCE = 1e-4
 """Relative: an image whose trust score is this close to the threshold may fall on
 either side of it in float32; any other disagreement on the flag fails the check."""
+SET_TOLERANCE = 1e-5
+"""A class whose `1 - p` is this close to its set threshold (or whose probability is
+this close to the top one) may fall on either side in float32; any other disagreement
+on a prediction set fails the check."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +47,8 @@ class Parity:
     **Fields:** `images`, `mismatches` (images whose class differs), and
     `max_logit_difference`, `max_probability_difference`; for a calibrated model
     `flag_mismatches` (images the trust flag judges otherwise) and
-    `max_score_difference` (relative to the library's score), else `None`.
+    `max_score_difference` (relative to the library's score), else `None`; with
+    prediction sets, `set_mismatches` (images whose set differs), else `None`.
     """
 
     images: int
@@ -52,20 +57,37 @@ class Parity:
     max_probability_difference: float
     flag_mismatches: int | None = None
     max_score_difference: float | None = None
+    set_mismatches: int | None = None
 
 
 def check_parity(
-    ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], *, threshold: float | None = None
+    ours: dict[str, np.ndarray],
+    theirs: dict[str, np.ndarray],
+    *,
+    threshold: float | None = None,
+    thresholds: np.ndarray | None = None,
 ) -> tuple[Parity, int]:
     """Compare the library's outputs with an artifact's on the same images: the
-    [`Parity`][eqx_fmnist.export.check.Parity] and the number of flag disagreements not
-    explained by a score within `SCORE_TOLERANCE` of the threshold."""
+    [`Parity`][eqx_fmnist.export.check.Parity] and the number of images whose trust
+    flag or prediction set disagrees, not explained by a score within
+    `SCORE_TOLERANCE` of the trust `threshold` or a probability within `SET_TOLERANCE`
+    of the sets' `thresholds`."""
     a, b = ours["logits"], theirs["logits"]
     mismatches = int(np.sum(a.argmax(-1) != b.argmax(-1)))
     prob = float(np.max(np.abs(ours["probabilities"] - theirs["probabilities"])))
     parity = Parity(len(a), mismatches, float(np.max(np.abs(a - b))), prob)
+    unexplained_sets = 0
+    if "prediction_set" in ours and "prediction_set" in theirs:
+        assert thresholds is not None, "a prediction set is checked against its thresholds"
+        p = ours["probabilities"]
+        differ = ours["prediction_set"] != theirs["prediction_set"]
+        near = (np.abs(1.0 - p - np.asarray(thresholds)) <= SET_TOLERANCE) | (
+            p.max(axis=-1, keepdims=True) - p <= SET_TOLERANCE
+        )
+        parity = dataclasses.replace(parity, set_mismatches=int(differ.any(axis=-1).sum()))
+        unexplained_sets = int((differ & ~near).any(axis=-1).sum())
     if "unusual" not in ours or "unusual" not in theirs:
-        return parity, 0
+        return parity, unexplained_sets
     assert threshold is not None, "a trust verdict is checked against its threshold"
     differ = ours["unusual"] != theirs["unusual"]
     score = ours["trust_score"]
@@ -74,7 +96,7 @@ def check_parity(
     parity = dataclasses.replace(
         parity, flag_mismatches=int(differ.sum()), max_score_difference=float(relative.max())
     )
-    return parity, int((differ & ~near).sum())
+    return parity, int((differ & ~near).sum()) + unexplained_sets
 
 
 def library_outputs(
@@ -89,6 +111,8 @@ def library_outputs(
         feats = features(models, x, policy=policy)
         out["trust_score"] = calibration.trust.scores(feats)
         out["unusual"] = calibration.trust.flags(feats, images)
+        if calibration.sets is not None:
+            out["prediction_set"] = calibration.sets.sets(out["probabilities"])
     return out
 
 
@@ -104,6 +128,9 @@ def _manifest(
         outputs.append(f"member_probabilities float32[{portable.num_members}, b, 10]")
     if trust is not None:
         outputs += ["trust_score float32[b]", "unusual bool[b]"]
+    sets = None if trust is None else trust.sets
+    if sets is not None:
+        outputs.append("prediction_set bool[b, 10]")
     return {
         "format": kind.name,
         "artifact": path.name,
@@ -121,6 +148,9 @@ def _manifest(
             "threshold": trust.trust.threshold,
             "ink_sum_range": list(portable.trust.ink_sum_range),
             "min_contrast": trust.trust.min_contrast,
+        },
+        "prediction_sets": None if sets is None else sets.to_dict() | {
+            "rule": "class k is in the set when 1 - p_k <= thresholds[k], or is the top class",
         },
         **info,
         "config": config.to_dict(),
@@ -190,12 +220,13 @@ def export_model(
     blob, info = kind.build(inputs)
     theirs, checked_by = kind.run(blob, images, inputs)
     threshold = trust.trust.threshold if trust is not None else None
-    parity, unexplained = check_parity(ours, theirs, threshold=threshold)
+    parity, unexplained = check_parity(ours, theirs, threshold=threshold,
+                                       thresholds=portable.set_thresholds)  # fmt: skip
     if parity.mismatches or unexplained:
         what = (f"another class than the library for {parity.mismatches} of "
                 f"{parity.images:,} images" if parity.mismatches else
-                f"another trust verdict than the library for {unexplained} of "
-                f"{parity.images:,} images")  # fmt: skip
+                f"another trust verdict or prediction set than the library for "
+                f"{unexplained} of {parity.images:,} images")  # fmt: skip
         raise ExportError(
             f"the {format} export predicts {what} (largest logit difference "
             f"{parity.max_logit_difference:.2e}); nothing was written."

@@ -38,7 +38,8 @@ def _b64(array: np.ndarray) -> str:
 
 def page_spec(portable: Portable, *, about: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON the page embeds: sizes, class names, temperature, each member's arrays
-    (base64 little-endian float32) and the trust flag's thresholds."""
+    (base64 little-endian float32), the trust flag's thresholds and the prediction
+    sets' (with the coverage they promise)."""
     t: PortableTrust | None = portable.trust
     members = []
     for m, layers in enumerate(portable.layers):
@@ -54,6 +55,9 @@ def page_spec(portable: Portable, *, about: dict[str, Any] | None = None) -> dic
         "format": "eqx_fmnist-page", "version": 1, "class_names": list(CLASS_NAMES),
         "sizes": portable.sizes, "ensemble": portable.ensemble,
         "temperature": portable.temperature, "trust": trust, "members": members,
+        "sets": None if portable.set_thresholds is None else {
+            "thresholds": [float(v) for v in portable.set_thresholds],
+            "coverage": portable.set_coverage},
         **(about or {}),
     }  # fmt: skip
 
@@ -115,7 +119,11 @@ def portable_of_page(html: bytes | str) -> Portable:
             np.stack([floats(m["centres"]).reshape(-1, h) for m in spec["members"]]),
             float(t["threshold"]), tuple(t["ink_sum_range"]), float(t["min_contrast"]),
         )  # fmt: skip
-    return Portable(layers, bool(spec["ensemble"]), float(spec["temperature"]), trust)
+    sets = spec.get("sets")  # absent from pages written before the sets
+    thresholds = None if not sets else np.asarray(sets["thresholds"], np.float32)
+    coverage = None if not sets else float(sets["coverage"])
+    return Portable(layers, bool(spec["ensemble"]), float(spec["temperature"]), trust,
+                    thresholds, coverage)  # fmt: skip
 
 
 # node reads the page, evaluates its engine script, and classifies raw uint8 images.
@@ -129,12 +137,13 @@ vm.runInNewContext(grab('<script id="engine">'), sandbox);
 const E = sandbox.EqxFmnist;
 const model = E.loadModel(JSON.parse(grab('<script id="model" type="application/json">').replace(/<\\\//g, "</")));
 const pixels = new Uint8Array(fs.readFileSync(images)), n = Number(count), size = pixels.length / n;
-const result = new Float64Array(n * 22);
+const result = new Float64Array(n * 32).fill(NaN);
 for (let i = 0; i < n; i++) {
   const a = E.classify(model, pixels.subarray(i * size, (i + 1) * size));
-  result.set(a.logits, i * 22); result.set(a.probabilities, i * 22 + 10);
-  result[i * 22 + 20] = a.trust_score === null ? NaN : a.trust_score;
-  result[i * 22 + 21] = a.unusual === null ? NaN : (a.unusual ? 1 : 0);
+  result.set(a.logits, i * 32); result.set(a.probabilities, i * 32 + 10);
+  result[i * 32 + 20] = a.trust_score === null ? NaN : a.trust_score;
+  result[i * 32 + 21] = a.unusual === null ? NaN : (a.unusual ? 1 : 0);
+  if (a.set !== null) result.set(a.set.map(Number), i * 32 + 22);
 }
 fs.writeFileSync(out, Buffer.from(result.buffer));
 """
@@ -154,7 +163,7 @@ def node_version() -> str | None:
 def run_page(html: bytes, images: np.ndarray) -> dict[str, np.ndarray]:
     """Classify `uint8` images `(n, 784)` with the page's own JavaScript under `node`:
     `logits`, `probabilities` and, when the page holds a trust flag, `trust_score` and
-    `unusual`.
+    `unusual` (and `prediction_set` when it holds the sets' thresholds).
 
     **Raises:**
 
@@ -173,10 +182,12 @@ def run_page(html: bytes, images: np.ndarray) -> dict[str, np.ndarray]:
                               capture_output=True, text=True)  # fmt: skip
         if done.returncode:
             raise ExportError(f"the page's JavaScript failed under node: {done.stderr.strip()[-500:]}")
-        raw = np.frombuffer(out.read_bytes(), np.float64).reshape(len(images), 22)
-    result = {"logits": raw[:, :10], "probabilities": raw[:, 10:20]}
+        raw = np.frombuffer(out.read_bytes(), np.float64).reshape(len(images), 32)
+    result: dict[str, np.ndarray] = {"logits": raw[:, :10], "probabilities": raw[:, 10:20]}
     if not np.isnan(raw[:, 20]).all():
         result |= {"trust_score": raw[:, 20], "unusual": raw[:, 21] > 0.5}
+    if not np.isnan(raw[:, 22:]).all():
+        result["prediction_set"] = raw[:, 22:] > 0.5
     return result
 
 

@@ -5,7 +5,8 @@ runs each member as `Gemm` + `Gelu` (tanh form, as `jax.nn.gelu`) per layer, and
 outputs `logits` and `probabilities` (divided by the calibrated temperature); an
 ensemble also outputs `member_probabilities` and its logits are the log of the mean
 probability; a calibrated model also outputs `trust_score` and `unusual`, computed as
-[`Trust.flags`][eqx_fmnist.trust.Trust.flags] does.
+[`Trust.flags`][eqx_fmnist.trust.Trust.flags] does, and `prediction_set` when its
+calibration has conformal sets ([`prediction_sets`][eqx_fmnist.conformal.prediction_sets]).
 
 `Gelu` is an ONNX operator from opset 20 (onnxruntime runs it from 1.17). A runtime
 without it gets the tanh formula written out at opset 18: `gelu="formula"`, which
@@ -114,6 +115,8 @@ def onnx_model(portable: Portable, *, gelu: GeluForm = "op"):
         _trust_nodes(g, portable, feats)
         outputs += [("trust_score", [BATCH], TensorProto.FLOAT),
                     ("unusual", [BATCH], TensorProto.BOOL)]  # fmt: skip
+    if portable.set_thresholds is not None:
+        outputs.append(_set_nodes(g, portable.set_thresholds))
     graph = helper.make_graph(
         g.nodes, "eqx_fmnist",
         [helper.make_tensor_value_info("images", TensorProto.UINT8, [BATCH, 784])],
@@ -126,6 +129,18 @@ def onnx_model(portable: Portable, *, gelu: GeluForm = "op"):
     )  # fmt: skip
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _set_nodes(g: _Graph, thresholds: np.ndarray):
+    """`prediction_set`: class k when `1 - p_k <= thresholds[k]`, or the top class."""
+    from onnx import TensorProto
+
+    unsure = g.op("Sub", [g.const("one", np.float32(1.0)), "probabilities"], "unsure")
+    sure = g.op("LessOrEqual", [unsure, g.const("set_thresholds", thresholds[None])], "sure")
+    top = g.op("ArgMax", ["probabilities"], "top_class", axis=1, keepdims=1)
+    classes = g.const("classes", np.arange(len(thresholds), dtype=np.int64)[None])
+    g.op("Or", [sure, g.op("Equal", [classes, top], "is_top")], "prediction_set")
+    return ("prediction_set", [BATCH, 10], TensorProto.BOOL)
 
 
 def _trust_nodes(g: _Graph, portable: Portable, feats: list[str]) -> None:

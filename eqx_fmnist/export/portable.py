@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from ..calibration import Calibration
+from ..conformal import prediction_sets
 from ..data import IMAGE_SIZE
 from ..model import MLP, num_members
 from ..trust import Trust
@@ -47,13 +48,17 @@ class Portable:
     members: its logits are then the log of the mean probability), `temperature` (the
     calibrated temperature the probabilities are divided by), `trust` (a
     [`PortableTrust`][eqx_fmnist.export.portable.PortableTrust], or `None` for an uncalibrated
-    run).
+    run), `set_thresholds` (the conformal prediction sets' threshold per class on
+    `1 - p`, float32 `(10,)`, for a calibration that has them; else `None`) and
+    `set_coverage` (what they promise).
     """
 
     layers: list[list[tuple[np.ndarray, np.ndarray]]]
     ensemble: bool
     temperature: float
     trust: PortableTrust | None
+    set_thresholds: np.ndarray | None = None
+    set_coverage: float | None = None
 
     @property
     def num_members(self) -> int:
@@ -105,9 +110,12 @@ def to_portable(
         [(w, b) if k is None else (w[m], b[m]) for w, b in arrays] for m in range(k or 1)
     ]
     trust = None if calibration is None else portable_trust(calibration.trust, k or 1)
+    sets = None if calibration is None or calibration.sets is None else calibration.sets
     if calibration is not None:
         temperature = calibration.temperature
-    return Portable(layers, k is not None, float(temperature), trust)
+    thresholds = None if sets is None else np.asarray(sets.thresholds, np.float32)
+    coverage = None if sets is None else sets.coverage
+    return Portable(layers, k is not None, float(temperature), trust, thresholds, coverage)
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -125,7 +133,8 @@ def scaled_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
 
 def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]:
     """Every output of an artifact, computed from `portable` with numpy alone (float64):
-    `logits`, `probabilities` and, for a calibrated model, `trust_score` and `unusual`.
+    `logits`, `probabilities` and, for a calibrated model, `trust_score` and `unusual`
+    (and `prediction_set` when the calibration has sets).
 
     What an artifact must reproduce; [`export_model`][eqx_fmnist.export.check.export_model]
     checks the web page's embedded arrays with it when `node` is not installed.
@@ -159,4 +168,6 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
         flat = x0.std(1) < t.min_contrast
         ink = (sums < t.ink_sum_range[0]) | (sums > t.ink_sum_range[1])
         out |= {"trust_score": score, "unusual": ink | flat | (score > t.threshold)}
+    if portable.set_thresholds is not None:
+        out["prediction_set"] = prediction_sets(out["probabilities"], portable.set_thresholds)
     return out

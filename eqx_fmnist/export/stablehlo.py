@@ -22,8 +22,9 @@ from .manifest import ExportError, manifest_path
 from .portable import PortableTrust
 
 PLATFORMS = ("cpu", "cuda")
-OUTPUTS = ("logits", "probabilities", "trust_score", "unusual")
-"""The artifact's outputs, in order; an uncalibrated model's stop after the first two."""
+OUTPUTS = ("logits", "probabilities", "trust_score", "unusual", "prediction_set")
+"""The artifact's outputs, in order; an uncalibrated model's stop after the first two,
+a calibration without prediction sets after the first four."""
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -50,9 +51,12 @@ def serving_function(
     *,
     temperature: float = 1.0,
     trust: PortableTrust | None = None,
+    set_thresholds: np.ndarray | None = None,
 ):
     """`images uint8[b, 784] -> (logits f32[b, 10], probabilities f32[b, 10])`, and with a
-    `trust`, `trust_score f32[b]` and `unusual bool[b]` after them.
+    `trust`, `trust_score f32[b]` and `unusual bool[b]` after them, and with
+    `set_thresholds` (a calibration's conformal sets), `prediction_set bool[b, 10]`
+    ([`prediction_sets`][eqx_fmnist.conformal.prediction_sets]).
 
     The probabilities are `softmax(logits / temperature)` (a run's calibrated
     temperature; `1` leaves them raw). For an ensemble (a stacked model) the "logits"
@@ -73,7 +77,11 @@ def serving_function(
         probs = scaled_softmax(logits, temperature)
         if trust is None:
             return logits, probs
-        return logits, probs, *trust_outputs(feats, images, trust)
+        out = (logits, probs, *trust_outputs(feats, images, trust))
+        if set_thresholds is None:
+            return out
+        top = jnp.arange(probs.shape[-1])[None] == jnp.argmax(probs, axis=-1, keepdims=True)
+        return *out, (1.0 - probs <= jnp.asarray(set_thresholds, jnp.float32)[None]) | top
 
     return serve
 
@@ -84,13 +92,15 @@ def to_stablehlo(
     *,
     temperature: float = 1.0,
     trust: PortableTrust | None = None,
+    set_thresholds: np.ndarray | None = None,
 ) -> bytes:
     """The serialised `jax.export` of the
     [`serving_function`][eqx_fmnist.export.stablehlo.serving_function], with a symbolic batch,
     lowered for CPU and CUDA."""
     (batch,) = jax.export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((batch, IMAGE_SIZE), jnp.uint8)
-    serve = serving_function(models, policy, temperature=temperature, trust=trust)
+    serve = serving_function(models, policy, temperature=temperature, trust=trust,
+                             set_thresholds=set_thresholds)  # fmt: skip
     return bytes(jax.export.export(jax.jit(serve), platforms=PLATFORMS)(spec).serialize())
 
 
@@ -112,7 +122,7 @@ class Artifact:
     def run(self, images: np.ndarray) -> dict[str, np.ndarray]:
         """Every output by name for `uint8` images of shape `(n, 784)` or `(n, 28, 28)`:
         `logits`, `probabilities` and, when the run was calibrated, `trust_score` and
-        `unusual`.
+        `unusual` (and `prediction_set`, when its calibration has sets).
 
         **Raises:**
 
@@ -171,7 +181,8 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
 
 def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
     p = inputs.portable
-    blob = to_stablehlo(inputs.models, inputs.policy, temperature=p.temperature, trust=p.trust)
+    blob = to_stablehlo(inputs.models, inputs.policy, temperature=p.temperature, trust=p.trust,
+                        set_thresholds=p.set_thresholds)  # fmt: skip
     return blob, {"platforms": list(PLATFORMS)}
 
 

@@ -32,7 +32,8 @@
       };
     });
     return { sizes: sizes, members: members, ensemble: spec.ensemble,
-             temperature: spec.temperature, trust: spec.trust, classNames: spec.class_names };
+             temperature: spec.temperature, trust: spec.trust, classNames: spec.class_names,
+             sets: spec.sets || null };
   }
 
   function gelu(x) { // tanh form, as jax.nn.gelu
@@ -107,7 +108,13 @@
     let best = 0;
     for (let j = 1; j < logits.length; j++) if (logits[j] > logits[best]) best = j;
     const answer = { class: model.classNames[best], index: best, logits: logits,
-                     probabilities: probabilities, trust_score: null, unusual: null };
+                     probabilities: probabilities, trust_score: null, unusual: null, set: null };
+    if (model.sets) { // conformal: class k when 1 - p_k <= its threshold, or the top class
+      const top = probabilities.indexOf(Math.max.apply(null, probabilities));
+      answer.set = probabilities.map(function (p, k) {
+        return 1 - p <= model.sets.thresholds[k] || k === top;
+      });
+    }
     if (model.trust) {
       const t = model.trust;
       let score = 0;
