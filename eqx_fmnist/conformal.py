@@ -88,6 +88,7 @@ class ConformalSets:
         return prediction_sets(probabilities, self.thresholds)
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict (what a saved calibration and a manifest hold)."""
         return dataclasses.asdict(self) | {"thresholds": list(self.thresholds), "score": "1 - p"}
 
     @classmethod
@@ -153,6 +154,7 @@ class SetReport:
         return int(np.argmin(self.class_coverage))
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict (what `summary.json`'s `prediction_sets` holds)."""
         return dataclasses.asdict(self) | {"class_coverage": list(self.class_coverage)}
 
 
