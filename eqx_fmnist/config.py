@@ -99,10 +99,6 @@ class TrainConfig:
     - `calibration_size`: training examples held out (another fixed split) to fit the
         temperature of the probabilities and the trust flag after training; `0` (the
         default) trains on them instead and leaves the probabilities raw.
-    - `coverage`, `per_class_sets`: with a calibration split, the conformal prediction
-        sets fitted on it (see [`fit_sets`][eqx_fmnist.conformal.fit_sets]): the share of
-        new images whose set holds the true class (`0.9`), and whether each class gets
-        its own threshold (covered on its own) or all share one (`False`).
 
         Both are choices of the run, so they are fields (flags, `config.json`, what a
         resume rebuilds), but the loop does not read them: the caller makes the splits
@@ -110,6 +106,9 @@ class TrainConfig:
         training (the command line, [`sweep`][eqx_fmnist.ensemble.sweep] and
         [`eqx_fmnist.runs`](runs.md) do). [`fit`][eqx_fmnist.train.fit] refuses a
         config with either set unless it is given the `Splits` they made.
+    - `coverage`, `per_class_sets`: the conformal prediction sets fitted on the
+        calibration split ([`fit_sets`][eqx_fmnist.conformal.fit_sets]): the share of new
+        images whose set holds the true class, and one threshold per class or one for all.
     - `devices`: data-parallel over this many devices.
     - `on_nonfinite`: `"raise"` stops `fit` with a
         [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] naming the step and the
@@ -151,13 +150,8 @@ class TrainConfig:
         "training images held out to fit the temperature and the trust flag (0: none)",
         flags=("--calibrate",),
     )
-    coverage: float = _field(
-        COVERAGE,
-        "with --calibrate: the share of new images whose prediction set holds the true class",
-    )
-    per_class_sets: bool = _field(
-        False, "with --calibrate: one prediction-set threshold per class, each class covered"
-    )
+    coverage: float = _field(COVERAGE, "with --calibrate: prediction sets hold the true class this often")
+    per_class_sets: bool = _field(False, "with --calibrate: one set threshold per class")
     shift: int = _field(
         2, "move each training image by up to this many pixels in x and y (0: none)"
     )
@@ -250,10 +244,8 @@ class TrainConfig:
                 raise ValueError(f"`{name}` must be a non-negative int, but got {value!r}.")
         check_coverage(self.coverage)  # the prediction sets' rule, kept where they are made
         if (self.coverage != COVERAGE or self.per_class_sets) and not self.calibration_size:
-            raise ValueError(
-                "`coverage` and `per_class_sets` shape the prediction sets fitted on the "
-                "calibration split: hold one out too (`calibration_size`, --calibrate 5000)."
-            )
+            raise ValueError("`coverage` and `per_class_sets` shape the prediction sets fitted on "
+                             "a calibration split: hold one out too (--calibrate 5000).")  # fmt: skip
 
     @property
     def policy(self) -> Policy:

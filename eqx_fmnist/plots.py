@@ -65,10 +65,6 @@ def plot_examples(
     - `images`: images of shape `(n, 28, 28)`; the first of each class is shown.
     - `labels`: their labels, shape `(n,)`.
     - `class_names`: names for the titles. Defaults to `CLASS_NAMES`.
-
-    **Returns:**
-
-    The figure.
     """
     fig = _figure(10.0, 4.6, grid=True)
     axes = fig.subplots(2, 5, gridspec_kw=dict(left=0.01, right=0.99, bottom=0.01, top=0.93,
@@ -159,20 +155,10 @@ def plot_explanation(
     top: int = 3,
     title: str | None = None,
 ) -> Figure:
-    """What the model saw, which pixels made it say `target`, and its top classes.
-
-    **Arguments:**
-
-    - `image`: the 28 x 28 input, `uint8` (ink high, as Fashion-MNIST's).
-    - `attributions`: one per pixel, e.g. an
-        [`Explanation`][eqx_fmnist.attributions.Explanation]'s row reshaped to 28 x 28:
-        red raised the class's score, blue lowered it (one colour scale, symmetric).
-    - `probabilities`: the model's probability of each class.
-    - `target`: the class explained.
-    - `class_names`: names. Defaults to `CLASS_NAMES`.
-    - `top`: classes in the bar chart. Defaults to `3`.
-    - `title`: above the panels. Defaults to the explained class.
-    """
+    """The `uint8` 28 x 28 `image`, its `attributions` over it (an
+    [`Explanation`][eqx_fmnist.attributions.Explanation]'s row as 28 x 28; red raised the
+    score of class `target`, blue lowered it, on one symmetric scale), and the `top`
+    classes by `probabilities` (default 3); `title` defaults to the class explained."""
     fig = _figure(9.5, 3.6)
     ax_image, ax_map, ax_bars = fig.subplots(1, 3, gridspec_kw=dict(width_ratios=[1, 1, 1.2]))
     for ax in (ax_image, ax_map):
@@ -187,8 +173,7 @@ def plot_explanation(
     order = np.argsort(probabilities)[::-1][:top]
     ax_bars.barh([class_names[c] for c in order][::-1], probabilities[order][::-1],
                  color=["tab:red" if c == target else "tab:gray" for c in order][::-1])  # fmt: skip
-    ax_bars.set_xlim(0, 1)
-    ax_bars.set_xlabel("probability")
+    ax_bars.set(xlim=(0, 1), xlabel="probability")
     fig.suptitle(title or f"why {class_names[target]}?")
     return fig
 
@@ -330,28 +315,19 @@ def plot_sets(
     class_names: Sequence[str] = CLASS_NAMES,
     title: str = "Prediction sets on the test images",
 ) -> Figure:
-    """Conformal prediction sets by true class: the share whose set holds the true class
-    against the `coverage` asked for (a dashed line), and the mean set size.
-
-    **Arguments:**
-
-    - `class_coverage`, `class_size`: per true class, the coverage and mean set size.
-    - `coverage`: the target.
-    - `class_names`: names. Defaults to `CLASS_NAMES`.
-    - `title`: the figure's title.
-    """
+    """Conformal prediction sets by true class: `class_coverage`, the share whose set
+    holds the true class, against the `coverage` asked for (a dashed line), and
+    `class_size`, the mean set size."""
     fig = _figure(7.0, 5.5)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    where = np.arange(len(class_coverage))
-    covered = np.asarray(class_coverage)
+    covered, where = np.asarray(class_coverage), np.arange(len(class_coverage))
     top.bar(where, covered, color=np.where(covered < coverage, "tab:red", "tab:blue"))
     top.axhline(coverage, color="black", linestyle="--", linewidth=1)
     top.text(len(covered) - 0.5, coverage, f"target {coverage:.0%}", ha="right", va="bottom")
     top.set_ylim(max(0.0, min(covered.min(), coverage) - 0.1), 1.0)
-    top.set_ylabel("coverage (red: below the target)")
-    top.set_title(title)
+    top.set(ylabel="coverage (red: below the target)", title=title)
     bottom.bar(where, class_size, color="tab:gray")
-    bottom.set_ylabel("mean set size")
+    bottom.set(ylabel="mean set size")
     bottom.set_xticks(where, class_names, rotation=45, ha="right")
     return fig
 
