@@ -217,6 +217,17 @@ TTA_MIRROR: tuple[Move, ...] = ((0, 0, False), (0, 0, True))
 TTA_SHIFTS: tuple[Move, ...] = TTA_MIRROR + ((1, 0, False), (-1, 0, False), (0, 1, False),
                                              (0, -1, False))  # fmt: skip
 """The mirror and moves of one pixel along each axis: six views."""
+TTA = Literal["none", "mirror", "shifts"]
+"""A named choice of views, as `TrainConfig.tta` and `--tta` take it."""
+TTA_VIEWS: dict[str, tuple[Move, ...] | None] = {
+    "none": None, "mirror": TTA_MIRROR, "shifts": TTA_SHIFTS}  # fmt: skip
+"""The views of each named choice (`None`: the image alone)."""
+
+
+def tta_name(views: tuple[Move, ...] | None) -> str:
+    """The name in `TTA_VIEWS` of `views`, or `"custom"` for other moves."""
+    return next((k for k, v in TTA_VIEWS.items() if v == (tuple(views) if views else None)),
+                "custom")  # fmt: skip
 
 
 def move_images(

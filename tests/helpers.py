@@ -275,19 +275,38 @@ def wait_for(path: Path, timeout: float = 120, poll: float = 0.05) -> bool:
     return False
 
 
-def numpy_reference(model, images, *, calibration=None, temperature=1.0):
-    """An export's outputs written here from the definitions, in float64 numpy: the
-    forward pass of each member (GELU in its tanh form), the log of the mean probability
-    for a stack, `softmax(logits / T)`, and the trust flag as a direct Mahalanobis
-    distance `(f - m)' P (f - m)` (no whitening) plus the ink and contrast checks."""
+def moved_numpy(x, dx, dy, mirror):
+    """numpy: `uint8` rows of 784 mirrored left-right, then moved dx right and dy down,
+    zeros uncovered."""
     import numpy as np
 
-    x0 = np.asarray(images, np.float64).reshape(len(images), -1) / 255.0
+    img = x.reshape(-1, 28, 28)[:, :, ::-1] if mirror else x.reshape(-1, 28, 28)
+    out = np.zeros_like(img)
+    ys, xs = slice(max(dy, 0), 28 + min(dy, 0)), slice(max(dx, 0), 28 + min(dx, 0))
+    out[:, ys, xs] = img[:, max(-dy, 0) : 28 - max(dy, 0), max(-dx, 0) : 28 - max(dx, 0)]
+    return out.reshape(len(x), 784)
+
+
+def numpy_reference(model, images, *, calibration=None, temperature=1.0, tta=None):
+    """An export's outputs written here from the definitions, in float64 numpy: the
+    forward pass of each member (GELU in its tanh form), with `tta` views (moves
+    `(dx, dy, mirror)`) the log of each member's mean probability over the moved
+    images, the log of the mean probability for a stack, `softmax(logits / T)`, and the
+    trust flag (of the image itself) as a direct Mahalanobis distance `(f - m)' P (f - m)`
+    (no whitening) plus the ink and contrast checks."""
+    import numpy as np
+
+    pixels = np.asarray(images).reshape(len(images), -1)
+    x0 = pixels.astype(np.float64) / 255.0
     stacked = np.asarray(model.layers[0].bias).ndim == 2
     k = np.asarray(model.layers[0].bias).shape[0] if stacked else 1
-    log_probs, scores = [], []
-    for m in range(k):
-        x, hidden = x0, []
+
+    def log_softmax(z):
+        z = z - z.max(1, keepdims=True)
+        return z - np.log(np.exp(z).sum(1, keepdims=True))
+
+    def forward(m, x):
+        hidden = []
         for i, layer in enumerate(model.layers):
             w, b = np.asarray(layer.weight, np.float64), np.asarray(layer.bias, np.float64)
             w, b = (w[m], b[m]) if stacked else (w, b)
@@ -295,8 +314,16 @@ def numpy_reference(model, images, *, calibration=None, temperature=1.0):
             if i < len(model.layers) - 1:
                 x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
                 hidden.append(x)
-        z = x - x.max(1, keepdims=True)
-        log_probs.append(z - np.log(np.exp(z).sum(1, keepdims=True)))
+        return x, hidden
+
+    log_probs, scores = [], []
+    for m in range(k):
+        x, hidden = forward(m, x0)
+        if tta:
+            views = [forward(m, moved_numpy(pixels, *v).astype(np.float64) / 255.0)[0]
+                     for v in tta]  # fmt: skip
+            x = np.log(np.mean([np.exp(log_softmax(v)) for v in views], axis=0))
+        log_probs.append(log_softmax(x))
         if calibration is not None:
             t = calibration.trust
             means = np.asarray(t.means, np.float64).reshape(k, *t.means.shape[-2:])[m]

@@ -4,6 +4,7 @@ in evaluation, robustness and calibration."""
 
 import numpy as np
 import pytest
+from helpers import assert_sets_match, moved_numpy, numpy_reference
 
 
 def _gelu(x):
@@ -20,13 +21,7 @@ def _probs64(model, x):
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _moved(x, dx, dy, mirror):
-    """numpy: mirrored left-right, then moved dx right and dy down, zeros uncovered."""
-    img = x.reshape(-1, 28, 28)[:, :, ::-1] if mirror else x.reshape(-1, 28, 28)
-    out = np.zeros_like(img)
-    ys, xs = slice(max(dy, 0), 28 + min(dy, 0)), slice(max(dx, 0), 28 + min(dx, 0))
-    out[:, ys, xs] = img[:, max(-dy, 0) : 28 - max(dy, 0), max(-dx, 0) : 28 - max(dx, 0)]
-    return out.reshape(len(x), 784)
+_moved = moved_numpy
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +94,56 @@ def test_evaluation_robustness_and_calibration_use_the_same_views(model, images,
     assert calibration.temperature == pytest.approx(want, rel=1e-4)
     assert calibration.tta == TTA_MIRROR
     assert Calibration.load(calibration.save(tmp_path / "c.safetensors")).tta == TTA_MIRROR
+
+
+@pytest.mark.parametrize("fmt", ["stablehlo", "onnx", "html", "safetensors"])
+def test_every_export_computes_the_views_it_was_calibrated_on(fmt, images, tmp_path):
+    """The artifacts gather each view's pixels themselves: their outputs equal the numpy
+    reference's mean over numpy-moved images (an ensemble of two, the six views of
+    `TTA_SHIFTS`), the trust flag of the image itself, and the sets."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.augment import TTA_SHIFTS
+    from eqx_fmnist.export import ExportError, export_model
+    from eqx_fmnist.export.check import FORMATS
+
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    stack = eqx.filter_vmap(lambda k: ef.MLP(hidden_sizes=(16,), key=k))(keys)
+    rng = np.random.default_rng(4)
+    held = rng.integers(0, 256, (400, 784), dtype=np.uint8)
+    ds = ef.ArrayDataset(jnp.asarray(held), jnp.asarray(np.arange(400) % 10, jnp.int32))
+    calibration = ef.calibrate(stack, ds, ds, tta=TTA_SHIFTS, coverage=0.8, per_class=True)
+    path = tmp_path / f"m{FORMATS[fmt].suffix}"
+    manifest = export_model(stack, ef.FLOAT32, ef.TrainConfig(hidden_sizes=(16,)), path,
+                            check_images=images, format=fmt, calibration=calibration)  # fmt: skip
+    assert manifest["tta"]["name"] == "shifts" and len(manifest["tta"]["views"]) == 6
+    ref = numpy_reference(stack, images, calibration=calibration, tta=TTA_SHIFTS)
+    if fmt == "stablehlo":
+        out = ef.export.load_artifact(path).run(images)
+    elif fmt == "onnx":
+        out = ef.export.run_onnx(path.read_bytes(), images)
+    elif fmt == "html":
+        from eqx_fmnist.export.html import node_version, portable_of_page, run_page
+        from eqx_fmnist.export.portable import numpy_serve
+
+        blob = path.read_bytes()
+        out = run_page(blob, images) if node_version() else None
+        out = out or numpy_serve(portable_of_page(blob), images)
+    else:  # weights only: the parity the manifest records is the check's, with the views
+        assert manifest["parity"]["mismatches"] == 0
+        assert manifest["parity"]["max_probability_difference"] < 1e-5
+        return
+    np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=2e-5)
+    np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-3)
+    assert_sets_match(out["prediction_set"], ref, calibration.sets.thresholds)
+    # Views other than the calibration's would void its temperature and sets.
+    with pytest.raises(ExportError, match="fitted on the views"):
+        export_model(stack, ef.FLOAT32, ef.TrainConfig(hidden_sizes=(16,)), tmp_path / "x",
+                     check_images=images, format=fmt, calibration=calibration,
+                     tta=((0, 0, False), (0, 0, True)))  # fmt: skip
+    assert not (tmp_path / "x").exists()

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..augment import Move, tta_name
 from ..calibration import Calibration
 from ..config import TrainConfig
 from ..data import CLASS_NAMES, IMAGE_SIZE
@@ -101,11 +102,12 @@ def check_parity(
 
 def library_outputs(
     models: MLP, images: np.ndarray, policy: Policy, temperature: float,
-    calibration: Calibration | None,
+    calibration: Calibration | None, tta: tuple[Move, ...] | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
-    """The library's own answer for `images`: what an artifact must reproduce."""
+    """The library's own answer for `images` (with `tta` views): what an artifact must
+    reproduce."""
     x = jnp.asarray(images)
-    logits = np.asarray(predict_logits(models, x, policy=policy), np.float64)
+    logits = np.asarray(predict_logits(models, x, policy=policy, tta=tta), np.float64)
     out = {"logits": logits, "probabilities": scaled_softmax(logits, temperature)}
     if calibration is not None:
         feats = features(models, x, policy=policy)
@@ -169,6 +171,7 @@ def export_model(
     format: str = "stablehlo",
     calibration: Calibration | None = None,
     temperature: float = 1.0,
+    tta: tuple[Move, ...] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Export, check on `check_images`, and only then write the artifact and its manifest.
@@ -190,6 +193,11 @@ def export_model(
         compute its trust flag too (`trust_score` and `unusual`), checked against the
         library's on every check image. Defaults to `None`: raw probabilities, no flag.
     - `temperature`: a temperature without a calibration. Defaults to `1`: raw.
+    - `tta`: test-time augmentation's views (e.g.
+        [`TTA_MIRROR`][eqx_fmnist.augment.TTA_MIRROR]), computed inside every artifact
+        as one gather of the pixels per view. Defaults to the calibration's
+        ([`Calibration.tta`][eqx_fmnist.calibration.Calibration]: the outputs its
+        temperature and sets were fitted on), or none.
     - `extra`: more manifest entries, e.g. the run's test accuracy (the page shows
         `test_accuracy`).
 
@@ -210,18 +218,21 @@ def export_model(
         raise ExportError("give a calibration or a temperature, not both.")
     path, start = Path(path), time.perf_counter()
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
-    portable = to_portable(models, calibration=calibration, temperature=temperature)
+    portable = to_portable(models, calibration=calibration, temperature=temperature, tta=tta)
+    tta = calibration.tta if calibration is not None else tta
     trust = calibration if kind.trust else None
     # A format that does not keep the run's policy holds float32 weights and is checked
     # as a consumer runs it, in float32.
     checked = policy if kind.keeps_policy else FLOAT32
-    ours = library_outputs(models, images, checked, portable.temperature, trust)
+    ours = library_outputs(models, images, checked, portable.temperature, trust, tta)
     inputs = ExportInputs(models, policy, config, portable, dict(extra or {}))
     blob, info = kind.build(inputs)
     theirs, checked_by = kind.run(blob, images, inputs)
     threshold = trust.trust.threshold if trust is not None else None
     parity, unexplained = check_parity(ours, theirs, threshold=threshold,
                                        thresholds=portable.set_thresholds)  # fmt: skip
+    info |= {"tta": {"name": tta_name(tta), "views": [list(v) for v in tta or ()],
+                     "rule": "each model's probability is its mean over the views (dx, dy, mirror)"}}
     if parity.mismatches or unexplained:
         what = (f"another class than the library for {parity.mismatches} of "
                 f"{parity.images:,} images" if parity.mismatches else

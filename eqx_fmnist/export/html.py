@@ -38,8 +38,9 @@ def _b64(array: np.ndarray) -> str:
 
 def page_spec(portable: Portable, *, about: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON the page embeds: sizes, class names, temperature, each member's arrays
-    (base64 little-endian float32), the trust flag's thresholds and the prediction
-    sets' (with the coverage they promise)."""
+    (base64 little-endian float32), the trust flag's thresholds, the prediction
+    sets' (with the coverage they promise) and test-time augmentation's pixel tables
+    (`views`, or `null`)."""
     t: PortableTrust | None = portable.trust
     members = []
     for m, layers in enumerate(portable.layers):
@@ -58,6 +59,7 @@ def page_spec(portable: Portable, *, about: dict[str, Any] | None = None) -> dic
         "sets": None if portable.set_thresholds is None else {
             "thresholds": [float(v) for v in portable.set_thresholds],
             "coverage": portable.set_coverage},
+        "views": None if portable.views is None else portable.views.tolist(),
         **(about or {}),
     }  # fmt: skip
 
@@ -122,8 +124,9 @@ def portable_of_page(html: bytes | str) -> Portable:
     sets = spec.get("sets")  # absent from pages written before the sets
     thresholds = None if not sets else np.asarray(sets["thresholds"], np.float32)
     coverage = None if not sets else float(sets["coverage"])
+    views = None if not spec.get("views") else np.asarray(spec["views"], np.int32)
     return Portable(layers, bool(spec["ensemble"]), float(spec["temperature"]), trust,
-                    thresholds, coverage)  # fmt: skip
+                    thresholds, coverage, views)  # fmt: skip
 
 
 # node reads the page, evaluates its engine script, and classifies raw uint8 images.

@@ -52,7 +52,9 @@ class _Graph:
         self.nodes, self.initializers = [], []
 
     def const(self, name: str, value) -> str:
-        self.initializers.append(self.numpy_helper.from_array(np.asarray(value), name))
+        """An initializer (once: a name asked for again is the same constant)."""
+        if name not in {t.name for t in self.initializers}:
+            self.initializers.append(self.numpy_helper.from_array(np.asarray(value), name))
         return name
 
     def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
@@ -83,17 +85,25 @@ def onnx_model(portable: Portable, *, gelu: GeluForm = "op"):
                         "c_sqrt_2_over_pi": math.sqrt(2 / math.pi)}.items():  # fmt: skip
             g.const(name, f32(v))
     x = g.op("Div", [g.op("Cast", ["images"], "pixels", to=TensorProto.FLOAT), "c_255"], "x")
-    k = portable.num_members
+    k, views = portable.num_members, _view_nodes(g, portable.views, x)
     logits, feats = [], []
     for m, member in enumerate(portable.layers):
-        h, hidden = x, []
-        for i, (w, b) in enumerate(member):
-            p = f"member{m}/layer{i}" if k > 1 else f"layer{i}"
-            h = g.op("Gemm", [h, g.const(f"{p}/weight", w), g.const(f"{p}/bias", b)],
-                     f"{p}/gemm", transB=1)  # fmt: skip
-            if i < len(member) - 1:
-                h = g.gelu(h, f"{p}/gelu", gelu)
-                hidden.append(h)
+        weights = [(g.const(f"{p}/weight", w), g.const(f"{p}/bias", b)) for (w, b), p in
+                   ((wb, f"member{m}/layer{i}" if k > 1 else f"layer{i}") for i, wb in enumerate(member))]  # fmt: skip
+
+        def forward(h, name, weights=weights):
+            hidden = []
+            for i, (w, b) in enumerate(weights):
+                h = g.op("Gemm", [h, w, b], f"{name}/layer{i}/gemm", transB=1)
+                if i < len(weights) - 1:
+                    h = g.gelu(h, f"{name}/layer{i}/gelu", gelu)
+                    hidden.append(h)
+            return h, hidden
+
+        h, hidden = forward(x, f"member{m}")
+        if views:  # the log of the member's mean probability over the views
+            each = [forward(v, f"member{m}/view{j}")[0] for j, v in enumerate(views)]
+            h = _log_mean_prob(g, each, f"member{m}/views")
         logits.append(h)
         feats.append(g.op("Concat", hidden, f"member{m}/features", axis=1))
     outputs = [("logits", [BATCH, 10], TensorProto.FLOAT),
@@ -129,6 +139,27 @@ def onnx_model(portable: Portable, *, gelu: GeluForm = "op"):
     )  # fmt: skip
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _view_nodes(g: _Graph, views: np.ndarray | None, x: str) -> list[str]:
+    """Test-time augmentation's views of `x`: a zero appended to each image, then one
+    `Gather` of the view's pixel table each."""
+    if views is None:
+        return []
+    padded = g.op("Pad", [x, g.const("view_pads", np.array([0, 0, 0, 1], np.int64))], "x_blank")
+    return [g.op("Gather", [padded, g.const(f"view{j}/pixels", v.astype(np.int64))],
+                 f"view{j}", axis=1) for j, v in enumerate(views)]  # fmt: skip
+
+
+def _log_mean_prob(g: _Graph, logits: list[str], name: str) -> str:
+    """The log of the mean of `softmax` over `logits` (each `(b, 10)`)."""
+    zero = g.const("axis_0", np.array([0], np.int64))
+    each = [g.op("Unsqueeze", [g.op("LogSoftmax", [z], f"{name}/{j}/log_probs", axis=1), zero],
+                 f"{name}/{j}/log_probs_1") for j, z in enumerate(logits)]  # fmt: skip
+    total = g.op("ReduceLogSumExp", [g.op("Concat", each, f"{name}/log_probs", axis=0), zero],
+                 f"{name}/log_total", keepdims=0)  # fmt: skip
+    return g.op("Sub", [total, g.const(f"{name}/log_count", np.float32(math.log(len(logits))))],
+                f"{name}/log_mean_prob")  # fmt: skip
 
 
 def _set_nodes(g: _Graph, thresholds: np.ndarray):

@@ -11,8 +11,10 @@ With `P = L L'` (a Cholesky factor), that is `|f L - m_c L|^2`: an artifact mult
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from ..augment import Move, move_images
 from ..calibration import Calibration
 from ..conformal import prediction_sets
 from ..data import IMAGE_SIZE
@@ -49,8 +51,10 @@ class Portable:
     calibrated temperature the probabilities are divided by), `trust` (a
     [`PortableTrust`][eqx_fmnist.export.portable.PortableTrust], or `None` for an uncalibrated
     run), `set_thresholds` (the conformal prediction sets' threshold per class on
-    `1 - p`, float32 `(10,)`, for a calibration that has them; else `None`) and
-    `set_coverage` (what they promise).
+    `1 - p`, float32 `(10,)`, for a calibration that has them; else `None`),
+    `set_coverage` (what they promise) and `views` (test-time augmentation: int32
+    `(views, 784)` from [`view_indices`][eqx_fmnist.export.portable.view_indices], each
+    model's probability averaged over them; `None`: the image alone).
     """
 
     layers: list[list[tuple[np.ndarray, np.ndarray]]]
@@ -59,6 +63,7 @@ class Portable:
     trust: PortableTrust | None
     set_thresholds: np.ndarray | None = None
     set_coverage: float | None = None
+    views: np.ndarray | None = None
 
     @property
     def num_members(self) -> int:
@@ -87,22 +92,49 @@ def portable_trust(trust: Trust, members: int) -> PortableTrust:
     )  # fmt: skip
 
 
+BLANK = IMAGE_SIZE
+"""The index a view's table gives an uncovered pixel: the zero after the 784 pixels."""
+
+
+def view_indices(views: tuple[Move, ...]) -> np.ndarray:
+    """Each of test-time augmentation's `views` as a gather: int32 `(views, 784)`, pixel
+    `i` of a moved image being pixel `table[i]` of the image with a zero appended (so
+    `BLANK`, 784, for a pixel the move uncovers). A mirror and a move are index
+    permutations, which every artifact applies with one gather."""
+    source = jnp.arange(1, IMAGE_SIZE + 1, dtype=jnp.int32)[None]  # 0: what a move zeroes
+    rows = [np.asarray(move_images(source, dx=dx, dy=dy, mirror=m))[0] for dx, dy, m in views]
+    table = np.stack(rows).astype(np.int32) - 1
+    return np.where(table < 0, BLANK, table).astype(np.int32)
+
+
 def to_portable(
-    models: MLP, *, calibration: Calibration | None = None, temperature: float = 1.0
+    models: MLP,
+    *,
+    calibration: Calibration | None = None,
+    temperature: float = 1.0,
+    tta: tuple[Move, ...] | None = None,
 ) -> Portable:
     """The float32 arrays of `models` (one model or a stack) and, when given, of its
-    calibration (whose temperature then replaces `temperature`).
+    calibration (whose temperature then replaces `temperature`, and whose views
+    `tta`, which may then only repeat them).
 
     **Raises:**
 
     `ExportError` for a model whose activation is not `jax.nn.gelu` (the tanh form every
-    artifact writes).
+    artifact writes), or `tta` other than the views the calibration was fitted on.
     """
     if models.activation is not jax.nn.gelu:
         raise ExportError(
             f"exports write GELU (tanh form, jax.nn.gelu), but the model's activation is "
             f"{getattr(models.activation, '__name__', models.activation)!r}."
         )
+    if calibration is not None:
+        if tta and tuple(tta) != (calibration.tta or None):
+            raise ExportError(
+                f"the calibration was fitted on the views {calibration.tta}, not {tuple(tta)}: "
+                "its temperature and sets hold only for those; export with its views."
+            )
+        temperature, tta = calibration.temperature, calibration.tta
     k = num_members(models)
     arrays = [(np.asarray(w, np.float32), np.asarray(b, np.float32))
               for w, b in ((layer.weight, layer.bias) for layer in models.layers)]  # fmt: skip
@@ -111,11 +143,10 @@ def to_portable(
     ]
     trust = None if calibration is None else portable_trust(calibration.trust, k or 1)
     sets = None if calibration is None or calibration.sets is None else calibration.sets
-    if calibration is not None:
-        temperature = calibration.temperature
     thresholds = None if sets is None else np.asarray(sets.thresholds, np.float32)
     coverage = None if sets is None else sets.coverage
-    return Portable(layers, k is not None, float(temperature), trust, thresholds, coverage)
+    return Portable(layers, k is not None, float(temperature), trust, thresholds, coverage,
+                    view_indices(tta) if tta else None)  # fmt: skip
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -131,36 +162,50 @@ def scaled_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+def _log_mean_prob(logits: np.ndarray) -> np.ndarray:
+    """The log of the mean over the leading axis of `softmax(logits)`."""
+    z = logits - logits.max(-1, keepdims=True)
+    lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    top = lp.max(0)
+    return top + np.log(np.exp(lp - top).mean(0))
+
+
 def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]:
     """Every output of an artifact, computed from `portable` with numpy alone (float64):
     `logits`, `probabilities` and, for a calibrated model, `trust_score` and `unusual`
-    (and `prediction_set` when the calibration has sets).
+    (and `prediction_set` when the calibration has sets). With `views`, each member's
+    probability is its mean over them (the trust flag reads the image itself).
 
     What an artifact must reproduce; [`export_model`][eqx_fmnist.export.check.export_model]
     checks the web page's embedded arrays with it when `node` is not installed.
     """
     pixels = np.asarray(images, np.uint8).reshape(len(images), IMAGE_SIZE)
     x0 = pixels.astype(np.float64) / 255.0
-    log_probs, scores, x = [], [], x0
-    for m, member in enumerate(portable.layers):
-        x, hidden = x0, []
+    padded = np.concatenate([x0, np.zeros((len(x0), 1))], axis=1)  # BLANK: the zero
+
+    def forward(member, x):
+        hidden = []
         for i, (w, b) in enumerate(member):
             x = x @ w.T.astype(np.float64) + b
             if i < len(member) - 1:
                 x = gelu_tanh(x)
                 hidden.append(x)
-        z = x - x.max(1, keepdims=True)
-        log_probs.append(z - np.log(np.exp(z).sum(1, keepdims=True)))
-        if portable.trust is not None:
+        return x, hidden
+
+    log_probs, scores = [], []
+    for m, member in enumerate(portable.layers):
+        x, hidden = forward(member, x0)
+        views = [x] if portable.views is None else [forward(member, padded[:, v])[0]
+                                                    for v in portable.views]  # fmt: skip
+        log_probs.append(_log_mean_prob(np.stack(views)))
+        if portable.trust is not None:  # of the image itself, not of its views
             g = np.concatenate(hidden, 1) @ portable.trust.whiten[m].astype(np.float64)
             d = ((g[:, None, :] - portable.trust.centres[m][None]) ** 2).sum(-1)
             scores.append(d.min(1))
     if portable.ensemble:
-        lp = np.stack(log_probs)
-        top = lp.max(0)
-        logits = top + np.log(np.exp(lp - top).mean(0))
-    else:
-        logits = x
+        logits = _log_mean_prob(np.stack(log_probs))
+    else:  # one model: its own logits, or the log of its mean probability over the views
+        logits = x if portable.views is None else log_probs[0]
     out = {"logits": logits, "probabilities": scaled_softmax(logits, portable.temperature)}
     if portable.trust is not None:
         t = portable.trust

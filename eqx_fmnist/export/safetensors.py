@@ -2,6 +2,7 @@
 as `members.0.layers.0.weight`, ...), with the config in the metadata; `torch_state_dict`
 renames them for the equivalent PyTorch `nn.Sequential`."""
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,9 @@ def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
 def _run(blob: bytes, images: np.ndarray, inputs: ExportInputs) -> tuple[Outputs, dict[str, Any]]:
     from safetensors.numpy import load
 
-    return numpy_serve(portable_of_weights(load(blob), inputs.portable.temperature), images), {}
+    weights = portable_of_weights(load(blob), inputs.portable.temperature)
+    # The views are how a consumer runs the weights: checked with the export's own.
+    return numpy_serve(dataclasses.replace(weights, views=inputs.portable.views), images), {}
 
 
 FORMAT = ExportFormat("safetensors", ".safetensors", _build, _run, serves=False, trust=False)

@@ -52,11 +52,14 @@ def serving_function(
     temperature: float = 1.0,
     trust: PortableTrust | None = None,
     set_thresholds: np.ndarray | None = None,
+    views: np.ndarray | None = None,
 ):
     """`images uint8[b, 784] -> (logits f32[b, 10], probabilities f32[b, 10])`, and with a
     `trust`, `trust_score f32[b]` and `unusual bool[b]` after them, and with
     `set_thresholds` (a calibration's conformal sets), `prediction_set bool[b, 10]`
-    ([`prediction_sets`][eqx_fmnist.conformal.prediction_sets]).
+    ([`prediction_sets`][eqx_fmnist.conformal.prediction_sets]). With `views`
+    ([`view_indices`][eqx_fmnist.export.portable.view_indices]), each member's
+    probability is its mean over the views, gathered from the pixels.
 
     The probabilities are `softmax(logits / temperature)` (a run's calibrated
     temperature; `1` leaves them raw). For an ensemble (a stacked model) the "logits"
@@ -69,7 +72,13 @@ def serving_function(
             feats = jnp.concatenate(model.hidden(x, policy=policy)).astype(jnp.float32)
             return model(x, policy=policy).astype(jnp.float32), feats
 
-        return jax.vmap(forward)(normalize(images))
+        x = normalize(images)
+        logits, feats = jax.vmap(forward)(x)
+        if views is None:
+            return logits, feats
+        padded = jnp.concatenate([x, jnp.zeros((x.shape[0], 1), x.dtype)], axis=1)
+        each = [jax.vmap(forward)(padded[:, jnp.asarray(v)])[0] for v in views]
+        return ensemble_log_probs(jnp.stack(each)), feats  # trust: the image itself
 
     def serve(images):
         each, feats = per_member(one, models, images)
@@ -93,6 +102,7 @@ def to_stablehlo(
     temperature: float = 1.0,
     trust: PortableTrust | None = None,
     set_thresholds: np.ndarray | None = None,
+    views: np.ndarray | None = None,
 ) -> bytes:
     """The serialised `jax.export` of the
     [`serving_function`][eqx_fmnist.export.stablehlo.serving_function], with a symbolic batch,
@@ -100,7 +110,7 @@ def to_stablehlo(
     (batch,) = jax.export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((batch, IMAGE_SIZE), jnp.uint8)
     serve = serving_function(models, policy, temperature=temperature, trust=trust,
-                             set_thresholds=set_thresholds)  # fmt: skip
+                             set_thresholds=set_thresholds, views=views)  # fmt: skip
     return bytes(jax.export.export(jax.jit(serve), platforms=PLATFORMS)(spec).serialize())
 
 
@@ -182,7 +192,7 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
 def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
     p = inputs.portable
     blob = to_stablehlo(inputs.models, inputs.policy, temperature=p.temperature, trust=p.trust,
-                        set_thresholds=p.set_thresholds)  # fmt: skip
+                        set_thresholds=p.set_thresholds, views=p.views)  # fmt: skip
     return blob, {"platforms": list(PLATFORMS)}
 
 

@@ -33,7 +33,7 @@
     });
     return { sizes: sizes, members: members, ensemble: spec.ensemble,
              temperature: spec.temperature, trust: spec.trust, classNames: spec.class_names,
-             sets: spec.sets || null };
+             sets: spec.sets || null, views: spec.views || null };
   }
 
   function gelu(x) { // tanh form, as jax.nn.gelu
@@ -85,21 +85,39 @@
     return best;
   }
 
+  // The log of the mean of softmax(z) over the rows of `rows`.
+  function logMeanProb(rows) {
+    const logp = rows.map(logSoftmax);
+    return logp[0].map(function (_, j) {
+      const column = logp.map(function (l) { return l[j]; });
+      const top = Math.max.apply(null, column);
+      let total = 0;
+      column.forEach(function (v) { total += Math.exp(v - top); });
+      return top + Math.log(total / column.length);
+    });
+  }
+
+  // Test-time augmentation: each view's pixel i is pixel table[i] of the image, or 0
+  // where table[i] is 784 (a pixel the move uncovers).
+  function view(x, table) {
+    const out = new Float64Array(table.length);
+    for (let i = 0; i < table.length; i++) out[i] = table[i] < x.length ? x[table[i]] : 0;
+    return out;
+  }
+
   // `pixels`: 784 values 0-255 (light item on dark). Returns the page's answer.
   function classify(model, pixels) {
     const x = new Float64Array(pixels.length);
     for (let i = 0; i < pixels.length; i++) x[i] = pixels[i] / 255;
-    const each = model.members.map(function (m) { return forwardMember(m, x); });
+    const each = model.members.map(function (m) {
+      const plain = forwardMember(m, x);
+      if (!model.views) return plain;
+      const views = model.views.map(function (t) { return forwardMember(m, view(x, t)).logits; });
+      return { logits: logMeanProb(views), features: plain.features }; // trust: the image
+    });
     let logits;
     if (model.ensemble) { // the log of the mean of the members' probabilities
-      const logp = each.map(function (e) { return logSoftmax(e.logits); });
-      logits = logp[0].map(function (_, j) {
-        const column = logp.map(function (l) { return l[j]; });
-        const top = Math.max.apply(null, column);
-        let total = 0;
-        column.forEach(function (v) { total += Math.exp(v - top); });
-        return top + Math.log(total / column.length);
-      });
+      logits = logMeanProb(each.map(function (e) { return e.logits; }));
     } else {
       logits = each[0].logits;
     }
