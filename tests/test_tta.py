@@ -4,6 +4,7 @@ in evaluation, robustness and calibration."""
 
 import numpy as np
 import pytest
+
 from helpers import assert_sets_match, moved_numpy, numpy_reference
 
 
