@@ -192,7 +192,7 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
                 hidden.append(x)
         return x, hidden
 
-    log_probs, scores = [], []
+    log_probs, scores, x = [], [], x0
     for m, member in enumerate(portable.layers):
         x, hidden = forward(member, x0)
         views = [x] if portable.views is None else [forward(member, padded[:, v])[0]
