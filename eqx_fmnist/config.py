@@ -18,7 +18,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from .augment import ShiftDistribution, augmentation_of
+from .augment import TTA, ShiftDistribution, augmentation_of
 from .conformal import COVERAGE, check_coverage
 from .dataset import steps_per_epoch
 from .precision import Policy
@@ -109,6 +109,9 @@ class TrainConfig:
     - `coverage`, `per_class_sets`: the conformal prediction sets fitted on the
         calibration split ([`fit_sets`][eqx_fmnist.conformal.fit_sets]): the share of new
         images whose set holds the true class, and one threshold per class or one for all.
+    - `tta`: test-time augmentation wherever the run is evaluated, calibrated and
+        exported: each image alone (`"none"`), with its mirror, or with its mirror and
+        1-pixel moves (`"shifts"`; [`TTA_VIEWS`][eqx_fmnist.augment.TTA_VIEWS]).
     - `devices`: data-parallel over this many devices.
     - `on_nonfinite`: `"raise"` stops `fit` with a
         [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] naming the step and the
@@ -152,6 +155,8 @@ class TrainConfig:
     )
     coverage: float = _field(COVERAGE, "with --calibrate: prediction sets hold the true class this often")
     per_class_sets: bool = _field(False, "with --calibrate: one set threshold per class")
+    tta: TTA = _field("none", "average each answer over the image and its mirror (mirror), "
+                      "and 1-pixel moves (shifts); none: the image alone")  # fmt: skip
     shift: int = _field(
         2, "move each training image by up to this many pixels in x and y (0: none)"
     )

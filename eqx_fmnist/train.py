@@ -21,6 +21,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from .augment import TTA_VIEWS
 from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
 from .distill import Teacher
@@ -263,12 +264,13 @@ def fit(
     load_seconds = time.perf_counter() - start
     plan = plan_run(configs[0], len(train))
     callbacks = [callback] if callable(callback) else list(callback or ())
-    policy = state.policy
+    policy, views = state.policy, TTA_VIEWS[configs[0].tta]
 
     def evaluated(ds: ArrayDataset | None, model: MLP) -> EvalResult | None:
         if ds is None:
             return None
-        return evaluate(model, ds, policy=policy, batch_size=eval_batch_size, mesh=mesh)
+        return evaluate(model, ds, policy=policy, batch_size=eval_batch_size, mesh=mesh,
+                        tta=views)  # fmt: skip
 
     history, seconds, v = [], {"compile": 0.0, "train": 0.0}, None
     chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft)

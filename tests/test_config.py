@@ -29,7 +29,7 @@ def test_every_field_has_help_a_flag_and_round_trips_through_json():
         on_nonfinite="skip", calibration_size=50, shift=3, mirror=not TrainConfig().mirror,
         erase=0.25 + TrainConfig().erase, ema_decay=0.5 + TrainConfig().ema_decay / 2,
         distill_temperature=2.5, distill_weight=0.5, shift_distribution="uniform",
-        coverage=0.95, per_class_sets=True,
+        coverage=0.95, per_class_sets=True, tta="shifts",
     )  # fmt: skip
     for f in _fields():
         assert f.metadata["help"], f.name

@@ -44,6 +44,7 @@ LEGAL = {
     # tests/test_conformal.py), so a draw without one leaves them at their defaults.
     "coverage": [0.9, 0.95],
     "per_class_sets": [False, True],
+    "tta": ["none", "mirror", "shifts"],
 }
 ILLEGAL = [
     ("steps", 0), ("epochs", -1), ("batch_size", 0), ("learning_rate", 0.0),
@@ -52,7 +53,7 @@ ILLEGAL = [
     ("log_every", 0), ("grad_clip", 0.0), ("label_smoothing", 1.5), ("validation_size", -1),
     ("calibration_size", -5), ("shift", -1), ("shift", 28), ("erase", 2.0),
     ("ema_decay", 1.0), ("distill_temperature", 0.0), ("distill_weight", 1.5),
-    ("devices", 0), ("coverage", 1.0), ("coverage", 0.0),
+    ("devices", 0), ("coverage", 1.0), ("coverage", 0.0), ("tta", "flip"),
 ]  # fmt: skip
 
 
@@ -142,3 +143,4 @@ def test_every_accepted_config_trains_saves_loads_and_exports(tiny_data, tmp_pat
         check_images=np.asarray(test.images),
     )  # fmt: skip
     assert (tmp_path / "m.stablehlo").is_file() and manifest["format"] == "stablehlo"
+    assert manifest["tta"]["name"] == config.tta  # the config's views, inside the artifact

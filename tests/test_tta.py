@@ -2,6 +2,8 @@
 (the model's forward pass and the moves written here), for one model and an ensemble,
 in evaluation, robustness and calibration."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -143,8 +145,94 @@ def test_every_export_computes_the_views_it_was_calibrated_on(fmt, images, tmp_p
     np.testing.assert_allclose(out["trust_score"], ref["trust_score"], rtol=1e-3)
     assert_sets_match(out["prediction_set"], ref, calibration.sets.thresholds)
     # Views other than the calibration's would void its temperature and sets.
-    with pytest.raises(ExportError, match="fitted on the views"):
-        export_model(stack, ef.FLOAT32, ef.TrainConfig(hidden_sizes=(16,)), tmp_path / "x",
-                     check_images=images, format=fmt, calibration=calibration,
-                     tta=((0, 0, False), (0, 0, True)))  # fmt: skip
+    for other in (((0, 0, False), (0, 0, True)), ()):  # the mirror alone; no views at all
+        with pytest.raises(ExportError, match="fitted on the views"):
+            export_model(stack, ef.FLOAT32, ef.TrainConfig(hidden_sizes=(16,)), tmp_path / "x",
+                         check_images=images, format=fmt, calibration=calibration, tta=other)  # fmt: skip
     assert not (tmp_path / "x").exists()
+
+
+def test_an_uncalibrated_export_computes_the_views_it_is_given(images, tmp_path):
+    """No calibration: the export averages over the views asked for (the mirror, not
+    the config's), its probabilities numpy's mean over the image and its mirror."""
+    import jax
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.augment import TTA_MIRROR
+    from eqx_fmnist.export import export_model
+
+    m = ef.MLP(hidden_sizes=(16,), key=jax.random.PRNGKey(8))
+    path, config = tmp_path / "m.stablehlo", ef.TrainConfig(hidden_sizes=(16,), tta="shifts")
+    manifest = export_model(m, ef.FLOAT32, config, path, check_images=images, tta=TTA_MIRROR)
+    assert manifest["tta"]["name"] == "mirror"  # the views given, over the config's
+    want = np.mean([_probs64(m, _moved(images, 0, 0, v)) for v in (0, 1)], axis=0)
+    out = ef.export.load_artifact(path).run(images)
+    np.testing.assert_allclose(out["probabilities"], want, atol=2e-5)
+    assert np.abs(_probs64(m, images) - want).max() > 1e-3  # the mirror changes the answer
+
+
+@pytest.mark.parametrize("precision", ["p=f32,c=bf16,o=f32", "bfloat16"])
+def test_a_bfloat16_export_computes_the_views(precision, images, tmp_path):
+    """bfloat16 matmuls of the moved images, inside StableHLO: the artifact runs (a dot
+    per gathered view once had no CPU kernel) and matches float64 numpy to bfloat16's
+    rounding."""
+    import jax
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.augment import TTA_SHIFTS
+    from eqx_fmnist.export import export_model
+
+    policy = ef.Policy.from_string(precision)
+    m = ef.MLP(hidden_sizes=(16,), key=jax.random.PRNGKey(9))
+    path = tmp_path / "m.stablehlo"
+    manifest = export_model(policy.cast_to_param(m), policy, ef.TrainConfig(hidden_sizes=(16,)),
+                            path, check_images=images, tta=TTA_SHIFTS)  # fmt: skip
+    assert manifest["parity"]["mismatches"] == 0
+    want = np.mean([_probs64(m, _moved(images, dx, dy, f)) for dx, dy, f in TTA_SHIFTS], axis=0)
+    out = ef.export.load_artifact(path).run(images)
+    np.testing.assert_allclose(out["probabilities"], want, atol=3e-2)
+
+
+@pytest.mark.slow
+def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(tmp_path, real_data):
+    """`train --tta mirror`: the summary's test accuracy is numpy's mirror-averaged
+    accuracy of the saved weights, the calibration holds the views, `evaluate`,
+    `export` and `predict` default to them and refuse others (exit 2, nothing written)."""
+    from PIL import Image
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.augment import TTA_MIRROR
+    from eqx_fmnist.calibration import Calibration
+
+    from helpers import run_cli_here
+
+    out = tmp_path / "run"
+    result = run_cli_here("train", "--steps", "40", "--hidden", "16", "--calibrate", "2000",
+                          "--tta", "mirror", "--out", out, "--data-dir", real_data.source)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads((out / "config.json").read_text())["tta"] == "mirror"
+    assert Calibration.load(out / "calibration.safetensors").tta == TTA_MIRROR
+    model = ef.load_checkpoint(out / "checkpoint.eqx").state.eval_model
+    x, y = real_data.test_images.reshape(10_000, -1), real_data.test_labels.astype(int)
+    p = np.mean([_probs64(model, _moved(x, 0, 0, v)) for v in (0, 1)], axis=0)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["test_accuracy"] == pytest.approx((p.argmax(1) == y).mean(), abs=3e-4)
+    assert summary["robustness"]["mirrored"] == pytest.approx(summary["test_accuracy"], abs=1e-9)
+    data = ("--data-dir", real_data.source)
+    shown = run_cli_here("evaluate", out, "--out", tmp_path / "figs", *data)
+    assert shown.returncode == 0 and "averaged over 2 views (mirror)" in shown.stdout
+    for argv in (("evaluate", out, "--tta", "shifts", "--out", tmp_path / "no", *data),
+                 ("export", out, "--tta", "none", "--out", tmp_path / "no" / "m.stablehlo", *data)):
+        refused = run_cli_here(*argv)
+        assert refused.returncode == 2 and "calibrated with --tta mirror" in refused.stderr
+        assert not (tmp_path / "no").exists()
+    artifact = tmp_path / "m.stablehlo"
+    assert run_cli_here("export", out, "--out", artifact, *data).returncode == 0
+    Image.fromarray(255 - real_data.test_images[0]).save(tmp_path / "item.png")
+    answers = [run_cli_here("predict", where, tmp_path / "item.png", "--json")
+               for where in (out, artifact)]
+    first, second = (json.loads(a.stdout) for a in answers)
+    assert first["top"][0]["class"] == second["top"][0]["class"]
+    assert first["top"][0]["probability"] == pytest.approx(second["top"][0]["probability"], abs=1e-5)
+    refused = run_cli_here("predict", artifact, tmp_path / "item.png", "--tta", "none")
+    assert refused.returncode == 2 and "computes --tta mirror" in refused.stderr

@@ -19,6 +19,9 @@ from rich.progress import (
 from rich.table import Table
 
 from .. import data as data_mod
+from ..augment import TTA_VIEWS, Move, tta_name
+from ..calibration import Calibration
+from ..config import TrainConfig
 from ..intervals import NonFiniteError
 from ..runs import CHECKPOINT_NAME, Interrupted, RunFolder
 from ..runs.profile import IntervalProfiler
@@ -50,6 +53,28 @@ def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
         return data_mod.load_fashion_mnist(
             args.data_dir, download=not args.no_download, progress=report
         )
+
+
+def add_tta_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tta", choices=list(TTA_VIEWS),
+                   help="test-time augmentation: the image alone (none), with its mirror "
+                   "(mirror), and 1-pixel moves (shifts); default: the run's")  # fmt: skip
+
+
+def run_views(choice: str | None, calibration: Calibration | None,
+              config: TrainConfig) -> tuple[Move, ...] | None:  # fmt: skip
+    """The views a command averages over: `--tta`'s, else the run's (its calibration's,
+    or its config's `tta`). Views other than a calibration's are refused: its
+    temperature and prediction sets were fitted on those outputs and hold for no other."""
+    if calibration is None:
+        return TTA_VIEWS[config.tta if choice is None else choice]
+    if choice is not None and choice != (fitted := tta_name(calibration.tta)):
+        raise UsageError(
+            f"--tta {choice}: the run was calibrated with --tta {fitted}, and its temperature "
+            f"and prediction sets hold only for those outputs; use --tta {fitted}, or train "
+            f"again with --tta {choice}."
+        )
+    return calibration.tta
 
 
 def checkpoint_path(arg: str) -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import data as data_mod
+from ..augment import tta_name
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import load_checkpoint
 from ..dataset import to_datasets
@@ -18,7 +19,15 @@ from ..evaluation import (
 from ..plots import save_figure
 from ..runs.report import run_report
 from ..state import BATCHED
-from .common import add_data_args, checkpoint_path, console, load_data, table
+from .common import (
+    add_data_args,
+    add_tta_arg,
+    checkpoint_path,
+    console,
+    load_data,
+    run_views,
+    table,
+)
 
 
 def add_evaluate_parser(sub) -> None:
@@ -27,6 +36,7 @@ def add_evaluate_parser(sub) -> None:
     p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
     p.add_argument("--out", type=Path, help="folder for the figure (default: the run folder)")
     p.add_argument("--members", action="store_true", help="an ensemble's: report each member")
+    add_tta_arg(p)
     add_data_args(p)
 
 
@@ -38,14 +48,17 @@ def load_calibration(checkpoint: Path) -> Calibration | None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run)
-    ckpt, fm = load_checkpoint(path), load_data(args)
+    ckpt, calibration = load_checkpoint(path), load_calibration(path)
+    views = run_views(args.tta, calibration, ckpt.config)
+    fm = load_data(args)
     (_, test), state = to_datasets(fm), ckpt.state
     model = state.eval_model
-    result = evaluate(model, test, policy=state.policy)
+    result = evaluate(model, test, policy=state.policy, tta=views)
     who = f"{len(result.members)} members: ensemble test" if result.members else "test"
     line = (
         f"checkpoint {path} (step {ckpt.step:,}): {who} accuracy [bold]{result.accuracy:.4f}[/], "
         f"loss {result.loss:.4f} on {result.count:,} images"
+        + (f", averaged over {len(views)} views ({tta_name(views)})" if views else "")
     )
     if result.members:
         line += f"; members {result.accuracy_mean:.4f} ± {result.accuracy_std:.4f}"
@@ -59,8 +72,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         console.print(
             table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
         )
-    calibration = load_calibration(path)
-    report = run_report(model, state.policy, fm.test_images, fm.test_labels, calibration)
+    report = run_report(model, state.policy, fm.test_images, fm.test_labels, calibration,
+                        tta=views)  # fmt: skip
     rows = [(name, f"{acc:.4f}") for name, acc in report.robustness.rows()]
     console.print(table("Robustness: the test images moved", ("test images", "accuracy"), rows))
     cm = report.confusion

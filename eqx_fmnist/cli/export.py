@@ -11,7 +11,7 @@ from ..checkpoint import load_checkpoint
 from ..dataset import to_datasets
 from ..evaluation import evaluate
 from ..export import FORMATS, export_model, load_artifact, manifest_path
-from .common import add_data_args, checkpoint_path, console, load_data
+from .common import add_data_args, add_tta_arg, checkpoint_path, console, load_data, run_views
 from .evaluate import load_calibration
 
 
@@ -31,19 +31,22 @@ def add_export_parser(sub) -> None:
                    "(onnxruntime; pip install 'eqx_fmnist[onnx]') or html (one page that runs "
                    "in a browser, offline)")  # fmt: skip
     p.add_argument("--out", type=Path, help="the artifact (default: RUN/model.<format>)")
+    add_tta_arg(p)
     add_data_args(p)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run)
-    ckpt, fm = load_checkpoint(path), load_data(args)
+    ckpt, calibration = load_checkpoint(path), load_calibration(path)
+    views = run_views(args.tta, calibration, ckpt.config)
+    fm = load_data(args)
     out = args.out or path.parent / f"model{FORMATS[args.format].suffix}"
     (_, test), state = to_datasets(fm), ckpt.state
-    test_result = evaluate(state.eval_model, test, policy=state.policy)
+    test_result = evaluate(state.eval_model, test, policy=state.policy, tta=views)
     with console.status(f"exporting and checking on {len(test):,} test images ..."):
         manifest = export_model(
             state.eval_model, state.policy, ckpt.config, out, format=args.format,
-            calibration=load_calibration(path),
+            calibration=calibration, tta=views or (),  # () : none, even if the config has some
             check_images=fm.test_images.reshape(len(fm.test_images), -1),
             extra={"test_accuracy": test_result.accuracy, "step": ckpt.step,
                    "trained": f"{ckpt.step:,} steps"},

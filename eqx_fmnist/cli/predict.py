@@ -15,7 +15,7 @@ from ..attributions import Explanation, explain
 from ..checkpoint import load_checkpoint
 from ..evaluation import member_probabilities, predict_proba
 from ..trust import features
-from .common import UsageError, checkpoint_path, console
+from .common import UsageError, add_tta_arg, checkpoint_path, console, run_views
 from .evaluate import load_calibration
 from .export import is_artifact, predict_with_artifact
 
@@ -47,6 +47,7 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--explain", metavar="DIR", nargs="?", const=Path("."), type=Path,
                    help="save which pixels made the model say it (integrated gradients), "
                    "IMAGE.explained.png, in DIR (default: .); needs a checkpoint")  # fmt: skip
+    add_tta_arg(p)
 
 
 @dataclasses.dataclass
@@ -64,9 +65,13 @@ class _Answers:
     coverage: float | None = None  # what the sets promise
 
 
-def _from_artifact(artifact: str, flat: np.ndarray) -> _Answers:
+def _from_artifact(artifact: str, flat: np.ndarray, tta: str | None) -> _Answers:
     """An exported model's answer: no checkpoint, no model code."""
     outputs, manifest = predict_with_artifact(artifact, flat)
+    computed = manifest.get("tta", {}).get("name", "none")  # absent before the views
+    if tta is not None and tta != computed:
+        raise UsageError(f"{artifact}: the artifact computes --tta {computed}, not {tta} (its "
+                         "views are fixed when it is exported): leave --tta out.")  # fmt: skip
     if outputs.get("probabilities") is None:  # every artifact returns them (export checks)
         raise UsageError(f"{artifact}: the artifact returned no probabilities.")
     threshold = manifest["trust"]["threshold"] if manifest.get("trust") else None
@@ -76,13 +81,14 @@ def _from_artifact(artifact: str, flat: np.ndarray) -> _Answers:
                     coverage=sets["coverage"] if sets else None)  # fmt: skip
 
 
-def _from_checkpoint(where: str, flat: np.ndarray, members: bool, explain_: bool) -> _Answers:
+def _from_checkpoint(where: str, flat: np.ndarray, args: argparse.Namespace) -> _Answers:
     """One model's calibrated probabilities, or the ensemble's (the mean of its
     members'), with the trust flag when the run was calibrated."""
-    path = checkpoint_path(where)
+    path, members, explain_ = checkpoint_path(where), args.members, args.explain is not None
     ckpt, calibration = load_checkpoint(path), load_calibration(path)
     model, policy, x = ckpt.state.eval_model, ckpt.state.policy, jnp.asarray(flat)
-    temperature, tta = (calibration.temperature, calibration.tta) if calibration else (1.0, None)
+    tta = run_views(args.tta, calibration, ckpt.config)
+    temperature = calibration.temperature if calibration else 1.0
     probs = predict_proba(model, x, policy=policy, temperature=temperature, tta=tta)
     out = _Answers(np.asarray(probs), uncalibrated=calibration is None)
     if ckpt.members is not None and members:
@@ -110,9 +116,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
     if is_artifact(args.checkpoint):
-        ans = _from_artifact(args.checkpoint, flat)
+        ans = _from_artifact(args.checkpoint, flat, args.tta)
     else:
-        ans = _from_checkpoint(args.checkpoint, flat, args.members, args.explain is not None)
+        ans = _from_checkpoint(args.checkpoint, flat, args)
     for folder in (args.show, args.explain):
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)

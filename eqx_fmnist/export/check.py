@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..augment import Move, tta_name
+from ..augment import TTA_VIEWS, Move, tta_name
 from ..calibration import Calibration
 from ..config import TrainConfig
 from ..data import CLASS_NAMES, IMAGE_SIZE
@@ -195,9 +195,10 @@ def export_model(
     - `temperature`: a temperature without a calibration. Defaults to `1`: raw.
     - `tta`: test-time augmentation's views (e.g.
         [`TTA_MIRROR`][eqx_fmnist.augment.TTA_MIRROR]), computed inside every artifact
-        as one gather of the pixels per view. Defaults to the calibration's
-        ([`Calibration.tta`][eqx_fmnist.calibration.Calibration]: the outputs its
-        temperature and sets were fitted on), or none.
+        as one gather of the pixels per view; `()` for none. Defaults to the
+        calibration's ([`Calibration.tta`][eqx_fmnist.calibration.Calibration]: the
+        outputs its temperature and sets were fitted on, the only views it allows), else
+        those `config.tta` names.
     - `extra`: more manifest entries, e.g. the run's test accuracy (the page shows
         `test_accuracy`).
 
@@ -218,8 +219,10 @@ def export_model(
         raise ExportError("give a calibration or a temperature, not both.")
     path, start = Path(path), time.perf_counter()
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
+    if tta is None and calibration is None:
+        tta = TTA_VIEWS[config.tta]
     portable = to_portable(models, calibration=calibration, temperature=temperature, tta=tta)
-    tta = calibration.tta if calibration is not None else tta
+    tta = calibration.tta if calibration is not None else (tuple(tta or ()) or None)
     trust = calibration if kind.trust else None
     # A format that does not keep the run's policy holds float32 weights and is checked
     # as a consumer runs it, in float32.

@@ -116,7 +116,7 @@ def to_portable(
 ) -> Portable:
     """The float32 arrays of `models` (one model or a stack) and, when given, of its
     calibration (whose temperature then replaces `temperature`, and whose views
-    `tta`, which may then only repeat them).
+    `tta`, which may then only repeat them; `()` asks for none).
 
     **Raises:**
 
@@ -129,10 +129,11 @@ def to_portable(
             f"{getattr(models.activation, '__name__', models.activation)!r}."
         )
     if calibration is not None:
-        if tta and tuple(tta) != (calibration.tta or None):
+        if tta is not None and tuple(tta) != (calibration.tta or ()):
             raise ExportError(
-                f"the calibration was fitted on the views {calibration.tta}, not {tuple(tta)}: "
-                "its temperature and sets hold only for those; export with its views."
+                f"the calibration was fitted on the views {calibration.tta or 'none'}, not "
+                f"{tuple(tta) or 'none'}: its temperature and sets hold only for those; "
+                "export with its views."
             )
         temperature, tta = calibration.temperature, calibration.tta
     k = num_members(models)

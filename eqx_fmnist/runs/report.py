@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..augment import Move
 from ..calibration import Calibration, calibration_report
 from ..conformal import SetReport, set_report
 from ..dataset import ArrayDataset
@@ -81,12 +82,15 @@ def run_report(
     images: np.ndarray,
     labels: np.ndarray,
     calibration: Calibration | None = None,
+    *,
+    tta: tuple[Move, ...] | None = None,
 ) -> RunReport:
     """The [`RunReport`][eqx_fmnist.runs.report.RunReport] of `model` (or a stack of
     members) on `uint8` test images `(n, 784)` and their labels, with the run's
-    `calibration` if it has one."""
+    `calibration` if it has one, averaged over the views `tta` (a calibration's own
+    views, the outputs it was fitted on, take their place)."""
     x = jnp.asarray(np.asarray(images).reshape(len(images), -1))
-    tta = None if calibration is None else calibration.tta  # the outputs it was fitted on
+    tta = tta if calibration is None else calibration.tta
     logits = np.asarray(predict_logits(model, x, policy=policy, tta=tta), np.float32)
     cm = np.asarray(confusion_matrix(labels, logits.argmax(axis=-1)))
     summary, reliability = calibration_report(logits, labels, calibration)
