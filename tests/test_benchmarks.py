@@ -26,8 +26,8 @@ SMOKE = {
     "ensemble.py": (["--members", "1", "2", "--repeats", "1", "--seeds", "2", "--epochs", "1"],
                     "| 2 |"),
     # Chromium opening the page is test_web_page.py's.
-    "export.py": (["--epochs", "1", "--seeds", "2", "--no-browser",
-                   "--photos", "7"], "| ensemble of 2 (test accuracy"),
+    "export.py": (["--epochs", "1", "--seeds", "2", "--no-browser", "--photos", "7",
+                   "--views-images", "300"], "| shifts (6) | html |"),
     "robust_accuracy.py": (["--seeds", "0", "--ensemble", "2", "--steps", "6"],
                            "distilled from the ensemble of 2"),
     "trust_probes.py": (["--steps", "6"], "| 6 moves |"),

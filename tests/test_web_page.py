@@ -223,6 +223,9 @@ def test_chromium_gives_the_answer_predict_gives(cli_page, real_data, tmp_path):
         chosen.append(path)
     predicted = run_cli_here("predict", run, *chosen, "--json", "--top", "10")
     assert predicted.returncode == 0, predicted.stderr
+    import eqx_fmnist as ef
+
+    model = ef.load_checkpoint(run / "checkpoint.eqx").state.eval_model
     for path, line in zip(chosen, predicted.stdout.splitlines(), strict=True):
         want = json.loads(line)
         got = open_in_browser(page_path, data_url(path), tmp_path)
@@ -232,6 +235,13 @@ def test_chromium_gives_the_answer_predict_gives(cli_page, real_data, tmp_path):
         assert max(abs(page_probs[c] - p) for c, p in probs.items()) < 0.02, path.name
         assert got["unusual"] == want["unusual"] and got["inverted"] == want["inverted"]
         assert got["set"] == want["set"], path.name  # the page shows the same set
+        # The map it draws: the library's integrated gradients of the class it shows.
+        shown = got["explained"]
+        assert shown["class"] == got["class"]
+        e = ef.explain(model, np.asarray([got["pixels"]], np.uint8),
+                       target=CLASS_NAMES.index(got["class"]))  # fmt: skip
+        attributions = np.asarray(shown["attributions"])
+        assert np.abs(attributions - e.attributions[0]).max() <= 1e-4 * np.abs(attributions).max()
 
 
 @pytest.mark.slow
@@ -306,3 +316,42 @@ def test_the_javascript_of_an_ensemble_agrees_with_numpy(real_data, test_images,
     assert np.array_equal(out["unusual"], ref["unusual"])
     alone = numpy_reference(ef.select_members(ensemble.model, 0), images)
     assert np.abs(alone["probabilities"] - ref["probabilities"]).max() > 1e-3  # not member 0
+
+
+@needs_node
+@pytest.mark.parametrize("members", [None, 2])
+def test_the_javascript_attributions_are_the_librarys(members, real_data, tmp_path):
+    """The page's backward pass (integrated gradients of the shown class) against
+    `ef.explain` on real test images, for one model and an ensemble of two, and its
+    completeness: the attributions sum to the score's change from the blank image."""
+    import equinox as eqx
+    import jax
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.export.html import to_html
+    from eqx_fmnist.export.portable import to_portable
+
+    keys = jax.random.split(jax.random.PRNGKey(11), members or 1)
+    model = (ef.MLP(hidden_sizes=(32, 16), key=keys[0]) if members is None else
+             eqx.filter_vmap(lambda k: ef.MLP(hidden_sizes=(32, 16), key=k))(keys))  # fmt: skip
+    path = tmp_path / "p.html"
+    path.write_bytes(to_html(to_portable(model)))
+    images = real_data.test_images[:12].reshape(12, -1)
+    targets = np.arange(12) % 10
+    (tmp_path / "x.u8").write_bytes(images.tobytes())
+    script = """
+const model = E.loadModel(JSON.parse(grab('<script id="model" type="application/json">').replace(/<\\\\\\//g, "</")));
+const px = new Uint8Array(fs.readFileSync(process.argv[1])), steps = Number(process.argv[2]);
+const out = [];
+for (let i = 0; i < 12; i++) out.push(E.explain(model, px.subarray(i * 784, (i + 1) * 784), i % 10, steps));
+console.log(JSON.stringify(out));
+"""
+    for steps in (16, 256):
+        page = json.loads(run_engine(path, script, tmp_path / "x.u8", steps))
+        got = np.array([p["attributions"] for p in page])
+        change = np.array([p["score_change"] for p in page])
+        want = ef.explain(model, images, target=targets, steps=steps)
+        scale = np.abs(want.attributions).max()
+        assert np.abs(got - want.attributions).max() <= 1e-4 * scale, steps
+        np.testing.assert_allclose(change, want.score_change, atol=1e-4)
+    assert np.abs(got.sum(axis=1) - change).max() < 2e-3 * np.abs(change).max()  # 256 steps

@@ -1,5 +1,6 @@
-// eqx_fmnist's page engine: the model's forward pass, the trust flag, and a photo's
-// preparation as `eqx-fmnist predict` does it (Pillow's integer arithmetic, step by step).
+// eqx_fmnist's page engine: the model's forward pass, the trust flag, its backward pass
+// (integrated gradients, as ef.explain), and a photo's preparation as `eqx-fmnist
+// predict` does it (Pillow's integer arithmetic, step by step).
 // Plain JavaScript with no dependencies: it runs in a browser from file:// and in node.
 (function (root) {
   "use strict";
@@ -149,6 +150,94 @@
         contrast < t.min_contrast || score > t.threshold;
     }
     return answer;
+  }
+
+  // ----------------------------------------------------------------- attributions
+
+  function geluGrad(s) { // d gelu / ds of the tanh form
+    const c = 0.7978845608028654, t = Math.tanh(c * (s + 0.044715 * s * s * s));
+    return 0.5 * (1 + t) + 0.5 * s * (1 - t * t) * c * (1 + 3 * 0.044715 * s * s);
+  }
+
+  // One member's pre-activations at `x` (the last layer's are the logits).
+  function tape(member, x) {
+    const pre = [];
+    let h = x;
+    member.layers.forEach(function (layer, i) {
+      const s = new Float64Array(layer.out);
+      for (let j = 0; j < layer.out; j++) {
+        let v = layer.bias[j];
+        const row = j * layer.in;
+        for (let k = 0; k < layer.in; k++) v += layer.weight[row + k] * h[k];
+        s[j] = v;
+      }
+      pre.push(s);
+      h = i < member.layers.length - 1 ? s.map(gelu) : s;
+    });
+    return pre;
+  }
+
+  // The backward pass: the gradient with respect to the input of sum_j dz[j] * logit_j.
+  function backward(member, pre, dz) {
+    let g = Float64Array.from(dz);
+    for (let i = member.layers.length - 1; i >= 0; i--) {
+      const layer = member.layers[i];
+      if (i < member.layers.length - 1) for (let j = 0; j < g.length; j++) g[j] *= geluGrad(pre[i][j]);
+      const back = new Float64Array(layer.in);
+      for (let j = 0; j < layer.out; j++) {
+        if (g[j] === 0) continue;
+        const row = j * layer.in;
+        for (let k = 0; k < layer.in; k++) back[k] += layer.weight[row + k] * g[j];
+      }
+      g = back;
+    }
+    return g;
+  }
+
+  // Class `target`'s score at `x` and its gradient: one model's logit, or an
+  // ensemble's log mean probability (d/dz_mj = share_m * (1[j = target] - p_mj), where
+  // share_m is member m's part of the mean probability of the class).
+  function scoreAndGradient(model, x, target) {
+    const pres = model.members.map(function (m) { return tape(m, x); });
+    const logits = pres.map(function (p) { return Array.from(p[p.length - 1]); });
+    let score, dzs;
+    if (!model.ensemble) {
+      score = logits[0][target];
+      dzs = [logits[0].map(function (_, j) { return j === target ? 1 : 0; })];
+    } else {
+      score = logMeanProb(logits)[target];
+      const probs = logits.map(function (z) { return logSoftmax(z).map(Math.exp); });
+      let total = 0;
+      probs.forEach(function (p) { total += p[target]; });
+      dzs = probs.map(function (p) {
+        return p.map(function (v, j) { return (p[target] / total) * ((j === target ? 1 : 0) - v); });
+      });
+    }
+    const grad = new Float64Array(x.length);
+    model.members.forEach(function (m, k) {
+      const g = backward(m, pres[k], dzs[k]);
+      for (let i = 0; i < grad.length; i++) grad[i] += g[i];
+    });
+    return { score: score, grad: grad };
+  }
+
+  // Integrated gradients of class `target` against the blank image, as ef.explain
+  // computes them: x * the mean gradient at the midpoints alpha = (s + 0.5) / steps.
+  function explain(model, pixels, target, steps) {
+    steps = steps || 64;
+    const x = new Float64Array(pixels.length);
+    for (let i = 0; i < pixels.length; i++) x[i] = pixels[i] / 255;
+    const total = new Float64Array(x.length), point = new Float64Array(x.length);
+    for (let s = 0; s < steps; s++) {
+      const alpha = (s + 0.5) / steps;
+      for (let i = 0; i < x.length; i++) point[i] = alpha * x[i];
+      const g = scoreAndGradient(model, point, target).grad;
+      for (let i = 0; i < x.length; i++) total[i] += g[i];
+    }
+    const attributions = Array.from(total, function (g, i) { return x[i] * g / steps; });
+    const change = scoreAndGradient(model, x, target).score -
+      scoreAndGradient(model, new Float64Array(x.length), target).score;
+    return { target: target, attributions: attributions, score_change: change, steps: steps };
   }
 
   // ----------------------------------------------------------------- photos
@@ -355,7 +444,7 @@
     return { pixels: pixels, inverted: inverted, background: background, box: box };
   }
 
-  const api = { loadModel: loadModel, classify: classify, prepare: prepare,
+  const api = { loadModel: loadModel, classify: classify, prepare: prepare, explain: explain,
                 grayscale: grayscale, resize: resize, unsharp: unsharp, reduce: reduce };
   root.EqxFmnist = api;
   if (typeof module !== "undefined" && module.exports) module.exports = api;
