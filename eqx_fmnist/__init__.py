@@ -4,6 +4,7 @@ import importlib.metadata
 
 from . import (
     attributions as attributions,
+    audit as audit,
     augment as augment,
     cache as cache,
     calibration as calibration,
@@ -24,10 +25,12 @@ from . import (
     runs as runs,
     state as state,
     step as step,
+    subsets as subsets,
     train as train,
     trust as trust,
 )
 from .attributions import Explanation as Explanation, explain as explain
+from .audit import LabelAudit as LabelAudit, audit_labels as audit_labels
 from .augment import Augmentation as Augmentation, move_images as move_images
 from .cache import (
     compile_cache_dir as compile_cache_dir,
@@ -62,7 +65,9 @@ from .dataset import (
 )
 from .distill import Teacher as Teacher
 from .ensemble import (
+    CrossValidation as CrossValidation,
     SweepResult as SweepResult,
+    cross_validate as cross_validate,
     fit_ensemble as fit_ensemble,
     sweep as sweep,
 )

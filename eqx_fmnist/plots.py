@@ -107,6 +107,28 @@ def plot_training_curve(
     return fig
 
 
+def plot_folds(
+    steps: Sequence[int],
+    accuracy: Float[np.ndarray, "folds k"],
+    loss: Float[np.ndarray, "folds k"],
+    *,
+    title: str = "Cross-validation",
+) -> Figure:
+    """Each fold's held-out accuracy (left) and training loss (right) against the step."""
+    fig = _figure(10.0, 3.8)
+    left, right = fig.subplots(1, 2)
+    for i, (a, each) in enumerate(zip(accuracy, loss, strict=True)):
+        left.plot(steps, a, marker="o", markersize=3, label=f"fold {i}")
+        right.plot(steps, each, marker="o", markersize=3, label=f"fold {i}")
+    left.set(xlabel="step", ylabel="accuracy on its held-out fold")
+    right.set(xlabel="step", ylabel="training loss (interval mean)")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    fig.suptitle(title)
+    return fig
+
+
 def plot_predictions(
     images: UInt8[np.ndarray, "n 28 28"],
     labels: Integer[np.ndarray, " n"],
@@ -115,8 +137,11 @@ def plot_predictions(
     class_names: Sequence[str] = CLASS_NAMES,
     rows: int = 5,
     cols: int = 5,
+    notes: Sequence[str] | None = None,
+    title: str = "predicted / true",
 ) -> Figure:
-    """A grid of images titled "predicted / true", green when right and red when wrong.
+    """A grid of images titled "predicted / true", green when right and red when wrong
+    (a label audit's suspects: "suggested / given", with a note under each).
 
     **Arguments:**
 
@@ -124,24 +149,25 @@ def plot_predictions(
     - `labels`, `predictions`: their true and predicted classes.
     - `class_names`: names for the titles. Defaults to `CLASS_NAMES`.
     - `rows`, `cols`: the grid. Defaults to 5 x 5.
+    - `notes`: a line under each title. Defaults to `None`: none.
+    - `title`: the figure's. Defaults to `"predicted / true"`.
     """
     height = 2.35 * rows + 0.3
     fig = _figure(2.2 * cols, height, grid=True)
     # Inches kept free above the grid: the figure's title and the first row's titles.
     axes = fig.subplots(rows, cols, squeeze=False, gridspec_kw=dict(
-        left=0.01, right=0.99, bottom=0.01, top=1 - 0.75 / height, wspace=0.1, hspace=0.25))  # fmt: skip
+        left=0.01, right=0.99, bottom=0.01, top=1 - 0.75 / height, wspace=0.1,
+        hspace=0.25 if notes is None else 0.45))  # fmt: skip
     for i, ax in enumerate(axes.flat):
         ax.set_axis_off()
-        if i >= len(images):
+        if i >= len(images) or labels[i] < 0:  # a negative label: an empty cell
             continue
         ax.imshow(images[i], cmap="gray_r", vmin=0, vmax=255)
         right = predictions[i] == labels[i]
-        ax.set_title(
-            f"{class_names[predictions[i]]}\n/ {class_names[labels[i]]}",
-            color="tab:green" if right else "tab:red",
-            fontsize=9,
-        )
-    fig.suptitle("predicted / true")
+        note = f"\n{notes[i]}" if notes is not None else ""
+        ax.set_title(f"{class_names[predictions[i]]}\n/ {class_names[labels[i]]}{note}",
+                     color="tab:green" if right else "tab:red", fontsize=9)  # fmt: skip
+    fig.suptitle(title)
     return fig
 
 

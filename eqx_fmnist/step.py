@@ -210,12 +210,13 @@ def _augmented(st: TrainState, x):
 
 
 def _steps(static, state: TrainState):
-    dataset, batch_size, num_steps, mesh, teacher = static
-    n = len(dataset)
+    dataset, batch_size, num_steps, mesh, teacher, subset = static
+    n = len(dataset) if subset is None else subset.shape[0]
 
     def body(st, _):
         with jax.named_scope("gather"):
             idx = batch_indices(st.key, st.step, n, batch_size)
+            idx = idx if subset is None else subset[idx]  # a member's own rows
             x, y = dataset.images[idx], dataset.labels[idx]
         with jax.named_scope("augment"):
             x = _augmented(st, x)
@@ -232,9 +233,12 @@ def _steps(static, state: TrainState):
 
 _steps_traced = eqx.debug.assert_max_traces(_steps, max_traces=None)
 _train_steps_jit = eqx.filter_jit(_steps_traced, donate="all-except-first")
-# Members: the same chunk vmapped over the state's leading axis; the data are shared.
+# Members: the same chunk vmapped over the state's leading axis (and each member's row
+# table, when they train on subsets: in the first argument, which is never donated); the
+# data are shared.
 _train_members_jit = eqx.filter_jit(
-    eqx.filter_vmap(_steps_traced, in_axes=(None, eqx.if_array(0))), donate="all-except-first"
+    eqx.filter_vmap(_steps_traced, in_axes=((None,) * 5 + (eqx.if_array(0),), eqx.if_array(0))),
+    donate="all-except-first",
 )
 
 
@@ -252,6 +256,7 @@ def train_steps(
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
     teacher: Teacher | None = None,
+    subsets: Int[Array, "members m"] | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """`num_steps` training steps in one compiled call: the library's fast path.
 
@@ -271,6 +276,9 @@ def train_steps(
         to `None`: wherever the arrays are.
     - `teacher`: a [`Teacher`][eqx_fmnist.distill.Teacher] whose soft targets on each
         step's batch the loss adds (distillation). Defaults to `None`.
+    - `subsets`: for a stacked state, the rows of `dataset` each member trains on
+        ([`Subsets.train`][eqx_fmnist.subsets.Subsets]): member `i`'s batches are its
+        own keyed order over `subsets[i]`. Defaults to `None`: all of them.
 
     A stacked `state` (from [`init_members`][eqx_fmnist.state.init_members]) runs every
     member's own steps on its own batches, all in one program (`eqx.filter_vmap` of the
@@ -281,14 +289,19 @@ def train_steps(
     `(new_state, metrics)`; each metric is an array of shape `(num_steps,)`, or
     `(members, num_steps)` for a stacked state.
     """
-    _check_chunk(state, dataset, batch_size, num_steps, mesh)
-    return _chunk_fn(state)((dataset, batch_size, num_steps, mesh, teacher), state)
+    _check_chunk(state, dataset, batch_size, num_steps, mesh, subsets)
+    return _chunk_fn(state)((dataset, batch_size, num_steps, mesh, teacher, subsets), state)
 
 
-def _check_chunk(state, dataset: ArrayDataset, batch_size: int, num_steps: int, mesh) -> None:
+def _check_chunk(state, dataset: ArrayDataset, batch_size: int, num_steps: int, mesh,
+                 subsets=None) -> None:  # fmt: skip
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps <= 0:
         raise ValueError(f"`num_steps` must be a positive int, but got {num_steps!r}.")
-    steps_per_epoch(len(dataset), batch_size)  # validates batch_size
+    if subsets is not None and (state.num_members is None or subsets.ndim != 2
+                                or subsets.shape[0] != state.num_members):  # fmt: skip
+        raise ValueError(f"`subsets` must hold one row table per member, shape "
+                         f"({state.num_members}, m), but got {tuple(subsets.shape)}.")  # fmt: skip
+    steps_per_epoch(len(dataset) if subsets is None else subsets.shape[1], batch_size)
     if mesh is not None:
         check_divisible(batch_size, mesh)
         if state.num_members is not None:
@@ -305,6 +318,7 @@ def compile_steps(
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
     teacher: Teacher | None = None,
+    subsets: Int[Array, "members m"] | None = None,
 ) -> "CompiledSteps":
     """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
     shaped like `state`.
@@ -320,8 +334,8 @@ def compile_steps(
     `run.compiled` is the XLA executable, for example `run.compiled.cost_analysis()`
     or `run.compiled.as_text()`.
     """
-    _check_chunk(state, dataset, batch_size, num_steps, mesh)
-    static = (dataset, batch_size, num_steps, mesh, teacher)
+    _check_chunk(state, dataset, batch_size, num_steps, mesh, subsets)
+    static = (dataset, batch_size, num_steps, mesh, teacher, subsets)
     lowered = _chunk_fn(state).lower(static, state)  # pyright: ignore[reportFunctionMemberAccess]
     return CompiledSteps(lowered.compile(), static)
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
@@ -30,8 +31,9 @@ from .intervals import Callback, History, Plan, check_finite, interval_record, p
 from .model import MLP
 from .parallel import make_mesh, replicate, to_local
 from .precision import Policy
-from .state import TrainState, check_members, init_members, init_state
+from .state import TrainState, check_members, init_members, init_state, select_members
 from .step import compile_steps
+from .subsets import Subsets
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +106,7 @@ def run_chunks(
     *,
     mesh: jax.sharding.Mesh | None = None,
     teacher: Teacher | None = None,
+    subsets: jax.Array | None = None,
 ) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
     """Run the plan's chunks from the state's step, one compiled call and one host read
     each.
@@ -135,6 +138,7 @@ def run_chunks(
                 num_steps=k,
                 mesh=mesh,
                 teacher=teacher,
+                subsets=subsets,
             )
             seconds["compile"] += time.perf_counter() - t
         t = time.perf_counter()
@@ -170,6 +174,22 @@ def _check_splits(config: TrainConfig, splits: object) -> None:
             )
 
 
+def _check_subsets(subsets: Subsets | None, members: int | None, n: int,
+                   validation: ArrayDataset | None) -> jax.Array | None:  # fmt: skip
+    """The members' row tables on the device, once checked against the run."""
+    if subsets is None:
+        return None
+    if members != subsets.num_members:
+        raise ValueError(f"`subsets` holds {subsets.num_members} members' rows, but "
+                         f"{members or 'one run, not members,'} trains: give one config per row.")  # fmt: skip
+    if subsets.train.size and not 0 <= subsets.train.min() <= subsets.train.max() < n:
+        raise ValueError(f"`subsets` names rows outside the {n:,} training examples.")
+    if subsets.held_out is not None and validation is not None:
+        raise ValueError("members validated on their own folds take no validation split: "
+                         "make the splits with validation_size=0.")  # fmt: skip
+    return jnp.asarray(subsets.train, jnp.int32)
+
+
 _Trees = TypeVar("_Trees")
 
 
@@ -191,6 +211,7 @@ def fit(
     callback: Callback | Sequence[Callback] | None = None,
     teacher: MLP | None = None,
     eval_batch_size: int = 1000,
+    subsets: Subsets | None = None,
 ) -> TrainResult:
     """Train one model, or many members as one compiled program, and evaluate on the
     whole test set.
@@ -222,6 +243,13 @@ def fit(
         `distill_weight` (see [`Teacher`][eqx_fmnist.distill.Teacher]). It must have
         the student's architecture. Defaults to `None`: the labels alone.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
+    - `subsets`: for members, the rows of `splits.train` each trains on
+        ([`kfold`][eqx_fmnist.subsets.kfold] complements or
+        [`bootstrap`][eqx_fmnist.subsets.bootstrap] samples, in the same program); an
+        epoch is then `subsets.size // batch_size` steps. Folds are also the validation:
+        each member is evaluated on its own fold, and `validation` pools them
+        (out-of-fold), with each fold's figures in its `members`. Defaults to `None`:
+        every member trains on all of `train`.
 
     **Returns:**
 
@@ -251,8 +279,10 @@ def fit(
     start = time.perf_counter()
     _check_splits(configs[0], splits)
     train, test, valid = splits.train, splits.test, splits.validation
+    table = _check_subsets(subsets, len(configs) if stacked else None, len(train), valid)
+    num_train = len(train) if subsets is None else subsets.size
     if state is None:
-        state = init_members(configs, len(train)) if stacked else init_state(config, len(train))
+        state = init_members(configs, num_train) if stacked else init_state(config, num_train)
     elif state.num_members != (len(configs) if stacked else None):
         raise ValueError(
             f"`state` holds {state.num_members or 'one run, not'} members, but "
@@ -262,7 +292,7 @@ def fit(
     soft = None if teacher is None else Teacher.for_student(teacher, configs[0], policy=state.policy)
     mesh, (train, valid, test, state, soft) = _place(configs[0], (train, valid, test, state, soft))
     load_seconds = time.perf_counter() - start
-    plan = plan_run(configs[0], len(train))
+    plan = plan_run(configs[0], num_train)
     callbacks = [callback] if callable(callback) else list(callback or ())
     policy, views = state.policy, TTA_VIEWS[configs[0].tta]
 
@@ -272,12 +302,23 @@ def fit(
         return evaluate(model, ds, policy=policy, batch_size=eval_batch_size, mesh=mesh,
                         tta=views)  # fmt: skip
 
+    folds = None if subsets is None or subsets.held_out is None else [
+        train.take(h) for h in subsets.held_out]  # fmt: skip
+
+    def validated(model: MLP) -> EvalResult | None:  # each member on its own fold, pooled
+        if folds is None:
+            return evaluated(valid, model)
+        each = [e for i, f in enumerate(folds) if (e := evaluated(f, select_members(model, i)))]
+        n = sum(e.count for e in each)
+        loss, acc = (sum(getattr(e, k) * e.count for e in each) / n for k in ("loss", "accuracy"))
+        return EvalResult(loss, acc, n, tuple(each))
+
     history, seconds, v = [], {"compile": 0.0, "train": 0.0}, None
-    chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft)
+    chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table)
     for state, step, metrics, elapsed in chunks:  # noqa: B020
         check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
         records = plan.records(step, metrics, elapsed)
-        if (v := evaluated(valid, state.eval_model)) is not None:
+        if (v := validated(state.eval_model)) is not None:
             for r, m in zip(records, v.members or (v,), strict=True):
                 r["valid_loss"], r["valid_accuracy"] = m.loss, m.accuracy
         history.append(record := interval_record(records))
@@ -285,7 +326,7 @@ def fit(
         for cb in callbacks:
             cb(record, state)
     if v is None:  # no interval ran (a state already at the end)
-        v = evaluated(valid, state.eval_model)
+        v = validated(state.eval_model)
     return TrainResult(
         state, configs, history, evaluated(test, state.eval_model), v,
         seconds["compile"], seconds["train"], load_seconds,

@@ -23,6 +23,7 @@ LAYERS = [
     "cache",
     "plots",
     "dataset",
+    "subsets",
     "augment",
     "parallel",
     "model",
@@ -40,6 +41,7 @@ LAYERS = [
     "intervals",
     "train",
     "ensemble",
+    "audit",
     "checkpoint",
     "export",
     "runs",
@@ -53,6 +55,7 @@ ONLY = {
     "cache": {"data"},
     "plots": {"data", "fileio"},
     "dataset": {"data"},
+    "subsets": set(),
     "augment": set(),
     "parallel": set(),
     "model": {"precision"},
@@ -65,6 +68,7 @@ ONLY = {
     "distill": {"config", "data", "evaluation", "model", "precision"},
     "step": {"state", "dataset", "augment", "distill", "losses", "parallel", "precision"},
     "intervals": {"config", "dataset", "state"},
+    "audit": {"data", "fileio"},
 }
 ENTRY_POINTS = {"__init__": set(LAYERS) - {"cli"}, "__main__": {"cli"}}
 

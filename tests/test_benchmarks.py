@@ -28,6 +28,7 @@ SMOKE = {
     # Chromium opening the page is test_web_page.py's.
     "export.py": (["--epochs", "1", "--seeds", "2", "--no-browser", "--photos", "7",
                    "--views-images", "300"], "| shifts (6) | html |"),
+    "folds.py": (["--epochs", "1", "--folds", "2"], "| random |"),
     "confused_pairs.py": (["--steps", "30", "--pairs", "2"], "| completeness error"),
     "robust_accuracy.py": (["--seeds", "0", "--ensemble", "2", "--steps", "6"],
                            "distilled from the ensemble of 2"),

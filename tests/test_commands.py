@@ -67,7 +67,8 @@ CASES = _cases()
 def test_the_finder_reads_the_readmes_commands():
     readme = shown_commands(ROOT / "README.md")
     assert ["data"] in readme and ["bench", "--quick"] in readme
-    assert all(c[0] in {"data", "train", "sweep", "evaluate", "predict", "export", "bench"}
+    assert all(c[0] in {"data", "train", "sweep", "evaluate", "predict", "export", "bench",
+                        "cv", "audit"}
                for p in PAGES_WITH_COMMANDS for c in shown_commands(p))  # fmt: skip
 
 
@@ -86,8 +87,13 @@ class Session:
         self.folder = folder
         self.runs: list[Path] = []
         self.sweeps: list[Path] = []
+        self.cvs: list[Path] = []
 
     def resolve(self, arg: str) -> str:
+        if "runs/<cv>" in arg:
+            if not self.cvs:
+                self.run(["cv", "--folds", "3"])  # the page assumes a cv folder exists
+            return arg.replace("runs/<cv>", str(self.cvs[-1]))
         if "runs/<run>" in arg or "runs/<sweep>" in arg:
             if "<run>" in arg and not self.runs:
                 self.run(["train"])  # the page assumes a run exists
@@ -97,14 +103,14 @@ class Session:
 
     def quick(self, argv: list[str]) -> list[str]:
         argv = [self.resolve(a) for a in argv]
-        if argv[0] in ("train", "sweep") and "--resume" not in argv:
+        if argv[0] in ("train", "sweep", "cv") and "--resume" not in argv:
             for flag in ("--epochs", "--steps"):
                 while flag in argv:
                     i = argv.index(flag)
                     del argv[i : i + 2]
             argv += QUICK
             if "--out" not in argv:
-                argv += ["--out", f"runs/quick-{len(self.runs) + len(self.sweeps)}"]
+                argv += ["--out", f"runs/quick-{len(self.runs) + len(self.sweeps) + len(self.cvs)}"]
         if argv[0] == "bench" and "--out" not in argv:
             argv += ["--out", "bench"]  # and the table and chart, to look at
         return argv
@@ -128,6 +134,10 @@ class Session:
                 status = main(["--no-compile-cache", *argv])
             printed = out.getvalue()
             assert status == 0, (argv, printed[-2000:])
+        if argv[0] == "cv":
+            folder = self.folder / argv[argv.index("--out") + 1]
+            assert (folder / "cv.json").is_file() and (folder / "out_of_fold.npz").is_file()
+            self.cvs.append(folder)
         if argv[0] in ("train", "sweep"):
             if "--out" in argv:
                 folder = self.folder / argv[argv.index("--out") + 1]
@@ -183,6 +193,9 @@ def test_every_shown_command_runs(page, group, real_data, tmp_path, monkeypatch)
             target = Path(session.resolve(argv[1])) / f"model.{fmt}"
             assert target.is_file() and Path(f"{target}.manifest.json").is_file()
             assert "0 of 10,000 test images predicted differently" in " ".join(printed.split())
+        elif command == "audit":
+            folder = Path(session.resolve(argv[1]))
+            assert (folder / "suspects_train.csv").is_file() and "Label issues" in printed
         elif command == "bench":
             table = (tmp_path / "bench" / "throughput.md").read_text()
             for row in (

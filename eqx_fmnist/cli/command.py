@@ -1,5 +1,5 @@
-"""The `eqx-fmnist` command: data, train, sweep, evaluate, predict, export, bench. The
-only part of the package that prints.
+"""The `eqx-fmnist` command: data, train, sweep, evaluate, predict, export, cv, audit,
+bench. The only part of the package that prints.
 
 Bad input (a missing file, a checkpoint of the wrong kind, an unreadable image, an
 invalid flag value or config file) prints one line to stderr and exits with status 2;
@@ -25,6 +25,7 @@ from ..runs import RunError
 from .common import UsageError, add_data_args, console, load_data, table
 from .evaluate import add_evaluate_parser
 from .export import add_export_parser
+from .folds import add_audit_parser, add_cv_parser
 from .predict import add_predict_parser
 from .train import add_sweep_parser, add_train_parser
 
@@ -95,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(sub)
     add_evaluate_parser(sub)
     add_predict_parser(sub)
+    add_cv_parser(sub)
+    add_audit_parser(sub)
 
     p = sub.add_parser(
         "bench", help="training throughput of every path, in one process (--quick: a smoke run)"

@@ -11,6 +11,7 @@ batched matrix products. [`sweep`][eqx_fmnist.ensemble.sweep] ranks on a validat
 split and touches the test set once, for the winner.
 """
 
+from .cv import CrossValidation as CrossValidation, cross_validate as cross_validate
 from .grid import (
     SweepResult as SweepResult,
     grid_configs as grid_configs,

@@ -1,0 +1,117 @@
+"""K-fold cross-validation as one compiled program: K members, member `i` trained on
+every fold but fold `i` (its own row table over the shared training set, see
+[`Subsets`][eqx_fmnist.subsets.Subsets]) and validated on fold `i`; the out-of-fold
+probabilities of every training image come from the one member that never saw it."""
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..augment import TTA_VIEWS
+from ..config import TrainConfig
+from ..data import FashionMNIST
+from ..dataset import Splits, split_data
+from ..evaluation import predict_proba
+from ..intervals import Callback
+from ..state import select_members
+from ..subsets import Subsets, kfold
+from ..train import TrainResult, fit
+from .members import member_seeds
+
+
+@dataclasses.dataclass
+class CrossValidation:
+    """What [`cross_validate`][eqx_fmnist.ensemble.cross_validate] returns.
+
+    **Fields:**
+
+    - `result`: the K members' [`TrainResult`][eqx_fmnist.train.TrainResult] (one
+        program): `result.validation` pools the folds (out-of-fold loss and accuracy over
+        every training image) with fold `i`'s figures in `validation.members[i]`; the
+        history holds each fold's curve; `result.test` is the K members' ensemble.
+    - `subsets`: the folds ([`kfold`][eqx_fmnist.subsets.kfold]).
+    - `probabilities`: `(n, 10)` float32, each training image's probabilities from the
+        member that never trained on it (out-of-fold; raw softmax).
+    - `labels`: `(n,)`, the training set's given labels.
+    """
+
+    result: TrainResult
+    subsets: Subsets
+    probabilities: np.ndarray
+    labels: np.ndarray
+    calibration: None = None  # what a run's result holds beside its `result` (none here)
+
+    @property
+    def fold_accuracy(self) -> np.ndarray:
+        """`(k,)`: each fold's accuracy, by the member that held it out."""
+        assert self.result.validation is not None
+        return np.array([m.accuracy for m in self.result.validation.members])
+
+    @property
+    def fold_loss(self) -> np.ndarray:
+        assert self.result.validation is not None
+        return np.array([m.loss for m in self.result.validation.members])
+
+    @property
+    def accuracy_mean(self) -> float:
+        return float(self.fold_accuracy.mean())
+
+    @property
+    def accuracy_std(self) -> float:
+        """The folds' standard deviation (n - 1)."""
+        return float(self.fold_accuracy.std(ddof=1))
+
+
+def cross_validate(
+    config: TrainConfig,
+    data: FashionMNIST | Splits,
+    k: int = 5,
+    *,
+    callback: Callback | Sequence[Callback] | None = None,
+) -> CrossValidation:
+    """K-fold cross-validation of `config`, the K folds as members of one program.
+
+    **Arguments:**
+
+    - `config`: the recipe. Member `i` gets seed `config.seed + i`; the folds are dealt
+        by `config.seed` too. It must hold out no validation split (the folds are the
+        validation); a calibration split is held out of all folds.
+    - `data`: the data set, or `Splits` already made.
+    - `k`: folds. Defaults to `5`.
+    - `callback`: called after each logging interval, as for [`fit`][eqx_fmnist.train.fit].
+
+    **Returns:**
+
+    A [`CrossValidation`][eqx_fmnist.ensemble.CrossValidation].
+
+    **Raises:**
+
+    `ValueError` for `k` below 2, folds too small for a batch, or a validation split.
+
+    !!! example
+
+        ```python
+        cv = ef.cross_validate(ef.TrainConfig(epochs=20), ef.load_fashion_mnist(), k=5)
+        cv.accuracy_mean, cv.accuracy_std, cv.probabilities.shape  # (60000, 10)
+        ```
+    """
+    if config.validation_size:
+        raise ValueError("cross-validation validates each member on its own fold: give "
+                         "validation_size=0.")  # fmt: skip
+    splits = data if isinstance(data, Splits) else split_data(
+        data, calibration_size=config.calibration_size)  # fmt: skip
+    subsets = kfold(len(splits.train), k, seed=config.seed)
+    if subsets.size < config.batch_size:
+        raise ValueError(f"{k} folds of {len(splits.train):,} images leave {subsets.size:,} to "
+                         f"train on, fewer than a batch of {config.batch_size}.")  # fmt: skip
+    configs = [config.with_changes(seed=s) for s in member_seeds(config, k)]
+    result = fit(configs, splits, subsets=subsets, callback=callback)
+    assert subsets.held_out is not None
+    probs = np.zeros((len(splits.train), 10), np.float32)
+    for i, fold in enumerate(subsets.held_out):
+        probs[fold] = np.asarray(predict_proba(
+            select_members(result.model, i), splits.train.images[jnp.asarray(fold)],
+            policy=result.policy, tta=TTA_VIEWS[config.tta]))  # fmt: skip
+    return CrossValidation(result, subsets, probs, np.asarray(splits.train.labels))
