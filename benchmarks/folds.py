@@ -16,6 +16,7 @@ and whether fold or bootstrap members make a stronger ensemble than seeds.
   the test images as they are and mirrored.
 
     python benchmarks/folds.py [--epochs 80] [--out benchmarks/results/folds.md]
+    python benchmarks/folds.py --best --out benchmarks/results/folds_best.md  # the ensembles of best()
 """
 
 import argparse
@@ -68,15 +69,39 @@ def accuracy_lines(name, model, test) -> str:
     return f"| {name} | {clean:.4f} | {mirror:.4f} |"
 
 
+def best_ensembles(args, config, splits) -> None:
+    """5 seeds, 5 bootstrap samples and 5 fold members of `config`, one program each."""
+    k, n = args.folds, len(splits.train)
+    members = [config.with_changes(seed=config.seed + i) for i in range(k)]
+    models = {f"{k} seeds, all the data": ef.fit(members, splits).model,
+              f"{k} bootstrap samples": ef.fit(members, splits, subsets=bootstrap(n, k)).model,
+              f"{k} fold members": ef.cross_validate(config, splits, k).result.model}  # fmt: skip
+    first = ef.select_members(models[f"{k} seeds, all the data"], 0)
+    facts = machine_facts()
+    lines = [f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
+             f"`python benchmarks/folds.py --best`: members of `best()` ({config.epochs} epochs).",
+             "", "| members | test | test mirrored |", "|---|---|---|",
+             accuracy_lines("one model (seed 0, all data)", first, splits.test),
+             *(accuracy_lines(name, m, splits.test) for name, m in models.items())]  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=80)
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/folds.md"))
+    parser.add_argument("--best", action="store_true",
+                        help="only the ensembles, of `best()` members (400 epochs, or --epochs)")  # fmt: skip
     args = parser.parse_args()
     k, data = args.folds, ef.load_fashion_mnist()
     config = ef.TrainConfig(epochs=args.epochs)
     splits = ef.split_data(data)
+    if args.best:
+        return best_ensembles(args, ef.TrainConfig.best(**(
+            {"epochs": args.epochs} if args.epochs != 80 else {})), splits)  # fmt: skip
     t = time.perf_counter()
     cv = ef.cross_validate(config, splits, k)
     cv_wall = time.perf_counter() - t

@@ -156,7 +156,8 @@ def plot_predictions(
     fig = _figure(2.2 * cols, height, grid=True)
     # Inches kept free above the grid: the figure's title and the first row's titles.
     axes = fig.subplots(rows, cols, squeeze=False, gridspec_kw=dict(
-        left=0.01, right=0.99, bottom=0.01, top=1 - 0.75 / height, wspace=0.1,
+        left=0.01, right=0.99, bottom=0.01, top=1 - (0.75 if notes is None else 1.0) / height,
+        wspace=0.1,
         hspace=0.25 if notes is None else 0.45))  # fmt: skip
     for i, ax in enumerate(axes.flat):
         ax.set_axis_off()

@@ -150,7 +150,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         found.save(out / f"suspects_{name}.csv")
         found.save(out / f"suspects_{name}.json")
         top = slice(0, args.top)
-        notes = [f"#{i}, p={s:.2f}" for i, s in zip(found.indices[top], found.score[top], strict=True)]
+        notes = [f"#{i}, p={s:.3f}" for i, s in zip(found.indices[top], found.score[top], strict=True)]
         figure = plot_predictions(images[found.indices[top]], found.given[top], found.suggested[top],
                                   rows=-(-min(args.top, len(found.indices)) // 5) or 1, cols=5,
                                   notes=notes, title=f"{name}: suggested / given (most suspicious first)")  # fmt: skip
@@ -174,7 +174,7 @@ def _by_class(found, images, per_class: int = 5):
             cells.append(images[found.indices[k]] if k is not None else np.zeros((28, 28), np.uint8))
             given.append(c if k is not None else -1)
             suggested.append(found.suggested[k] if k is not None else 0)
-            notes.append("" if k is None else f"#{found.indices[k]}, p={found.score[k]:.2f}")
+            notes.append("" if k is None else f"#{found.indices[k]}, p={found.score[k]:.3f}")
     return plot_predictions(np.stack(cells), np.asarray(given), np.asarray(suggested),
                             rows=data_mod.NUM_CLASSES, cols=per_class, notes=notes,
                             title="suspects by given class: suggested / given")  # fmt: skip
