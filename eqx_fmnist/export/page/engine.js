@@ -49,22 +49,29 @@
     return z.map(function (v) { return v - log; });
   }
 
-  // One member: its logits and its hidden activations side by side.
-  function forwardMember(member, x) {
-    const hidden = [];
+  // One member's pre-activations at `x` (the last layer's are the logits).
+  function tape(member, x) {
+    const pre = [];
     let h = x;
     member.layers.forEach(function (layer, i) {
-      const out = new Float64Array(layer.out);
+      const s = new Float64Array(layer.out);
       for (let j = 0; j < layer.out; j++) {
-        let s = layer.bias[j];
+        let v = layer.bias[j];
         const row = j * layer.in;
-        for (let k = 0; k < layer.in; k++) s += layer.weight[row + k] * h[k];
-        out[j] = i < member.layers.length - 1 ? gelu(s) : s;
+        for (let k = 0; k < layer.in; k++) v += layer.weight[row + k] * h[k];
+        s[j] = v;
       }
-      if (i < member.layers.length - 1) for (let j = 0; j < out.length; j++) hidden.push(out[j]);
-      h = out;
+      pre.push(s);
+      h = i < member.layers.length - 1 ? s.map(gelu) : s;
     });
-    return { logits: Array.from(h), features: hidden };
+    return pre;
+  }
+
+  // One member: its logits and its hidden activations side by side.
+  function forwardMember(member, x) {
+    const pre = tape(member, x), hidden = [];
+    for (let i = 0; i < pre.length - 1; i++) pre[i].forEach(function (v) { hidden.push(gelu(v)); });
+    return { logits: Array.from(pre[pre.length - 1]), features: hidden };
   }
 
   // The smallest squared distance of the whitened activations to a class centre.
@@ -157,24 +164,6 @@
   function geluGrad(s) { // d gelu / ds of the tanh form
     const c = 0.7978845608028654, t = Math.tanh(c * (s + 0.044715 * s * s * s));
     return 0.5 * (1 + t) + 0.5 * s * (1 - t * t) * c * (1 + 3 * 0.044715 * s * s);
-  }
-
-  // One member's pre-activations at `x` (the last layer's are the logits).
-  function tape(member, x) {
-    const pre = [];
-    let h = x;
-    member.layers.forEach(function (layer, i) {
-      const s = new Float64Array(layer.out);
-      for (let j = 0; j < layer.out; j++) {
-        let v = layer.bias[j];
-        const row = j * layer.in;
-        for (let k = 0; k < layer.in; k++) v += layer.weight[row + k] * h[k];
-        s[j] = v;
-      }
-      pre.push(s);
-      h = i < member.layers.length - 1 ? s.map(gelu) : s;
-    });
-    return pre;
   }
 
   // The backward pass: the gradient with respect to the input of sum_j dz[j] * logit_j.
