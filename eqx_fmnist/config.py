@@ -377,19 +377,14 @@ def coerce(name: str, value: Any) -> Any:
     if value is None and optional:
         return None
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    if kind is bool and isinstance(value, bool):
-        return value
-    if kind is int and is_int:
+    exact = {bool: isinstance(value, bool), int: is_int, str: isinstance(value, str)}
+    if exact.get(kind) or (typing.get_origin(kind) is Literal and value in typing.get_args(kind)):
         return value
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         try:
             return float(value)
         except OverflowError:
             pass
-    if kind is str and isinstance(value, str):
-        return value
-    if typing.get_origin(kind) is Literal and value in typing.get_args(kind):
-        return value
     if typing.get_origin(kind) is tuple and isinstance(value, tuple | list):
         if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return tuple(value)

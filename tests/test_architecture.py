@@ -4,7 +4,7 @@ every relative import resolves, and package faces only re-export.
 The order is `DESIGN.md`'s table (and `docs/architecture.md`'s), with two modules of
 this code's own: `cache` (JAX's compilation cache in the user cache folder) and `bench/`
 (the throughput harness of `eqx-fmnist bench`). A subpackage
-(`data/`, `ensemble/`, `export/`, `runs/`, `bench/`, `cli/`) is one layer.
+(`data/`, `plots/`, `ensemble/`, `export/`, `runs/`, `bench/`, `cli/`) is one layer.
 """
 
 import ast
