@@ -201,6 +201,12 @@ def test_cv_then_audit_on_the_command_line(real_data, tmp_path):
         assert accuracy == pytest.approx(right.mean(), abs=1e-6)
     assert summary["accuracy_std"] == pytest.approx(np.std(summary["fold_accuracy"], ddof=1))
     assert (out / "folds.png").is_file() and (out / "checkpoint.eqx").is_file()
+    # Resumed from its checkpoint (at the end), the folds are dealt again: the same figures.
+    refused = run_cli_here("cv", "--resume", out / "checkpoint.eqx", "--steps", "9", *data)
+    assert refused.returncode == 2 and "drop --steps" in refused.stderr
+    again = run_cli_here("cv", "--resume", out / "checkpoint.eqx", *data)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "cv.json").read_text())["fold_accuracy"] == summary["fold_accuracy"]
     audited = run_cli_here("audit", out, "--top", "10", *data)
     assert audited.returncode == 0, audited.stderr
     rows = json.loads((out / "suspects_train.json").read_text())["suspects"]

@@ -28,7 +28,7 @@ from .common import (
     table,
     train_with_progress,
 )
-from .flags import add_config_flags, config_from_args
+from .flags import add_config_flags, config_from_args, given_flags
 
 OUT_OF_FOLD = "out_of_fold.npz"
 """A cv folder's out-of-fold probabilities (`probabilities`, `labels`, `fold`)."""
@@ -47,6 +47,7 @@ def add_cv_parser(sub) -> None:
     p.add_argument("--out", type=Path, help="run folder (default: runs/<timestamp>)")
     p.add_argument("--overwrite", action="store_true", help="reuse a folder that has results")
     p.add_argument("--checkpoint-every", default="60s", help="checkpoint cadence (60s)")
+    p.add_argument("--resume", metavar="CHECKPOINT", help="continue a cv run from its checkpoint")
     add_data_args(p)
 
 
@@ -66,7 +67,15 @@ def add_audit_parser(sub) -> None:
 
 
 def cmd_cv(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
+    resume = None
+    if args.resume:
+        if given_flags(args):
+            raise UsageError(f"--resume continues the saved cv run; drop {' '.join(given_flags(args))}.")
+        resume = load_checkpoint(checkpoint_path(args.resume))
+        if resume.members is None:
+            raise UsageError(f"{args.resume} is not a cv run's checkpoint (it holds one model).")
+        args.folds, args.out = len(resume.members), args.out or checkpoint_path(args.resume).parent
+    config = resume.config if resume else config_from_args(args)
     if args.folds < 2:
         raise UsageError(f"--folds {args.folds}: cross-validation needs at least 2 folds.")
     if config.validation_size:
@@ -77,17 +86,21 @@ def cmd_cv(args: argparse.Namespace) -> int:
     subsets = kfold(len(splits.train), args.folds, seed=config.seed)  # checks the sizes
     plan_run(config, subsets.size)  # a fold too small for a batch: one line, nothing written
     members = [config.with_changes(seed=s) for s in member_seeds(config, args.folds)]
+    if resume and (resume.num_train != subsets.size or list(resume.members or ()) != members):
+        raise UsageError(f"{args.resume} was not written by `eqx-fmnist cv` on this data.")
     check_memory(members, subsets.size)
-    total = plan_run(config, subsets.size).total_steps
+    total, start = plan_run(config, subsets.size).total_steps, resume.step if resume else 0
     folder = RunFolder(out, config, num_train=subsets.size, overwrite=args.overwrite,
                        checkpoint_every=CheckpointEvery.parse(args.checkpoint_every),
-                       members=members)  # fmt: skip
+                       members=members, start_step=start)  # fmt: skip
     with folder as run, run.stop_on_signals():
         console.print(f"cv folder [bold]{out}[/]: {args.folds} folds of "
                       f"{len(splits.train):,} images ({subsets.size:,} to train on each), "
                       f"{total:,} steps, one program", highlight=False)  # fmt: skip
-        cv = train_with_progress(run, lambda cbs: cross_validate(config, splits, args.folds, callback=cbs),
-                                 total=total, start=0, command="cv")  # fmt: skip
+        state = resume.state if resume else None
+        cv = train_with_progress(run, lambda cbs: cross_validate(
+            config, splits, args.folds, callback=cbs, state=state), total=total, start=start,
+            command="cv")  # fmt: skip
         if isinstance(cv, int):
             return cv
         run.finish(cv.result, fm)

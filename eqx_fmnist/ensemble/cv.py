@@ -15,7 +15,7 @@ from ..data import FashionMNIST
 from ..dataset import Splits, split_data
 from ..evaluation import predict_proba
 from ..intervals import Callback
-from ..state import select_members
+from ..state import TrainState, select_members
 from ..subsets import Subsets, kfold
 from ..train import TrainResult, fit
 from .members import member_seeds
@@ -70,6 +70,7 @@ def cross_validate(
     k: int = 5,
     *,
     callback: Callback | Sequence[Callback] | None = None,
+    state: TrainState | None = None,
 ) -> CrossValidation:
     """K-fold cross-validation of `config`, the K folds as members of one program.
 
@@ -81,6 +82,8 @@ def cross_validate(
     - `data`: the data set, or `Splits` already made.
     - `k`: folds. Defaults to `5`.
     - `callback`: called after each logging interval, as for [`fit`][eqx_fmnist.train.fit].
+    - `state`: the K members' state to continue from (a cv checkpoint's); the folds are
+        dealt again from `config.seed`, the same rows, so the run continues exactly.
 
     **Returns:**
 
@@ -107,7 +110,7 @@ def cross_validate(
         raise ValueError(f"{k} folds of {len(splits.train):,} images leave {subsets.size:,} to "
                          f"train on, fewer than a batch of {config.batch_size}.")  # fmt: skip
     configs = [config.with_changes(seed=s) for s in member_seeds(config, k)]
-    result = fit(configs, splits, subsets=subsets, callback=callback)
+    result = fit(configs, splits, subsets=subsets, callback=callback, state=state)
     assert subsets.held_out is not None
     probs = np.zeros((len(splits.train), 10), np.float32)
     for i, fold in enumerate(subsets.held_out):
