@@ -66,15 +66,44 @@ def add_audit_parser(sub) -> None:
     add_data_args(p)
 
 
+def _resumed(args: argparse.Namespace):
+    """The cv checkpoint `--resume` names (its folds and folder into `args`), or `None`."""
+    if not args.resume:
+        return None
+    if given_flags(args):
+        raise UsageError(f"--resume continues the saved cv run; drop {' '.join(given_flags(args))}.")
+    resume = load_checkpoint(checkpoint_path(args.resume))
+    if resume.members is None:
+        raise UsageError(f"{args.resume} is not a cv run's checkpoint (it holds one model).")
+    args.folds, args.out = len(resume.members), args.out or checkpoint_path(args.resume).parent
+    return resume
+
+
+def _write_cv(out: Path, cv, folds: int) -> None:
+    """`out_of_fold.npz`, `cv.json` and `folds.png` beside the run folder's files."""
+    fold = np.empty(len(cv.labels), np.int16)
+    for i, rows in enumerate(cv.subsets.held_out or ()):
+        fold[rows] = i
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, probabilities=cv.probabilities, labels=cv.labels, fold=fold)
+    with atomic_write(out / OUT_OF_FOLD) as f:
+        f.write(buffer.getvalue())
+    summary = {"folds": folds, "fold_accuracy": cv.fold_accuracy.tolist(),
+               "fold_loss": cv.fold_loss.tolist(), "accuracy_mean": cv.accuracy_mean,
+               "accuracy_std": cv.accuracy_std,
+               "out_of_fold_accuracy": float((cv.probabilities.argmax(1) == cv.labels).mean())}  # fmt: skip
+    with atomic_write(out / "cv.json", "w") as f:
+        f.write(json.dumps(summary, indent=2) + "\n")
+    history = [h for h in read_history(out) if "members" in h]
+    curves = [[m.get("valid_accuracy", np.nan) for m in h["members"]] for h in history]
+    losses = [[m["loss"] for m in h["members"]] for h in history]
+    save_figure(plot_folds([h["step"] for h in history], np.asarray(curves).T,
+                           np.asarray(losses).T, title=f"{folds}-fold cross-validation"),
+                out / "folds.png")  # fmt: skip
+
+
 def cmd_cv(args: argparse.Namespace) -> int:
-    resume = None
-    if args.resume:
-        if given_flags(args):
-            raise UsageError(f"--resume continues the saved cv run; drop {' '.join(given_flags(args))}.")
-        resume = load_checkpoint(checkpoint_path(args.resume))
-        if resume.members is None:
-            raise UsageError(f"{args.resume} is not a cv run's checkpoint (it holds one model).")
-        args.folds, args.out = len(resume.members), args.out or checkpoint_path(args.resume).parent
+    resume = _resumed(args)
     config = resume.config if resume else config_from_args(args)
     if args.folds < 2:
         raise UsageError(f"--folds {args.folds}: cross-validation needs at least 2 folds.")
@@ -104,25 +133,7 @@ def cmd_cv(args: argparse.Namespace) -> int:
         if isinstance(cv, int):
             return cv
         run.finish(cv.result, fm)
-        fold = np.empty(len(cv.labels), np.int16)
-        for i, rows in enumerate(subsets.held_out or ()):
-            fold[rows] = i
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, probabilities=cv.probabilities, labels=cv.labels, fold=fold)
-        with atomic_write(out / OUT_OF_FOLD) as f:
-            f.write(buffer.getvalue())
-        summary = {"folds": args.folds, "fold_accuracy": cv.fold_accuracy.tolist(),
-                   "fold_loss": cv.fold_loss.tolist(), "accuracy_mean": cv.accuracy_mean,
-                   "accuracy_std": cv.accuracy_std,
-                   "out_of_fold_accuracy": float((cv.probabilities.argmax(1) == cv.labels).mean())}  # fmt: skip
-        with atomic_write(out / "cv.json", "w") as f:
-            f.write(json.dumps(summary, indent=2) + "\n")
-        history = [h for h in read_history(out) if "members" in h]
-        curves = [[m.get("valid_accuracy", np.nan) for m in h["members"]] for h in history]
-        losses = [[m["loss"] for m in h["members"]] for h in history]
-        save_figure(plot_folds([h["step"] for h in history], np.asarray(curves).T,
-                               np.asarray(losses).T, title=f"{args.folds}-fold cross-validation"),
-                    out / "folds.png")  # fmt: skip
+        _write_cv(out, cv, args.folds)
     rows = [(f"fold {i}", f"{a:.4f}", f"{loss:.4f}")
             for i, (a, loss) in enumerate(zip(cv.fold_accuracy, cv.fold_loss, strict=True))]  # fmt: skip
     console.print(table("Folds (each on its own held-out fold)", ("", "accuracy", "loss"), rows))
