@@ -156,13 +156,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     folder = Path(args.cv_run)
     if not (folder / OUT_OF_FOLD).is_file():
         raise UsageError(f"{folder} has no {OUT_OF_FOLD}: give a folder `eqx-fmnist cv` wrote.")
-    oof = np.load(folder / OUT_OF_FOLD)
-    model_at = checkpoint_path(args.test_model or str(folder))
-    state = load_checkpoint(model_at).state
+    oof, cv_run = np.load(folder / OUT_OF_FOLD), load_checkpoint(checkpoint_path(str(folder)))
+    state = (load_checkpoint(checkpoint_path(args.test_model)) if args.test_model else cv_run).state
     fm = load_data(args)
     test_x = jnp.asarray(fm.test_images.reshape(len(fm.test_images), -1))
     test_p = np.asarray(predict_proba(state.eval_model, test_x, policy=state.policy))
-    splits = run_splits(load_checkpoint(checkpoint_path(str(folder))).config, fm)
+    splits = run_splits(cv_run.config, fm)
     train_images = np.asarray(splits.train.images).reshape(-1, 28, 28)
     out = args.out or folder
     out.mkdir(parents=True, exist_ok=True)
