@@ -41,7 +41,6 @@ class CrossValidation:
     subsets: Subsets
     probabilities: np.ndarray
     labels: np.ndarray
-    calibration: None = None  # what a run's result holds beside its `result` (none here)
 
     @property
     def fold_accuracy(self) -> np.ndarray:
