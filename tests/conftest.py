@@ -5,8 +5,18 @@ import os
 # instead, unless the user chose otherwise. Set before JAX starts a backend.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
+# Tests that compile much and run little (marked `quick_compile`) compile with XLA's cheap
+# settings, as Flax's example tests do: compiling a training chunk takes a third less
+# time and the chunk runs slower, which a test of a few steps never notices. Every other
+# test compiles as users' programs do (measured on the whole suite, the cheap settings
+# saved as much compile time as they cost in running the tests that train for longer).
+# `EQX_FMNIST_TEST_OPTIMIZE=all` compiles every test fully optimised.
+_CHEAP_ALLOWED = os.environ.get("EQX_FMNIST_TEST_OPTIMIZE", "") != "all"
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+import compile_report  # noqa: E402
 
 # As Equinox's own suite runs: no silent float/int or rank promotion anywhere.
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -49,6 +59,24 @@ if _CACHE:  # as eqx_fmnist.cache.enable_compile_cache does; the package is not 
     jax.config.update("jax_compilation_cache_dir", _CACHE)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs():
+    """Each module's compiled programs are let go when it ends: a worker that kept every
+    program of the suite grew past 5 GB. A later module that needs one again loads it
+    from the persistent cache in milliseconds."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests that take longest start first, so that the two workers finish together
+    instead of one waiting on a long test picked up last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
@@ -133,8 +161,62 @@ def small():
     return ArrayDataset(a["train_images"], a["train_labels"])
 
 
-def pytest_terminal_summary(terminalreporter):
-    """Say how many tests skipped, and why, in one place at the end of every run."""
+_TALLY = compile_report.Tally()
+_TALLY.install()
+
+
+class _WorkerReports:
+    """On the xdist controller: each worker's compile report, as it finishes."""
+
+    def __init__(self):
+        self.payloads: list[str] = []
+
+    def pytest_testnodedown(self, node, error):
+        payload = getattr(node, "workeroutput", {}).get("compile_report")
+        if payload:
+            self.payloads.append(payload)
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_WorkerReports(), "eqx_fmnist_compile_reports")
+
+
+def _compile_cheaply(cheap: bool) -> None:
+    """Compile with XLA's cheap settings (`cheap`) or fully optimised from now on, in this
+    process and the CLI processes it starts. JAX's in-process caches do not key on the
+    setting, so they are emptied at each switch (the persistent cache keys on it: the
+    programs of both kinds stay there)."""
+    if jax.config.read("jax_disable_most_optimizations") != cheap:
+        jax.config.update("jax_disable_most_optimizations", cheap)
+        os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1" if cheap else "0"
+        jax.clear_caches()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _compile_cheaply(_CHEAP_ALLOWED and item.get_closest_marker("quick_compile") is not None)
+    _TALLY.current = item.nodeid
+    yield
+    _TALLY.current = compile_report.OUTSIDE
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):  # an xdist worker: send the controller its part
+        session.config.workeroutput["compile_report"] = _TALLY.payload()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The compile report, then how many tests skipped and why, at the end of every run."""
+    workers = config.pluginmanager.get_plugin("eqx_fmnist_compile_reports")
+    payloads = workers.payloads if workers is not None and workers.payloads else None
+    payloads = payloads or [_TALLY.payload()]
+    if os.environ.get("EQX_FMNIST_COMPILE_DUMP"):
+        with open(os.environ["EQX_FMNIST_COMPILE_DUMP"], "w") as f:
+            f.write("\n".join(payloads))
+    tests, programs, memory = compile_report.merge(payloads)
+    terminalreporter.section("compile report")
+    compile_report.write_report(terminalreporter.write_line, tests, programs, memory)
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         return
@@ -146,3 +228,4 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section(f"{len(skipped)} skipped, and why")
     for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{count:4d}  {reason}")
+

@@ -275,6 +275,30 @@ def wait_for(path: Path, timeout: float = 120, poll: float = 0.05) -> bool:
     return False
 
 
+def use_a_slice(data, monkeypatch, n_train: int, n_test: int):
+    """From now on, every way the package loads Fashion-MNIST (`ef.load_fashion_mnist`,
+    the command line, `runs.run_splits`) returns the first `n_train` training and `n_test`
+    test images of `data`: a page or a script run in its quick form. Returns the slice."""
+    import dataclasses
+    import sys
+
+    from eqx_fmnist.data.load import load_fashion_mnist
+
+    small = dataclasses.replace(
+        data,
+        train_images=data.train_images[:n_train],
+        train_labels=data.train_labels[:n_train],
+        test_images=data.test_images[:n_test],
+        test_labels=data.test_labels[:n_test],
+    )
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "eqx_fmnist" and vars(module).get("load_fashion_mnist") is (
+            load_fashion_mnist
+        ):
+            monkeypatch.setattr(module, "load_fashion_mnist", lambda *a, **k: small)
+    return small
+
+
 def moved_numpy(x, dx, dy, mirror):
     """numpy: `uint8` rows of 784 mirrored left-right, then moved dx right and dy down,
     zeros uncovered."""

@@ -6,6 +6,8 @@ with random weights says."""
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
+
 
 def _gelu(x):
     """GELU, tanh form (`jax.nn.gelu`'s default), float64."""

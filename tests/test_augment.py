@@ -11,6 +11,8 @@ import pytest
 
 from helpers import tree_allclose
 
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
+
 
 def np_move(images, dx=0, dy=0, mirror=False):
     """Mirror (optional), then move right by dx and down by dy, zero fill: numpy."""

@@ -5,12 +5,13 @@ table is made is asserted; speed and accuracy never are (they are what the full 
 measure). `throughput.py` and `device_check.py` have their own tests
 (`test_bench.py`, `test_device_check.py`)."""
 
-import dataclasses
 import runpy
 import sys
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
@@ -45,15 +46,11 @@ def test_every_script_is_smoke_tested_somewhere():
 @pytest.fixture
 def slice_of_the_data(real_data, monkeypatch):
     """`ef.load_fashion_mnist()` gives the first 8,000 training and 1,000 test images."""
-    import eqx_fmnist as ef
+    import eqx_fmnist  # noqa: F401  (the package's modules, loaded before they are patched)
 
-    small = dataclasses.replace(
-        real_data,
-        train_images=real_data.train_images[:8000], train_labels=real_data.train_labels[:8000],
-        test_images=real_data.test_images[:1000], test_labels=real_data.test_labels[:1000],
-    )  # fmt: skip
-    monkeypatch.setattr(ef, "load_fashion_mnist", lambda *args, **kwargs: small)
-    return small
+    from helpers import use_a_slice
+
+    return use_a_slice(real_data, monkeypatch, 8000, 1000)
 
 
 @pytest.mark.slow

@@ -1,5 +1,8 @@
 import jax.numpy as jnp
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
 
 
 def np_cross_entropy(logits, labels, mask=None, smoothing=0.0):

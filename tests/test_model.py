@@ -9,6 +9,8 @@ import jaxtyping
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
+
 
 def reference_params(model):
     """The model's weights as the codelab's dict of `x @ w + b` arrays."""

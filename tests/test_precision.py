@@ -3,6 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
+
 
 @pytest.mark.parametrize(
     "spec, expected",

@@ -7,6 +7,8 @@ import pytest
 
 from helpers import same_arrays, tree_allclose
 
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
+
 
 def config(**kw):
     from eqx_fmnist.config import TrainConfig

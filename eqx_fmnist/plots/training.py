@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..data import CLASS_NAMES, NUM_CLASSES
-from .figure import new_figure
+from .figure import image_grid, new_figure
 
 
 def plot_examples(
@@ -27,14 +27,10 @@ def plot_examples(
     - `class_names`: names for the titles. Defaults to `CLASS_NAMES`.
     """
     fig = new_figure(10.0, 4.6, grid=True)
-    axes = fig.subplots(2, 5, gridspec_kw=dict(left=0.01, right=0.99, bottom=0.01, top=0.93,
-                                               wspace=0.08, hspace=0.15))  # fmt: skip
-    for c, ax in enumerate(axes.flat[:NUM_CLASSES]):
-        (where,) = np.nonzero(labels == c)
-        ax.set_axis_off()
-        if where.size:
-            ax.imshow(images[where[0]], cmap="gray_r", vmin=0, vmax=255)
-        ax.set_title(f"{c}: {class_names[c]}", fontsize=11)
+    first = [np.nonzero(labels == c)[0] for c in range(NUM_CLASSES)]
+    image_grid(fig, [images[w[0]] if w.size else None for w in first],
+               [(f"{c}: {class_names[c]}", "black") for c in range(NUM_CLASSES)],
+               cols=5, box=(0.01, 0.01, 0.99, 0.93), gaps=(0.08, 0.15), fontsize=11)  # fmt: skip
     return fig
 
 
@@ -114,20 +110,20 @@ def plot_predictions(
     """
     height = 2.35 * rows + 0.3
     fig = new_figure(2.2 * cols, height, grid=True)
-    # Inches kept free above the grid: the figure's title and the first row's titles.
-    axes = fig.subplots(rows, cols, squeeze=False, gridspec_kw=dict(
-        left=0.01, right=0.99, bottom=0.01, top=1 - (0.75 if notes is None else 1.0) / height,
-        wspace=0.1,
-        hspace=0.25 if notes is None else 0.45))  # fmt: skip
-    for i, ax in enumerate(axes.flat):
-        ax.set_axis_off()
+    cells, titles = [], []
+    for i in range(rows * cols):
         if i >= len(images) or labels[i] < 0:  # a negative label: an empty cell
+            cells.append(None)
+            titles.append(("", "black"))
             continue
-        ax.imshow(images[i], cmap="gray_r", vmin=0, vmax=255)
-        right = predictions[i] == labels[i]
+        cells.append(images[i])
         note = f"\n{notes[i]}" if notes is not None else ""
-        ax.set_title(f"{class_names[predictions[i]]}\n/ {class_names[labels[i]]}{note}",
-                     color="tab:green" if right else "tab:red", fontsize=9)  # fmt: skip
+        titles.append((f"{class_names[predictions[i]]}\n/ {class_names[labels[i]]}{note}",
+                       "tab:green" if predictions[i] == labels[i] else "tab:red"))  # fmt: skip
+    # Inches kept free above the grid: the figure's title and the first row's titles.
+    top = 1 - (0.75 if notes is None else 1.0) / height
+    image_grid(fig, cells, titles, cols=cols, box=(0.01, 0.01, 0.99, top),
+               gaps=(0.1, 0.25 if notes is None else 0.45), fontsize=9)  # fmt: skip
     fig.suptitle(title)
     return fig
 
