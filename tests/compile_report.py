@@ -37,6 +37,7 @@ class Tally:
         self.current = OUTSIDE
         self.tests: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.programs: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        self.by_test: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._hit = False
 
     def on_event(self, event: str, **kwargs) -> None:
@@ -50,9 +51,11 @@ class Tally:
             row[kind] += 1
             row["load_s" if self._hit else "compile_s"] += duration
             if not self._hit:
-                program = self.programs[kwargs.get("fun_name", "?")]
+                name = kwargs.get("fun_name", "?")
+                program = self.programs[name]
                 program[0] += 1
                 program[1] += duration
+                self.by_test[self.current][name] += 1
             self._hit = False
         elif event in (_TRACE, _LOWER):
             row["trace_s"] += duration
@@ -69,6 +72,7 @@ class Tally:
             {
                 "tests": {k: dict(v) for k, v in self.tests.items()},
                 "programs": dict(self.programs),
+                "by_test": {k: dict(v) for k, v in self.by_test.items()},
                 "rss": rss,
                 "peak": peak,
             }

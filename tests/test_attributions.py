@@ -125,6 +125,7 @@ def test_an_ensemble_explains_its_log_mean_probability(images):
     np.testing.assert_allclose(e.attributions[0, pixel], x[pixel] * grad / 64, rtol=1e-3, atol=1e-6)
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_a_trained_model_and_random_weights_attribute_differently(real_data, real_splits):
     """The randomisation check (Adebayo et al., 2018): a method that only outlined the
     input would give the same map for any weights."""

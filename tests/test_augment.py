@@ -94,6 +94,7 @@ def test_erasing_zeroes_one_rectangle_of_the_chosen_images(images):
     assert 16 < erased < 48
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_the_step_trains_on_the_augmented_gather(small):
     """One fused step equals a hand-made batch: the run's indices, gathered, moved by
     the step's key, then the one pure step; and a loop of `train_step` over the plain
@@ -120,6 +121,7 @@ def test_the_step_trains_on_the_augmented_gather(small):
     assert not tree_allclose(plain.model, fused.model, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_augmented_runs_do_not_depend_on_chunking(small):
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.state import init_state
@@ -135,6 +137,7 @@ def test_augmented_runs_do_not_depend_on_chunking(small):
     assert tree_allclose(one.model, two.model, rtol=0, atol=0)
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_the_weight_average_is_the_hand_computed_ema(small):
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.state import init_state
@@ -214,6 +217,7 @@ def test_the_augmentation_stream_is_no_epochs_batch_order_stream():
     assert not any(np.array_equal(np.asarray(k), ours) for k in jr.split(key, 4))
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_the_distillation_loss_is_its_formula(small):
     """The step's loss with a teacher, against numpy: weight * T^2 * CE(the members' mean
     probability at temperature T, softmax(student / T)) + (1 - weight) * CE(labels,

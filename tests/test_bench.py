@@ -23,6 +23,7 @@ def test_flops_per_example_is_the_exact_matmul_count():
     assert sum(2 * m * k * n for m, k, n in shapes) == 512 * 1_007_104
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_xla_counts_at_least_the_matmul_flops(real_datasets):
     """XLA's cost analysis of one compiled step counts every matmul FLOP and a little
     elementwise work on top (AdamW, GELU, softmax)."""
@@ -62,6 +63,7 @@ def test_measure_interleaved_alternates_the_variants():
     assert [r.name for r in results] == ["a", "b"] and all(len(r.runs) == 3 for r in results)
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_matmul_bound_adds_up_the_step_shapes():
     from eqx_fmnist.bench import matmul_bound
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
+# The documentation tier (what the pages and scripts show); compiles much, runs little.
+pytestmark = [pytest.mark.docs, pytest.mark.quick_compile]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))

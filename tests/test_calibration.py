@@ -129,6 +129,7 @@ def test_the_trust_flag_on_real_and_not_clothing_images(calibrated, real_data):
     assert rate(digits) >= 0.8
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_features(small):
     """The temperature of an ensemble is fitted to the log of its mean probability
     (recomputed here with numpy from each member alone), and the trust flag holds each

@@ -21,6 +21,7 @@ def config(**kw):
     return TrainConfig(**(dict(steps=16, batch_size=32, hidden_sizes=(32,)) | kw))
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 @pytest.mark.parametrize("extra", [{}, {"ema_decay": 0.9, "shift": 2, "erase": 0.5}])
 def test_save_load_continue_equals_straight_through(small, tmp_path, extra):
     """Exact, with the augmentation's choices and the weight average too."""

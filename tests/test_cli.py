@@ -97,6 +97,8 @@ def test_the_compile_cache_can_be_moved_or_turned_off(monkeypatch, real_data):
     assert enabled == [cli.compile_cache_dir()]  # only the second call turned it on
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
+@pytest.mark.figures
 def test_train_writes_a_complete_run_folder(trained_run):
     import json
 
@@ -170,6 +172,7 @@ def test_predict_classifies_a_png_of_a_test_image(trained_run, real_data, tmp_pa
     assert result.stdout.split(": ", 1)[1].startswith(CLASS_NAMES[real_data.test_labels[i]])
 
 
+@pytest.mark.figures
 def test_predict_explain_writes_the_attribution_figure_of_the_shown_class(trained_run, tmp_path):
     import json
 

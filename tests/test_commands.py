@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.docs  # the documentation tier: what the pages and scripts show
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```bash\n(.*?)^```$", re.M | re.S)
@@ -46,18 +48,50 @@ def alone(argv: list[str]) -> bool:
     return argv[0] == "bench" or "--devices" in argv
 
 
+def _makes(argv: list[str]) -> str | None:
+    """What a command leaves for later ones: the folder named by `--out`, else the kind
+    of folder a placeholder names (`<run>`, `<sweep>`, `<cv>`)."""
+    if "--out" in argv:
+        return argv[argv.index("--out") + 1]
+    return {"train": "<run>", "sweep": "<sweep>", "cv": "<cv>"}.get(argv[0])
+
+
+def _needed(commands: list[list[str]], shown_before: set[str]) -> list[list[str]]:
+    """The commands of a page that run: those not shown word for word before (on an
+    earlier page, or higher up on this one), and the commands that make the folders those
+    read (the last `train` before a `runs/<run>`, the command whose `--out` a later one
+    names)."""
+    texts = [" ".join(c) for c in commands]
+    keep = [t not in shown_before and t not in texts[:i] for i, t in enumerate(texts)]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(commands)):
+            if not keep[i]:
+                continue
+            for j in range(i - 1, -1, -1):
+                made = _makes(commands[j])
+                if made and made in texts[i]:
+                    if not keep[j]:
+                        keep[j] = changed = True
+                    break
+    return [c for c, k in zip(commands, keep, strict=True) if k]
+
+
 def _cases() -> list[tuple[Path, str]]:
-    """Each page's commands in order, and each command that runs alone once, on the
-    first page that shows it (the README and tutorial 10 both show `train --devices 8`)."""
-    cases, seen = [], set()
+    """Each page's commands in order (those an earlier page showed word for word run
+    there, once), and each command that runs alone once, on the first page that shows it
+    (the README and tutorial 10 both show `train --devices 8`)."""
+    cases, seen, shown = [], set(), set()
     for page in PAGES_WITH_COMMANDS:
         commands = shown_commands(page)
-        if any(not alone(c) for c in commands):
+        if _needed([c for c in commands if not alone(c)], shown):
             cases.append((page, "in order"))
         for group in dict.fromkeys(" ".join(c) for c in commands if alone(c)):
             if group not in seen:
                 seen.add(group)
                 cases.append((page, group))
+        shown |= {" ".join(c) for c in commands}
     return cases
 
 
@@ -70,6 +104,16 @@ def test_the_finder_reads_the_readmes_commands():
     assert all(c[0] in {"data", "train", "sweep", "evaluate", "predict", "export", "bench",
                         "cv", "audit"}
                for p in PAGES_WITH_COMMANDS for c in shown_commands(p))  # fmt: skip
+
+
+def test_a_page_runs_what_no_earlier_page_ran_and_what_that_reads():
+    earlier = {"train --calibrate 5000", "cv --folds 5 --out runs/cv", "audit runs/cv"}
+    page = [["train", "--calibrate", "5000"], ["train", "--seeds", "5"],
+            ["evaluate", "runs/<run>", "--members"], ["cv", "--folds", "5", "--out", "runs/cv"],
+            ["audit", "runs/cv"], ["export", "runs/cv"]]  # fmt: skip
+    assert _needed(page, earlier) == page[1:3] + page[3:4] + page[5:]
+    assert _needed(page[:1] + page[4:5], earlier) == []
+    assert _needed(page[1:2] * 2, set()) == page[1:2]  # the same command twice: once
 
 
 def test_every_subcommand_is_shown_somewhere():
@@ -168,7 +212,9 @@ def test_every_shown_command_runs(page, group, real_data, tmp_path, monkeypatch)
     session = Session(tmp_path)
     commands = shown_commands(page)
     if group == "in order":
-        commands = [c for c in commands if not alone(c)]
+        earlier = PAGES_WITH_COMMANDS[: PAGES_WITH_COMMANDS.index(page)]
+        shown = {" ".join(c) for p in earlier for c in shown_commands(p)}
+        commands = _needed([c for c in commands if not alone(c)], shown)
     else:
         commands = [c for c in commands if " ".join(c) == group]
     assert commands

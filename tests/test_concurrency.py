@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import LocalServer, idx_bytes, specs_for, synthetic_arrays
 
 LOADER = """
@@ -20,6 +22,7 @@ print(len(fm.train_images), fm.source)
 """
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_two_processes_download_into_one_empty_cache(tmp_path):
     import dataclasses
 

@@ -177,6 +177,7 @@ def test_a_bad_config_file_is_one_line_exit_2_and_writes_nothing(case, tmp_path,
     assert not out.exists()
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 @pytest.mark.parametrize("schedule", ["constant", "cosine", "warmup_cosine"])
 @pytest.mark.parametrize("grad_clip", [None, 0.5])
 def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_clip):

@@ -144,6 +144,7 @@ def test_coverage_is_what_split_conformal_promises_on_images_drawn_like_the_held
     assert all(0 < r.mean_size < 10 and 0 < r.singletons < 1 for r in marginal + mondrian)
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_calibrate_fits_the_sets_on_the_scaled_probabilities_and_they_are_saved(
     held_out_model, tmp_path
 ):

@@ -369,6 +369,7 @@ def test_real_data_shapes_counts_and_checksums(real_data):
         assert hashlib.sha256(raw).hexdigest() == digest
 
 
+@pytest.mark.figures
 def test_one_example_per_class_grid(real_data, tmp_path):
     from eqx_fmnist.plots import plot_examples, save_figure
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.docs  # the documentation tier: what the pages and scripts show
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

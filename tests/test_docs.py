@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.docs  # the documentation tier: what the pages and scripts show
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").rglob("*.md"))
 # The slice a page's quick form reads: enough for its largest held-out split (tutorial

@@ -32,6 +32,7 @@ def max_diff(a, b) -> float:
 # ----------------------------------------------------------------------------- training
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_each_member_is_the_run_fit_would_have_made(small):
     """Same batches and, up to the rounding of batched matmuls, the same parameters and
     metrics: the single runs are the independent computation."""
@@ -155,6 +156,7 @@ def test_bad_seeds_are_refused(seeds, small):
 # ----------------------------------------------------------------------------- sweeps
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_a_sweep_is_one_compile_ranked_on_validation(small, tmp_path):
     import eqx_fmnist as ef
     from eqx_fmnist import step

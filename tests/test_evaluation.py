@@ -14,6 +14,7 @@ def trained(real_splits):
     return fit(TrainConfig.codelab(steps=100, log_every=100), real_splits)
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_evaluation_counts_all_10000_and_matches_numpy(trained, real_datasets, real_data):
     from eqx_fmnist.evaluation import evaluate, predict_logits
 
@@ -72,6 +73,7 @@ def test_most_confused_names_the_largest_off_diagonal_share():
     assert other[1] != 1 and share[1] == 0.0  # never itself, even with no mistakes
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_one_evaluation_for_a_model_and_for_a_stack_of_members(small):
     """A stack evaluates as each member alone (the same function, vmapped: equal up to
     the rounding of batched matmuls, bounded by `mlp_logits_atol`) and as their

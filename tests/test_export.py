@@ -273,6 +273,7 @@ def calibrated(trained, real_data):
     return calibrate_on_training_images(trained.model, real_data)
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_the_stablehlo_artifact_carries_the_trust_flag(trained, calibrated, test_images, tmp_path):
     from eqx_fmnist.export import export_model, load_artifact
 
@@ -296,6 +297,7 @@ def test_the_stablehlo_artifact_carries_the_trust_flag(trained, calibrated, test
     assert load_artifact(path).run(odd.astype(np.uint8))["unusual"].all()
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_a_trust_flag_fitted_on_moves_travels_with_all_its_centres(trained, real_data,
                                                                     test_images, tmp_path):  # fmt: skip
     """A flag fitted on the augmentation's 6 moves has 60 class means: the artifact

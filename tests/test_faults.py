@@ -36,6 +36,7 @@ def test_a_nan_stops_fit_naming_the_step_and_metric(small):
     assert "on_nonfinite='skip'" in str(info.value)
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_skip_leaves_the_parameters_of_bad_steps_unchanged(small):
     import equinox as eqx
     import jax.numpy as jnp

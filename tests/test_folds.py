@@ -56,6 +56,7 @@ def test_folds_and_bootstrap_refuse_what_does_not_divide():
     assert len(set(sample.train[0])) < 50  # drawn with replacement
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_a_member_on_a_subset_is_the_single_run_on_those_rows(small):
     """Same batches (its own keyed order over its own rows), so up to the rounding of
     batched matmuls the same weights as `fit` on `train.take(rows)`."""
@@ -72,6 +73,7 @@ def test_a_member_on_a_subset_is_the_single_run_on_those_rows(small):
             configs[0], ef.Splits(small, small)).model) > 1e-3  # not the run on every row
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_fold_members_are_validated_on_their_own_folds(small):
     import eqx_fmnist as ef
     from eqx_fmnist.subsets import kfold

@@ -43,6 +43,7 @@ def onnx_file(trained, calibrated, test_images, tmp_path_factory):
     return path, manifest
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_onnx_matches_on_every_test_image_and_flags_as_the_library(
     onnx_file, trained, calibrated, test_images
 ):

@@ -78,6 +78,7 @@ def test_all_finite():
 # ----------------------------------------------------------------------------- in training
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 @pytest.mark.parametrize("compute", ["float32", "bfloat16", "float16"])
 def test_training_dtypes_follow_the_policy(compute):
     import equinox as eqx
@@ -221,6 +222,7 @@ def test_a_bf16_step_takes_bf16_operands_in_all_eight_dots(precision, bf16_dots)
     assert len(dots) == 8 and len(both_bf16) == bf16_dots
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 @pytest.mark.parametrize("spec", ["bfloat16", "p=f16,c=f16,o=f32", "p=bf16,c=bf16,o=f32"])
 def test_parameters_stored_in_a_low_precision_dtype_train(small, spec):
     """Parameters in bfloat16 or float16 (the codelab's bfloat16 run) train: the fused

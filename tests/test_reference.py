@@ -4,9 +4,11 @@ redesign of issue 12 (`tests/reference_runs.py` wrote them)."""
 import json
 
 import numpy as np
+import pytest
 from reference_runs import CONFIGS, REFERENCE, machine, run
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_runs_reproduce_the_stored_reference(real_data):
     stored = json.loads(REFERENCE.read_text())
     same_machine = machine() == stored["machine"]

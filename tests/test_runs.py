@@ -46,6 +46,7 @@ def saves(monkeypatch):
     return saved
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_logging_every_two_steps_checkpoints_on_its_own_cadence(small, tmp_path, monkeypatch):
     from eqx_fmnist.checkpoint import load_checkpoint
     from eqx_fmnist.dataset import Splits
@@ -134,6 +135,7 @@ def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
     assert b"train/loss" in blob and b"hparam/test_accuracy" in blob and b"learning_rate" in blob
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_tensorboard_shows_each_member_of_an_ensemble(small, tmp_path):
     pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
     from eqx_fmnist.dataset import Splits

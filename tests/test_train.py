@@ -4,6 +4,7 @@ schedules."""
 import dataclasses
 
 import numpy as np
+import pytest
 
 from helpers import tree_allclose
 
@@ -44,6 +45,7 @@ def test_fit_reports_history_and_calls_back(small):
     assert r.history[-1]["loss"] < r.history[0]["loss"]
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_fit_resumes_from_a_state_exactly(small):
     from eqx_fmnist.dataset import Splits
     from eqx_fmnist.state import init_state

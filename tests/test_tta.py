@@ -99,6 +99,7 @@ def test_evaluation_robustness_and_calibration_use_the_same_views(model, images,
     assert Calibration.load(calibration.save(tmp_path / "c.safetensors")).tta == TTA_MIRROR
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 @pytest.mark.parametrize("fmt", ["stablehlo", "onnx", "html", "safetensors"])
 def test_every_export_computes_the_views_it_was_calibrated_on(fmt, images, tmp_path):
     """The artifacts gather each view's pixels themselves: their outputs equal the numpy

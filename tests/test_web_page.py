@@ -318,6 +318,7 @@ def test_the_javascript_of_an_ensemble_agrees_with_numpy(real_data, test_images,
     assert np.abs(alone["probabilities"] - ref["probabilities"]).max() > 1e-3  # not member 0
 
 
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
 @needs_node
 @pytest.mark.parametrize("members", [None, 2])
 def test_the_javascript_attributions_are_the_librarys(members, real_data, tmp_path):
