@@ -1,7 +1,10 @@
 """The tutorials' code runs under pytest too, so a broken page fails without building.
 
 Each page's ```python exec="on"``` blocks run in order, one namespace per markdown-exec
-session, as the site build runs them. `mkdocs build --strict` in `.ci/run` is the other
+session, as the site build runs them, in their quick form: the same code on a slice of
+the data (16,000 training and 2,000 test images), so that an epoch is 31 steps; the site
+build runs them on all of it. These tests are the documentation tier
+(`python -m pytest -m docs`). `mkdocs build --strict` in `.ci/run` is the other
 half: it renders the pages and fails on any warning. A page's code runs once per CI run:
 `.ci/run` builds the site first and sets `EQX_FMNIST_SITE` to it, and then this test
 checks each page as the build ran it (the same checks, on the built HTML) instead of
