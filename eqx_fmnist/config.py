@@ -18,7 +18,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from .augment import TTA, ShiftDistribution, augmentation_of
+from .augment import TTA, TTA_VIEWS, Move, ShiftDistribution, augmentation_of
 from .conformal import COVERAGE, check_coverage
 from .dataset import steps_per_epoch
 from .precision import Policy
@@ -76,7 +76,7 @@ class TrainConfig:
     [`TrainConfig.best()`][eqx_fmnist.config.TrainConfig.best] is the strongest recipe
     (about ten minutes); [`TrainConfig.codelab()`][eqx_fmnist.config.TrainConfig.codelab]
     is the codelab's reference run. Each field's help text is in its metadata
-    (`TrainConfig.help("batch_size")`); the command line shows it.
+    (`dataclasses.fields`); the command line shows it.
 
     **Fields:**
 
@@ -257,6 +257,12 @@ class TrainConfig:
         """The [`Policy`][eqx_fmnist.precision.Policy] named by `precision`."""
         return Policy.from_string(self.precision)
 
+    @property
+    def views(self) -> tuple[Move, ...] | None:
+        """The test-time views `tta` names (`TTA_VIEWS`), or `None` for the image alone:
+        what every evaluation, calibration and export of this run computes."""
+        return TTA_VIEWS[self.tta]
+
     @classmethod
     def codelab(cls, **overrides) -> "TrainConfig":
         """The codelab's reference run: AdamW at a constant 3e-3, weight decay 1e-4,
@@ -299,11 +305,6 @@ class TrainConfig:
             return self.steps
         assert self.epochs is not None, "a TrainConfig has `steps` or `epochs`"
         return self.epochs * steps_per_epoch(num_train, self.batch_size)
-
-    @classmethod
-    def help(cls, name: str) -> str:
-        """The help text of field `name`."""
-        return _FIELDS[name].metadata["help"]
 
     @classmethod
     def state_fields(cls) -> tuple[str, ...]:

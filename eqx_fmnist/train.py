@@ -22,7 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from .augment import TTA_VIEWS
 from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
 from .distill import Teacher
@@ -294,7 +293,7 @@ def fit(
     load_seconds = time.perf_counter() - start
     plan = plan_run(configs[0], num_train)
     callbacks = [callback] if callable(callback) else list(callback or ())
-    policy, views = state.policy, TTA_VIEWS[configs[0].tta]
+    policy, views = state.policy, configs[0].views
 
     def evaluated(ds: ArrayDataset | None, model: MLP) -> EvalResult | None:
         if ds is None:

@@ -67,7 +67,7 @@ def run_views(choice: str | None, calibration: Calibration | None,
     or its config's `tta`). Views other than a calibration's are refused: its
     temperature and prediction sets were fitted on those outputs and hold for no other."""
     if calibration is None:
-        return TTA_VIEWS[config.tta if choice is None else choice]
+        return config.views if choice is None else TTA_VIEWS[choice]
     if choice is not None and choice != (fitted := tta_name(calibration.tta)):
         raise UsageError(
             f"--tta {choice}: the run was calibrated with --tta {fitted}, and its temperature "

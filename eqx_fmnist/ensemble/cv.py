@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from ..augment import TTA_VIEWS
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import Splits, split_data
@@ -115,5 +114,5 @@ def cross_validate(
     for i, fold in enumerate(subsets.held_out):
         probs[fold] = np.asarray(predict_proba(
             select_members(result.model, i), splits.train.images[jnp.asarray(fold)],
-            policy=result.policy, tta=TTA_VIEWS[config.tta]))  # fmt: skip
+            policy=result.policy, tta=config.views))  # fmt: skip
     return CrossValidation(result, subsets, probs, np.asarray(splits.train.labels))

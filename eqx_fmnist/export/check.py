@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..augment import TTA_VIEWS, Move, tta_name
+from ..augment import Move, tta_name
 from ..calibration import Calibration
 from ..config import TrainConfig
 from ..data import CLASS_NAMES, IMAGE_SIZE
@@ -220,7 +220,7 @@ def export_model(
     path, start = Path(path), time.perf_counter()
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
     if tta is None and calibration is None:
-        tta = TTA_VIEWS[config.tta]
+        tta = config.views
     portable = to_portable(models, calibration=calibration, temperature=temperature, tta=tta)
     tta = calibration.tta if calibration is not None else (tuple(tta or ()) or None)
     trust = calibration if kind.trust else None

@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..augment import TTA_VIEWS
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import save_checkpoint
 from ..config import TrainConfig
@@ -291,7 +290,7 @@ class RunFolder:
         """
         self._save_final(result.state)
         report = run_report(result.model, result.policy, data.test_images, data.test_labels,
-                            calibration, tta=TTA_VIEWS[result.config.tta])  # fmt: skip
+                            calibration, tta=result.config.views)  # fmt: skip
         if calibration is not None:
             calibration.save(self.folder / CALIBRATION_FILE)
         summary = {

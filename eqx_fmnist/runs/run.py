@@ -4,7 +4,6 @@ the calibration after it."""
 import dataclasses
 from collections.abc import Sequence
 
-from ..augment import TTA_VIEWS
 from ..calibration import Calibration, calibrate
 from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
@@ -61,5 +60,5 @@ def train_run(
         config = result.config
         calibration = calibrate(result.model, splits.train, splits.calibration,
                                 policy=result.policy, coverage=config.coverage,
-                                per_class=config.per_class_sets, tta=TTA_VIEWS[config.tta])  # fmt: skip
+                                per_class=config.per_class_sets, tta=config.views)  # fmt: skip
     return RunResult(result, calibration)
