@@ -324,23 +324,3 @@ def pad_to_batches(
     mask = jnp.arange(steps * batch_size) < n
     return x.reshape(steps, batch_size, *x.shape[1:]), mask.reshape(steps, batch_size)
 
-
-def padded_batches(
-    dataset: ArrayDataset, batch_size: int
-) -> tuple[UInt8[Array, "steps batch 784"], Int[Array, "steps batch"], Bool[Array, "steps batch"]]:
-    """All examples in order, in batches, the last one padded; the mask marks real ones.
-
-    **Arguments:**
-
-    - `dataset`: the examples.
-    - `batch_size`: the batch size.
-
-    **Returns:**
-
-    `(images, labels, mask)` of shapes `(steps, batch, 784)`, `(steps, batch)` and
-    `(steps, batch)` with `steps = ceil(n / batch)`; see
-    [`pad_to_batches`][eqx_fmnist.dataset.pad_to_batches].
-    """
-    images, mask = pad_to_batches(dataset.images, batch_size)
-    labels, _ = pad_to_batches(dataset.labels, batch_size)
-    return images, labels, mask

@@ -149,10 +149,6 @@ class Policy(eqx.Module):
         """Cast the floating-point leaves of `tree` to `compute_dtype`."""
         return _cast(tree, self.compute_dtype)
 
-    def cast_to_output(self, tree: PyTree) -> PyTree:
-        """Cast the floating-point leaves of `tree` to `output_dtype`."""
-        return _cast(tree, self.output_dtype)
-
     @property
     def accumulate_dtype(self) -> np.dtype:
         """The dtype matmuls accumulate and return in: float32 for a bfloat16 or float16

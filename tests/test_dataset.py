@@ -115,10 +115,11 @@ def test_batch_indices_is_the_steps_slice_of_its_epoch():
 
 
 def test_padded_batches_cover_the_test_set_exactly_once(real_datasets, real_data):
-    from eqx_fmnist.dataset import padded_batches
+    from eqx_fmnist.dataset import pad_to_batches
 
     _, test = real_datasets
-    images, labels, mask = padded_batches(test, 512)
+    images, mask = pad_to_batches(test.images, 512)
+    labels, _ = pad_to_batches(test.labels, 512)
     assert images.shape == (20, 512, 784) and mask.shape == (20, 512)
     mask = np.asarray(mask).ravel()
     assert mask.sum() == 10_000 and not mask[10_000:].any()

@@ -50,7 +50,7 @@ def test_casts_touch_only_floating_leaves():
     out = MIXED_BF16.cast_to_compute(tree)
     assert out["w"].dtype == jnp.bfloat16 and out["n"].dtype == jnp.bfloat16
     assert out["i"].dtype == jnp.int32 and out["s"] == "x" and out["f"] == 1.5
-    assert MIXED_BF16.cast_to_output(out)["w"].dtype == jnp.float32
+    assert MIXED_BF16.cast_to_param(out)["w"].dtype == jnp.float32
 
 
 def test_dynamic_loss_scale_grows_after_period_and_halves_on_overflow():

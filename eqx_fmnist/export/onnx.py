@@ -212,16 +212,18 @@ def to_onnx(portable: Portable, *, gelu: GeluForm | None = None) -> tuple[bytes,
     tanh formula."""
     _, ort = require_onnx()
     forms: list[GeluForm] = [gelu] if gelu else ["op", "formula"]
-    for form in forms:
+
+    def checked(form: GeluForm) -> bytes:
         blob = onnx_model(portable, gelu=form).SerializeToString()
+        _session(ort, blob)
+        return blob
+
+    for form in forms[:-1]:
         try:
-            _session(ort, blob)
+            return checked(form), form
         except Exception:  # NOT_IMPLEMENTED or INVALID_GRAPH from an older runtime
-            if form == forms[-1]:
-                raise
             continue
-        return blob, form
-    raise AssertionError("unreachable")
+    return checked(forms[-1]), forms[-1]
 
 
 def _session(ort, blob: bytes):
