@@ -202,6 +202,39 @@ def _place(config: TrainConfig, trees: _Trees) -> tuple[Mesh | None, _Trees]:
     return mesh, jax.block_until_ready(trees)
 
 
+def _starting_state(
+    configs: tuple[TrainConfig, ...], stacked: bool, state: TrainState | None, num_train: int
+) -> TrainState:
+    """The state `fit` starts from: the one given (checked to hold as many members as
+    there are configs), or a new one."""
+    if state is None:
+        return init_members(configs, num_train) if stacked else init_state(configs[0], num_train)
+    if state.num_members != (len(configs) if stacked else None):
+        raise ValueError(
+            f"`state` holds {state.num_members or 'one run, not'} members, but "
+            f"{len(configs) if stacked else 'one config'} was given; pass the configs it "
+            "was trained with (a checkpoint's `members`)."
+        )
+    return state
+
+
+def _validation(evaluated, valid, train: ArrayDataset, subsets: Subsets | None):
+    """What `fit` evaluates after each interval: the validation split, or, for fold
+    members, each member on its own fold, pooled (out-of-fold) with each fold's figures
+    in `members`."""
+    if subsets is None or subsets.held_out is None:
+        return lambda model: evaluated(valid, model)
+    folds = [train.take(h) for h in subsets.held_out]
+
+    def pooled(model: MLP) -> EvalResult:
+        each = [e for i, f in enumerate(folds) if (e := evaluated(f, select_members(model, i)))]
+        n = sum(e.count for e in each)
+        loss, acc = (sum(getattr(e, k) * e.count for e in each) / n for k in ("loss", "accuracy"))
+        return EvalResult(loss, acc, n, tuple(each))
+
+    return pooled
+
+
 def fit(
     config: TrainConfig | Sequence[TrainConfig],
     splits: Splits,
@@ -280,14 +313,7 @@ def fit(
     train, test, valid = splits.train, splits.test, splits.validation
     table = _check_subsets(subsets, len(configs) if stacked else None, len(train), valid)
     num_train = len(train) if subsets is None else subsets.size
-    if state is None:
-        state = init_members(configs, num_train) if stacked else init_state(config, num_train)
-    elif state.num_members != (len(configs) if stacked else None):
-        raise ValueError(
-            f"`state` holds {state.num_members or 'one run, not'} members, but "
-            f"{len(configs) if stacked else 'one config'} was given; pass the configs it "
-            "was trained with (a checkpoint's `members`)."
-        )
+    state = _starting_state(configs, stacked, state, num_train)
     soft = None if teacher is None else Teacher.for_student(teacher, configs[0], policy=state.policy)
     mesh, (train, valid, test, state, soft) = _place(configs[0], (train, valid, test, state, soft))
     load_seconds = time.perf_counter() - start
@@ -301,17 +327,7 @@ def fit(
         return evaluate(model, ds, policy=policy, batch_size=eval_batch_size, mesh=mesh,
                         tta=views)  # fmt: skip
 
-    folds = None if subsets is None or subsets.held_out is None else [
-        train.take(h) for h in subsets.held_out]  # fmt: skip
-
-    def validated(model: MLP) -> EvalResult | None:  # each member on its own fold, pooled
-        if folds is None:
-            return evaluated(valid, model)
-        each = [e for i, f in enumerate(folds) if (e := evaluated(f, select_members(model, i)))]
-        n = sum(e.count for e in each)
-        loss, acc = (sum(getattr(e, k) * e.count for e in each) / n for k in ("loss", "accuracy"))
-        return EvalResult(loss, acc, n, tuple(each))
-
+    validated = _validation(evaluated, valid, train, subsets)
     history, seconds, v = [], {"compile": 0.0, "train": 0.0}, None
     chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table)
     for state, step, metrics, elapsed in chunks:  # noqa: B020

@@ -236,3 +236,49 @@ def test_no_public_name_shadows_a_module(face):
                     f"{face.relative_to(PACKAGE)}: `{alias.name}` from .{node.module} hides "
                     f"the module {alias.name}"
                 )
+
+
+PACKAGE_FILES = sorted(PACKAGE.rglob("*.py"))
+MAX_MODULE_LINES, MAX_FUNCTION_CODE_LINES = 400, 60
+
+
+def code_lines(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of `node` that hold code: not blank, not a comment, not its docstring."""
+    body, skip = node.body, set()
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str):
+            skip = set(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    return sum(
+        1
+        for i in span
+        if i not in skip and lines[i - 1].strip() and not lines[i - 1].strip().startswith("#")
+    )
+
+
+def size_problems(source: str) -> list[str]:
+    """A module over `MAX_MODULE_LINES` lines, a function over `MAX_FUNCTION_CODE_LINES`
+    lines of code (DESIGN.md: split where the idea splits)."""
+    lines = source.splitlines()
+    problems = [f"{len(lines)} lines"] if len(lines) > MAX_MODULE_LINES else []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if (n := code_lines(lines, node)) > MAX_FUNCTION_CODE_LINES:
+                problems.append(f"{node.name} (line {node.lineno}): {n} lines of code")
+    return problems
+
+
+@pytest.mark.parametrize("module", PACKAGE_FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_over_400_lines_and_no_function_over_60_lines_of_code(module):
+    assert not size_problems(module.read_text()), size_problems(module.read_text())
+
+
+def test_the_size_checker_counts_code_not_docstrings_or_comments():
+    """The signature counts; the docstring, comments and blank lines do not."""
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    assert size_problems(f"def f():\n{body}\n") == ["f (line 1): 61 lines of code"]
+    padded = '    """doc\n\n    more doc"""\n    # a comment\n\n' + "\n".join(
+        body.splitlines()[:59]
+    )
+    assert size_problems(f"def g():\n{padded}\n") == []
+    assert size_problems("x = 1\n" * 401) == ["401 lines"]

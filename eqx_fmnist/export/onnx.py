@@ -85,38 +85,11 @@ def onnx_model(portable: Portable, *, gelu: GeluForm = "op"):
                         "c_sqrt_2_over_pi": math.sqrt(2 / math.pi)}.items():  # fmt: skip
             g.const(name, f32(v))
     x = g.op("Div", [g.op("Cast", ["images"], "pixels", to=TensorProto.FLOAT), "c_255"], "x")
-    k, views = portable.num_members, _view_nodes(g, portable.views, x)
-    logits, feats = [], []
-    for m, member in enumerate(portable.layers):
-        weights = [(g.const(f"{p}/weight", w), g.const(f"{p}/bias", b)) for (w, b), p in
-                   ((wb, f"member{m}/layer{i}" if k > 1 else f"layer{i}") for i, wb in enumerate(member))]  # fmt: skip
-
-        def forward(h, name, weights=weights):
-            hidden = []
-            for i, (w, b) in enumerate(weights):
-                h = g.op("Gemm", [h, w, b], f"{name}/layer{i}/gemm", transB=1)
-                if i < len(weights) - 1:
-                    h = g.gelu(h, f"{name}/layer{i}/gelu", gelu)
-                    hidden.append(h)
-            return h, hidden
-
-        h, hidden = forward(x, f"member{m}")
-        if views:  # the log of the member's mean probability over the views
-            each = [forward(v, f"member{m}/view{j}")[0] for j, v in enumerate(views)]
-            h = _log_mean_prob(g, each, f"member{m}/views")
-        logits.append(h)
-        feats.append(g.op("Concat", hidden, f"member{m}/features", axis=1))
+    logits, feats = _member_nodes(g, portable, x, _view_nodes(g, portable.views, x), gelu)
     outputs = [("logits", [BATCH, 10], TensorProto.FLOAT),
                ("probabilities", [BATCH, 10], TensorProto.FLOAT)]  # fmt: skip
     if portable.ensemble:
-        zero = g.const("axis_0", np.array([0], np.int64))
-        each = [g.op("Unsqueeze", [g.op("LogSoftmax", [z], f"member{m}/log_probs", axis=1), zero],
-                     f"member{m}/log_probs_1") for m, z in enumerate(logits)]  # fmt: skip
-        stacked = g.op("Concat", each, "member_log_probs", axis=0)
-        g.op("Exp", [stacked], "member_probabilities")
-        total = g.op("ReduceLogSumExp", [stacked, zero], "log_total", keepdims=0)
-        g.op("Sub", [total, g.const("log_members", f32(math.log(k)))], "logits")
-        outputs.append(("member_probabilities", [k, BATCH, 10], TensorProto.FLOAT))
+        outputs.append(_ensemble_nodes(g, logits))
     else:
         g.op("Identity", [logits[0]], "logits")
     scaled = g.op("Div", ["logits", g.const("temperature", f32(portable.temperature))], "scaled")
@@ -139,6 +112,48 @@ def onnx_model(portable: Portable, *, gelu: GeluForm = "op"):
     )  # fmt: skip
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _member_nodes(
+    g: _Graph, portable: Portable, x: str, views: list[str], gelu: GeluForm
+) -> tuple[list[str], list[str]]:
+    """Each member's logits (with views: the log of its mean probability over them) and
+    its hidden features, as node names."""
+    k, logits, feats = portable.num_members, [], []
+    for m, member in enumerate(portable.layers):
+        weights = [(g.const(f"{p}/weight", w), g.const(f"{p}/bias", b)) for (w, b), p in
+                   ((wb, f"member{m}/layer{i}" if k > 1 else f"layer{i}") for i, wb in enumerate(member))]  # fmt: skip
+
+        def forward(h, name, weights=weights):
+            hidden = []
+            for i, (w, b) in enumerate(weights):
+                h = g.op("Gemm", [h, w, b], f"{name}/layer{i}/gemm", transB=1)
+                if i < len(weights) - 1:
+                    h = g.gelu(h, f"{name}/layer{i}/gelu", gelu)
+                    hidden.append(h)
+            return h, hidden
+
+        h, hidden = forward(x, f"member{m}")
+        if views:  # the log of the member's mean probability over the views
+            each = [forward(v, f"member{m}/view{j}")[0] for j, v in enumerate(views)]
+            h = _log_mean_prob(g, each, f"member{m}/views")
+        logits.append(h)
+        feats.append(g.op("Concat", hidden, f"member{m}/features", axis=1))
+    return logits, feats
+
+
+def _ensemble_nodes(g: _Graph, logits: list[str]):
+    """`logits`: the log of the members' mean probability; `member_probabilities`."""
+    from onnx import TensorProto
+
+    zero = g.const("axis_0", np.array([0], np.int64))
+    each = [g.op("Unsqueeze", [g.op("LogSoftmax", [z], f"member{m}/log_probs", axis=1), zero],
+                 f"member{m}/log_probs_1") for m, z in enumerate(logits)]  # fmt: skip
+    stacked = g.op("Concat", each, "member_log_probs", axis=0)
+    g.op("Exp", [stacked], "member_probabilities")
+    total = g.op("ReduceLogSumExp", [stacked, zero], "log_total", keepdims=0)
+    g.op("Sub", [total, g.const("log_members", np.float32(math.log(len(logits))))], "logits")
+    return ("member_probabilities", [len(logits), BATCH, 10], TensorProto.FLOAT)
 
 
 def _view_nodes(g: _Graph, views: np.ndarray | None, x: str) -> list[str]:
