@@ -116,7 +116,7 @@ def mlp_logits_atol(model, images) -> float:
         err = np.sqrt((err**2) @ (w**2).T + own**2)
         z = h @ w.T + b
         if i < len(layers) - 1:
-            h = z * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+            h = numpy_gelu(z)
             err = GELU_SLOPE * err + 4 * F32_U * np.abs(h)
     return SAFETY * 2 * float(err.max())
 
@@ -299,7 +299,14 @@ def use_a_slice(data, monkeypatch, n_train: int, n_test: int):
     return small
 
 
-def moved_numpy(x, dx, dy, mirror):
+def numpy_gelu(x):
+    """GELU in its tanh form (`jax.nn.gelu`'s default), in whatever dtype `x` is."""
+    import numpy as np
+
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def moved_numpy(x, dx=0, dy=0, mirror=False):
     """numpy: `uint8` rows of 784 mirrored left-right, then moved dx right and dy down,
     zeros uncovered."""
     import numpy as np
@@ -336,7 +343,7 @@ def numpy_reference(model, images, *, calibration=None, temperature=1.0, tta=Non
             w, b = (w[m], b[m]) if stacked else (w, b)
             x = x @ w.T + b
             if i < len(model.layers) - 1:
-                x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+                x = numpy_gelu(x)
                 hidden.append(x)
         return x, hidden
 

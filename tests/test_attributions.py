@@ -6,12 +6,9 @@ with random weights says."""
 import numpy as np
 import pytest
 
+from helpers import numpy_gelu
+
 pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
-
-def _gelu(x):
-    """GELU, tanh form (`jax.nn.gelu`'s default), float64."""
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def _logits64(model, x):
@@ -20,7 +17,7 @@ def _logits64(model, x):
         w, b = np.asarray(layer.weight, np.float64), np.asarray(layer.bias, np.float64)
         x = x @ w.T + b
         if i < len(model.layers) - 1:
-            x = _gelu(x)
+            x = numpy_gelu(x)
     return x
 
 

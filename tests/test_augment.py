@@ -9,20 +9,9 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from helpers import tree_allclose
+from helpers import moved_numpy, tree_allclose
 
 pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
-
-def np_move(images, dx=0, dy=0, mirror=False):
-    """Mirror (optional), then move right by dx and down by dy, zero fill: numpy."""
-    x = images.reshape(-1, 28, 28)
-    x = x[:, :, ::-1] if mirror else x
-    out = np.zeros_like(x)
-    rs, rd = (slice(0, 28 - dy), slice(dy, 28)) if dy >= 0 else (slice(-dy, 28), slice(0, 28 + dy))
-    cs, cd = (slice(0, 28 - dx), slice(dx, 28)) if dx >= 0 else (slice(-dx, 28), slice(0, 28 + dx))
-    out[:, rd, cd] = x[:, rs, cs]
-    return out.reshape(len(x), 784)
 
 
 @pytest.fixture
@@ -38,7 +27,7 @@ def test_fixed_moves_match_numpy(images, dx, dy, mirror):
     from eqx_fmnist.augment import move_images
 
     got = np.asarray(move_images(jnp.asarray(images), dx=dx, dy=dy, mirror=mirror))
-    np.testing.assert_array_equal(got, np_move(images, dx, dy, mirror))
+    np.testing.assert_array_equal(got, moved_numpy(images, dx, dy, mirror))
 
 
 def test_random_moves_stay_in_bounds_use_both_mirrors_and_are_pure(images):
@@ -52,7 +41,7 @@ def test_random_moves_stay_in_bounds_use_both_mirrors_and_are_pure(images):
     moves = [(dx, dy, m) for dx in range(-2, 3) for dy in range(-2, 3) for m in (False, True)]
     found = []
     for b in range(len(images)):
-        hits = [mv for mv in moves if np.array_equal(out[b], np_move(images[b : b + 1], *mv)[0])]
+        hits = [mv for mv in moves if np.array_equal(out[b], moved_numpy(images[b : b + 1], *mv)[0])]
         assert len(hits) == 1, b  # exactly one allowed move explains each image
         found.append(hits[0])
     flips = [m for _, _, m in found]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import f32_matmul_atol, f32_sum_atol, run_cli_here
+from helpers import f32_matmul_atol, f32_sum_atol, moved_numpy, numpy_gelu, run_cli_here
 
 
 def np_softmax(z):
@@ -184,16 +184,6 @@ def test_the_trust_score_is_the_smallest_mahalanobis_distance():
     np.testing.assert_allclose(trust.scores(feats), want, rtol=1e-9)
 
 
-def np_moved(images, dx, dy, mirror):
-    """Images mirrored (if asked) and then moved `dx` right and `dy` down, in numpy."""
-    x = images.reshape(-1, 28, 28)[:, :, ::-1] if mirror else images.reshape(-1, 28, 28)
-    out = np.zeros_like(x)
-    rows, cols = slice(max(dy, 0), 28 + min(dy, 0)), slice(max(dx, 0), 28 + min(dx, 0))
-    src_r, src_c = slice(max(-dy, 0), 28 - max(dy, 0)), slice(max(-dx, 0), 28 - max(dx, 0))
-    out[:, rows, cols] = x[:, src_r, src_c]
-    return out.reshape(len(x), 784)
-
-
 def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
     """`moves=trust_moves(config)`: one class mean per move, of the hidden activations of
     the training images moved in numpy and pushed through a numpy forward pass, and one
@@ -216,8 +206,8 @@ def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
     y, x = np.asarray(train.labels), np.asarray(train.images)
     means, residuals = [], []
     for move in moves:
-        z = np_moved(x, *move).astype(np.float64) / 255.0 @ w.T + b
-        f = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+        z = moved_numpy(x, *move).astype(np.float64) / 255.0 @ w.T + b
+        f = numpy_gelu(z)
         m = np.stack([f[y == c].mean(0) for c in range(10)])
         means.append(m), residuals.append(f - m[y])
     atol = 1.13 * f32_matmul_atol(x / 255.0, w.T) + 1e-5

@@ -113,11 +113,12 @@ def test_one_evaluation_for_a_model_and_for_a_stack_of_members(small):
 
 
 def test_robustness_matches_a_numpy_forward_pass_on_numpy_moved_images(trained, real_data):
-    from test_augment import np_move
     from test_model import reference_mlp, reference_params
 
     from eqx_fmnist.dataset import ArrayDataset
     from eqx_fmnist.evaluation import evaluate_robustness
+
+    from helpers import moved_numpy
 
     n = 2000
     images, labels = real_data.test_images[:n].reshape(n, 784), real_data.test_labels[:n]
@@ -128,9 +129,9 @@ def test_robustness_matches_a_numpy_forward_pass_on_numpy_moved_images(trained, 
         return float((np.asarray(logits).argmax(1) == labels).mean())
 
     assert r.clean == pytest.approx(acc(images), abs=1e-4)
-    assert r.mirrored == pytest.approx(acc(np_move(images, mirror=True)), abs=1e-4)
+    assert r.mirrored == pytest.approx(acc(moved_numpy(images, mirror=True)), abs=1e-4)
     moves = [(2, 0), (-2, 0), (0, 2), (0, -2)]
-    want = np.mean([acc(np_move(images, dx, dy)) for dx, dy in moves])
+    want = np.mean([acc(moved_numpy(images, dx, dy)) for dx, dy in moves])
     assert r.shifted[2] == pytest.approx(want, abs=1e-4)
     assert r.mirrored < r.clean - 0.1  # the codelab's model is not robust: the test can tell
     assert [name for name, _ in r.rows()][:2] == ["as they are", "mirrored left-right"]

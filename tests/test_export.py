@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import run_cli, run_cli_here
+from helpers import numpy_gelu, run_cli, run_cli_here
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def numpy_logits(model, images):
     for i, layer in enumerate(model.layers):
         x = x @ np.asarray(layer.weight, np.float64).T + np.asarray(layer.bias, np.float64)
         if i < len(model.layers) - 1:
-            x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+            x = numpy_gelu(x)
     return x
 
 

@@ -9,6 +9,8 @@ import jaxtyping
 import numpy as np
 import pytest
 
+from helpers import numpy_gelu
+
 pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
 
 
@@ -143,7 +145,7 @@ def test_low_precision_forward_rounds_inputs_only(compute):
             h = rounded(layer.weight) @ rounded(h)
             h = (rounded(h) if round_products else h) + np.asarray(layer.bias, np.float64)
             if i < len(model.layers) - 1:
-                h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+                h = numpy_gelu(h)
         return h
 
     np.testing.assert_allclose(got, forward(round_products=False), rtol=1e-4, atol=1e-4)

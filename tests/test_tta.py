@@ -7,11 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import assert_sets_match, moved_numpy, numpy_reference
-
-
-def _gelu(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+from helpers import assert_sets_match, moved_numpy, numpy_gelu, numpy_reference
 
 
 def _probs64(model, x):
@@ -19,7 +15,7 @@ def _probs64(model, x):
     h = x.astype(np.float64) / 255
     for i, layer in enumerate(model.layers):
         h = h @ np.asarray(layer.weight, np.float64).T + np.asarray(layer.bias, np.float64)
-        h = _gelu(h) if i < len(model.layers) - 1 else h
+        h = numpy_gelu(h) if i < len(model.layers) - 1 else h
     e = np.exp(h - h.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
