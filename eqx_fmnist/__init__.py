@@ -75,7 +75,6 @@ from .evaluation import (
     EvalResult as EvalResult,
     Robustness as Robustness,
     confusion_matrix as confusion_matrix,
-    ensemble_log_probs as ensemble_log_probs,
     evaluate as evaluate,
     evaluate_robustness as evaluate_robustness,
     member_probabilities as member_probabilities,
@@ -88,7 +87,9 @@ from .intervals import History as History, NonFiniteError as NonFiniteError
 from .losses import accuracy as accuracy, cross_entropy as cross_entropy
 from .model import (
     MLP as MLP,
+    combine as combine,
     count_params as count_params,
+    ensemble_log_probs as ensemble_log_probs,
     num_members as num_members,
     per_member as per_member,
 )

@@ -29,8 +29,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, Shaped
 
 from .dataset import normalize
-from .evaluation import ensemble_log_probs
-from .model import MLP, num_members, per_member
+from .model import MLP, combine, per_member
 from .precision import FLOAT32, Policy
 
 STEPS = 64
@@ -42,8 +41,7 @@ def class_scores(
 ) -> Float[Array, " 10"]:
     """What is explained, for one image in `[0, 1]`: one model's logits, or a stack's
     ensemble log mean probabilities, float32."""
-    logits = per_member(lambda m, v: m(v, policy=policy), model, x).astype(jnp.float32)
-    return logits[0] if num_members(model) is None else ensemble_log_probs(logits)
+    return combine(model, per_member(lambda m, v: m(v, policy=policy), model, x))
 
 
 def integrated_gradients(

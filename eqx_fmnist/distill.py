@@ -19,8 +19,7 @@ from jaxtyping import Array, Float
 
 from .config import TrainConfig
 from .data import IMAGE_SIZE, NUM_CLASSES
-from .evaluation import ensemble_log_probs
-from .model import MLP, per_member
+from .model import MLP, ensemble_log_probs, per_member
 from .precision import FLOAT32, Policy
 
 

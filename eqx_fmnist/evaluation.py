@@ -7,7 +7,7 @@ is padded and masked, so all 10,000 test images count and none twice.
 Every function here takes one model or a stacked model (members on a leading axis, as
 [`init_members`][eqx_fmnist.state.init_members] builds them). The forward pass is
 written for one model and `eqx.filter_vmap`ped over members; an ensemble predicts the
-mean of its members' probabilities ([`ensemble_log_probs`][eqx_fmnist.evaluation.ensemble_log_probs],
+mean of its members' probabilities ([`combine`][eqx_fmnist.model.combine],
 the one place that says so), and its "logits" are the logarithm of that mean.
 """
 
@@ -23,7 +23,7 @@ from .augment import Move, move_images
 from .data import NUM_CLASSES
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .losses import accuracy, cross_entropy
-from .model import MLP, num_members, per_member
+from .model import MLP, combine, ensemble_log_probs, num_members, per_member
 from .parallel import batch_sharding
 from .precision import FLOAT32, Policy
 
@@ -52,15 +52,6 @@ class EvalResult:
         """Standard deviation (n - 1) of the members' accuracies; 0 for one model."""
         accs = [m.accuracy for m in self.members]
         return float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0
-
-
-def ensemble_log_probs(
-    logits: Float[Array, "members *batch classes"],
-) -> Float[Array, "*batch classes"]:
-    """The log of the mean of the members' probabilities (the ensemble's prediction),
-    computed stably from each member's logits; already normalised."""
-    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return jax.nn.logsumexp(log_p, axis=0) - jnp.log(jnp.float32(log_p.shape[0]))
 
 
 def _forward(
@@ -95,12 +86,6 @@ def _member_logits(model: MLP, images, policy: Policy, batch_size: int, mesh=Non
     return per_member(_forward, model, images, policy, batch_size, mesh, tta)
 
 
-def _combined(model: MLP, logits):
-    """From every member's logits: one model's own, or a stack's ensemble log
-    probabilities."""
-    return logits[0] if num_members(model) is None else ensemble_log_probs(logits)
-
-
 @eqx.filter_jit
 def _logits(
     model: MLP,
@@ -112,7 +97,7 @@ def _logits(
 ) -> tuple[Float[Array, "padded classes"], Bool[Array, " padded"]]:
     """Logits (an ensemble's, or test-time augmentation's, log mean probabilities) of all
     images, padded to whole batches, and the mask of real rows."""
-    logits = _combined(model, _member_logits(model, images, policy, batch_size, mesh, tta))
+    logits = combine(model, _member_logits(model, images, policy, batch_size, mesh, tta))
     mask = jnp.arange(logits.shape[0]) < images.shape[0]
     return logits, mask
 
@@ -251,7 +236,7 @@ def _metrics(model, dataset: ArrayDataset, policy: Policy, batch_size: int, mesh
         return cross_entropy(z, labels, mask), accuracy(z, labels, mask)
 
     each = None if num_members(model) is None else jax.vmap(scores)(logits)
-    return scores(_combined(model, logits)), each, mask.sum()
+    return scores(combine(model, logits)), each, mask.sum()
 
 
 def confusion_matrix(

@@ -166,3 +166,23 @@ def per_member(fn: Callable[..., PyTree], model: "MLP", *args) -> PyTree:
     if num_members(model) is None:
         return jtu.tree_map(lambda x: x[None], fn(model, *args))
     return eqx.filter_vmap(lambda m: fn(m, *args))(model)
+
+
+def ensemble_log_probs(
+    logits: Float[Array, "members *batch classes"],
+) -> Float[Array, "*batch classes"]:
+    """The log of the mean of the members' probabilities (the ensemble's prediction),
+    computed stably from each member's logits; already normalised."""
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return jax.nn.logsumexp(log_p, axis=0) - jnp.log(jnp.float32(log_p.shape[0]))
+
+
+def combine(
+    model: "MLP", outputs: Float[Array, "members *batch classes"]
+) -> Float[Array, "*batch classes"]:
+    """The one rule that combines what [`per_member`][eqx_fmnist.model.per_member] gave:
+    one model's own logits, or a stack's ensemble log mean probabilities
+    ([`ensemble_log_probs`][eqx_fmnist.model.ensemble_log_probs]), float32."""
+    if num_members(model) is None:
+        return outputs[0].astype(jnp.float32)
+    return ensemble_log_probs(outputs)

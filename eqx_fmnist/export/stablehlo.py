@@ -14,8 +14,8 @@ import numpy as np
 
 from ..data import IMAGE_SIZE
 from ..dataset import normalize
-from ..evaluation import ensemble_log_probs, scaled_softmax
-from ..model import MLP, num_members, per_member
+from ..evaluation import scaled_softmax
+from ..model import MLP, combine, ensemble_log_probs, per_member
 from ..precision import Policy
 from .format import ExportFormat, ExportInputs, Outputs
 from .manifest import ExportError, manifest_path
@@ -64,7 +64,7 @@ def serving_function(
     The probabilities are `softmax(logits / temperature)` (a run's calibrated
     temperature; `1` leaves them raw). For an ensemble (a stacked model) the "logits"
     are the log of the mean of the members' probabilities
-    ([`ensemble_log_probs`][eqx_fmnist.evaluation.ensemble_log_probs]).
+    ([`combine`][eqx_fmnist.model.combine]).
     """
 
     def one(model, images):
@@ -85,7 +85,7 @@ def serving_function(
 
     def serve(images):
         each, feats = per_member(one, models, images)
-        logits = each[0] if num_members(models) is None else ensemble_log_probs(each)
+        logits = combine(models, each)
         probs = scaled_softmax(logits, temperature)
         if trust is None:
             return logits, probs
