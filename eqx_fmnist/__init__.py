@@ -3,6 +3,7 @@
 import importlib.metadata
 
 from . import (
+    answers as answers,
     attributions as attributions,
     audit as audit,
     augment as augment,
@@ -29,6 +30,7 @@ from . import (
     train as train,
     trust as trust,
 )
+from .answers import Answer as Answer, answer as answer
 from .attributions import Explanation as Explanation, explain as explain
 from .audit import LabelAudit as LabelAudit, audit_labels as audit_labels
 from .augment import Augmentation as Augmentation, move_images as move_images

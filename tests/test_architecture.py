@@ -33,6 +33,7 @@ LAYERS = [
     "trust",
     "calibration",
     "attributions",
+    "answers",
     "config",
     "optim",
     "state",
@@ -282,3 +283,37 @@ def test_the_size_checker_counts_code_not_docstrings_or_comments():
     )
     assert size_problems(f"def g():\n{padded}\n") == []
     assert size_problems("x = 1\n" * 401) == ["401 lines"]
+
+
+def sibling_imports(path: Path) -> set[str]:
+    """The modules of its own subpackage a module imports (`from .x import ...`)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module] if node.module else [a.name for a in node.names])
+    return {name.split(".")[0] for name in found}
+
+
+CLI_SHARED = {"common", "flags"}
+CLI_COMMANDS = sorted(
+    p.stem for p in (PACKAGE / "cli").glob("*.py") if p.stem not in {"__init__", "command"}
+)
+
+
+@pytest.mark.parametrize("module", sorted(set(CLI_COMMANDS) - CLI_SHARED))
+def test_no_command_module_imports_another(module):
+    """A command module parses, calls the library and prints; what two commands share
+    is the library's (`runs.Run.open`, `answer`), or the consoles and flags."""
+    imports = sibling_imports(PACKAGE / "cli" / f"{module}.py")
+    assert imports <= CLI_SHARED, f"cli/{module}.py imports cli/{sorted(imports - CLI_SHARED)}"
+
+
+def test_the_shared_cli_modules_import_no_command_module():
+    for module in CLI_SHARED:
+        assert sibling_imports(PACKAGE / "cli" / f"{module}.py") <= CLI_SHARED
+
+
+def test_the_sibling_checker_sees_both_forms(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from .evaluate import x\nfrom . import export\nfrom ..runs import Run\n")
+    assert sibling_imports(probe) == {"evaluate", "export"}

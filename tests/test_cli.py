@@ -329,11 +329,12 @@ def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data
 
 def test_an_internal_type_error_is_a_bug_with_a_traceback_not_a_usage_error(monkeypatch):
     import eqx_fmnist.cli.command as cli
+    import eqx_fmnist.cli.info as info
 
     def broken(args):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
 
-    monkeypatch.setattr(cli, "cmd_data", broken)
+    monkeypatch.setattr(info, "cmd_data", broken)
     with pytest.raises(TypeError, match="unsupported operand"):
         cli.main(["--no-compile-cache", "data"])
 
@@ -341,15 +342,22 @@ def test_an_internal_type_error_is_a_bug_with_a_traceback_not_a_usage_error(monk
 def test_a_resumed_distillation_finds_its_teacher_in_the_run_folder(trained_run, tmp_path):
     import argparse
     import json
+    import shutil
 
-    from eqx_fmnist.cli.train import TEACHER_FILE, _teacher_of
+    from eqx_fmnist.cli.train import _teacher_of
     from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.runs import TEACHER_FILE, Run
 
     teacher_run, _ = trained_run
     folder = tmp_path / "student"
     folder.mkdir()
+    shutil.copy(teacher_run / "checkpoint.eqx", folder / "checkpoint.eqx")
     args = argparse.Namespace(teacher=None, resume=str(folder / "checkpoint.eqx"))
-    assert _teacher_of(args, TrainConfig(), folder) == (None, None)  # not distilled
+    student = Run.open(folder)
+    assert _teacher_of(args, TrainConfig(), student) == (None, None)  # not distilled
     (folder / TEACHER_FILE).write_text(json.dumps({"teacher": str(teacher_run)}))
-    path, model = _teacher_of(args, TrainConfig(), folder)
+    path, model = _teacher_of(args, TrainConfig(), student)
     assert path == teacher_run / "checkpoint.eqx" and model.hidden_sizes == (256, 128)
+    (folder / TEACHER_FILE).write_text("[]")  # damaged: one line naming the file
+    with pytest.raises(Exception, match=f"{TEACHER_FILE} does not name a teacher"):
+        _teacher_of(args, TrainConfig(), student)

@@ -1,8 +1,10 @@
 """The `eqx-fmnist` command line, the only part of the package that prints.
 
-The modules: `command` (the parser, `data`, `bench`), `train` (`train` and `sweep`: one way
-to make a run folder), `evaluate`, `predict`, `export`, `flags` (flags generated from
-`TrainConfig`), `common` (consoles, data loading, the progress bar).
+The modules: `command` (the parser and `main`), a module per group of commands, none
+importing another (`info`: `data` and `bench`; `train`: `train` and `sweep`, one way to
+make a run folder; `evaluate`; `predict`; `export`; `folds`: `cv` and `audit`), `flags`
+(flags generated from `TrainConfig`, and the flags the commands share), `common`
+(consoles, the download and progress bars, tables).
 """
 
 from .command import build_parser as build_parser, main as main

@@ -1,10 +1,9 @@
-"""What the commands share: the consoles, usage errors, data loading with a download
-bar, checkpoint paths, tables, and what to say when training stops."""
+"""What the commands share to speak: the consoles, usage errors, the download bar, the
+training progress bar and what to say when training stops, tables."""
 
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -19,11 +18,8 @@ from rich.progress import (
 from rich.table import Table
 
 from .. import data as data_mod
-from ..augment import TTA_VIEWS, Move, tta_name
-from ..calibration import Calibration
-from ..config import TrainConfig
 from ..intervals import NonFiniteError
-from ..runs import CHECKPOINT_NAME, Interrupted, RunFolder
+from ..runs import Interrupted, RunFolder
 from ..runs.profile import IntervalProfiler
 
 console = Console()
@@ -32,11 +28,6 @@ err_console = Console(stderr=True)
 
 class UsageError(Exception):
     """Bad input from the command line: one line on stderr, exit status 2."""
-
-
-def add_data_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", help="the folder with the four IDX files (no other is searched)")
-    p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
 
 
 def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
@@ -53,36 +44,6 @@ def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
         return data_mod.load_fashion_mnist(
             args.data_dir, download=not args.no_download, progress=report
         )
-
-
-def add_tta_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tta", choices=list(TTA_VIEWS),
-                   help="test-time augmentation: the image alone (none), with its mirror "
-                   "(mirror), and 1-pixel moves (shifts); default: the run's")  # fmt: skip
-
-
-def run_views(choice: str | None, calibration: Calibration | None,
-              config: TrainConfig) -> tuple[Move, ...] | None:  # fmt: skip
-    """The views a command averages over: `--tta`'s, else the run's (its calibration's,
-    or its config's `tta`). Views other than a calibration's are refused: its
-    temperature and prediction sets were fitted on those outputs and hold for no other."""
-    if calibration is None:
-        return config.views if choice is None else TTA_VIEWS[choice]
-    if choice is not None and choice != (fitted := tta_name(calibration.tta)):
-        raise UsageError(
-            f"--tta {choice}: the run was calibrated with --tta {fitted}, and its temperature "
-            f"and prediction sets hold only for those outputs; use --tta {fitted}, or train "
-            f"again with --tta {choice}."
-        )
-    return calibration.tta
-
-
-def checkpoint_path(arg: str) -> Path:
-    path = Path(arg)
-    path = path / CHECKPOINT_NAME if path.is_dir() else path
-    if not path.is_file():
-        raise UsageError(f"no checkpoint at {path}; give a run folder or a {CHECKPOINT_NAME} file.")
-    return path
 
 
 def stopped(e: BaseException, run: RunFolder, command: str = "train") -> int:

@@ -8,8 +8,6 @@ import numpy as np
 
 from .. import data as data_mod
 from ..augment import tta_name
-from ..calibration import CALIBRATION_FILE, Calibration
-from ..checkpoint import load_checkpoint
 from ..dataset import to_datasets
 from ..evaluation import (
     evaluate,
@@ -17,17 +15,10 @@ from ..evaluation import (
     per_class_accuracy,
 )
 from ..plots import save_figure
-from ..runs.report import run_report
+from ..runs import Run, run_report
 from ..state import BATCHED
-from .common import (
-    add_data_args,
-    add_tta_arg,
-    checkpoint_path,
-    console,
-    load_data,
-    run_views,
-    table,
-)
+from .common import console, load_data, table
+from .flags import add_data_args, add_tta_arg
 
 
 def add_evaluate_parser(sub) -> None:
@@ -40,40 +31,34 @@ def add_evaluate_parser(sub) -> None:
     add_data_args(p)
 
 
-def load_calibration(checkpoint: Path) -> Calibration | None:
-    """The calibration saved beside a checkpoint, if the run was calibrated."""
-    file = checkpoint.parent / CALIBRATION_FILE
-    return Calibration.load(file) if file.is_file() else None
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    path = checkpoint_path(args.run)
-    ckpt, calibration = load_checkpoint(path), load_calibration(path)
-    views = run_views(args.tta, calibration, ckpt.config)
+    run = Run.open(args.run)
+    path, calibration, views = run.checkpoint, run.calibration, run.views(args.tta)
     fm = load_data(args)
-    (_, test), state = to_datasets(fm), ckpt.state
-    model = state.eval_model
-    result = evaluate(model, test, policy=state.policy, tta=views)
+    _, test = to_datasets(fm)
+    model = run.model
+    result = evaluate(model, test, policy=run.policy, tta=views)
     who = f"{len(result.members)} members: ensemble test" if result.members else "test"
     line = (
-        f"checkpoint {path} (step {ckpt.step:,}): {who} accuracy [bold]{result.accuracy:.4f}[/], "
+        f"checkpoint {path} (step {run.step:,}): {who} accuracy [bold]{result.accuracy:.4f}[/], "
         f"loss {result.loss:.4f} on {result.count:,} images"
         + (f", averaged over {len(views)} views ({tta_name(views)})" if views else "")
     )
     if result.members:
         line += f"; members {result.accuracy_mean:.4f} ± {result.accuracy_std:.4f}"
     console.print(line)
-    if result.members and args.members and ckpt.members:
+    if result.members and args.members and run.members:
         rows = [
             (f"member {i}", *(f"{getattr(c, k):g}" for k in ("seed", *BATCHED)),
              f"{m.accuracy:.4f}", f"{m.loss:.4f}")
-            for i, (c, m) in enumerate(zip(ckpt.members, result.members, strict=True))
+            for i, (c, m) in enumerate(zip(run.members, result.members, strict=True))
         ]  # fmt: skip
         console.print(
             table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
         )
-    report = run_report(model, state.policy, fm.test_images, fm.test_labels, calibration,
-                        tta=views)  # fmt: skip
+    report = run_report(
+        model, run.policy, fm.test_images, fm.test_labels, calibration, tta=views
+    )
     rows = [(name, f"{acc:.4f}") for name, acc in report.robustness.rows()]
     console.print(table("Robustness: the test images moved", ("test images", "accuracy"), rows))
     cm = report.confusion

@@ -2,17 +2,14 @@
 library, checked on all 10,000 test images before it is written."""
 
 import argparse
-import json
 from pathlib import Path
 
-import numpy as np
-
-from ..checkpoint import load_checkpoint
 from ..dataset import to_datasets
 from ..evaluation import evaluate
-from ..export import FORMATS, export_model, load_artifact, manifest_path
-from .common import add_data_args, add_tta_arg, checkpoint_path, console, load_data, run_views
-from .evaluate import load_calibration
+from ..export import FORMATS, export_model, manifest_path
+from ..runs import Run
+from .common import console, load_data
+from .flags import add_data_args, add_tta_arg
 
 
 def add_export_parser(sub) -> None:
@@ -36,21 +33,25 @@ def add_export_parser(sub) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    path = checkpoint_path(args.run)
-    ckpt, calibration = load_checkpoint(path), load_calibration(path)
-    views = run_views(args.tta, calibration, ckpt.config)
+    run = Run.open(args.run)
+    views = run.views(args.tta)
     fm = load_data(args)
-    out = args.out or path.parent / f"model{FORMATS[args.format].suffix}"
-    (_, test), state = to_datasets(fm), ckpt.state
-    test_result = evaluate(state.eval_model, test, policy=state.policy, tta=views)
+    out = args.out or run.folder / f"model{FORMATS[args.format].suffix}"
+    _, test = to_datasets(fm)
+    test_result = evaluate(run.model, test, policy=run.policy, tta=views)
+    extra = {"test_accuracy": test_result.accuracy, "step": run.step}
     with console.status(f"exporting and checking on {len(test):,} test images ..."):
         manifest = export_model(
-            state.eval_model, state.policy, ckpt.config, out, format=args.format,
-            calibration=calibration, tta=views or (),  # () : none, even if the config has some
+            run.model,
+            run.policy,
+            run.config,
+            out,
+            format=args.format,
+            calibration=run.calibration,
+            tta=views or (),  # (): none, even if the config has some
             check_images=fm.test_images.reshape(len(fm.test_images), -1),
-            extra={"test_accuracy": test_result.accuracy, "step": ckpt.step,
-                   "trained": f"{ckpt.step:,} steps"},
-        )  # fmt: skip
+            extra=extra | {"trained": f"{run.step:,} steps"},
+        )
     parity = manifest["parity"]
     console.print(
         f"wrote {out} ({manifest['bytes']:,} bytes) and {manifest_path(out).name}: "
@@ -67,21 +68,3 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "html":
         console.print(f"open it in a browser: {out.resolve().as_uri()}", highlight=False)
     return 0
-
-
-def is_artifact(path: str) -> bool:
-    """A StableHLO artifact (a file with a manifest beside it), not a checkpoint."""
-    return Path(path).is_file() and manifest_path(path).is_file()
-
-
-def predict_with_artifact(path: str, flat: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:
-    """Every output of a StableHLO artifact (probabilities and, for a calibrated run,
-    the trust flag) and its manifest; only `jax` is needed to run it."""
-    manifest = json.loads(manifest_path(path).read_text())
-    if manifest.get("format") != "stablehlo":
-        raise ValueError(
-            f"{path} is a {manifest.get('format')} export; predict runs a StableHLO "
-            "artifact or a run folder."
-        )
-    artifact = load_artifact(path)
-    return artifact.run(np.asarray(flat)), artifact.manifest

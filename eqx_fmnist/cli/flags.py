@@ -1,13 +1,45 @@
-"""Command-line flags generated from [`TrainConfig`][eqx_fmnist.config.TrainConfig]'s
-fields: one `--field-name` per field (plus the field's extra spellings), typed, with
-its help text and default. Adding a field to `TrainConfig` adds its flag."""
+"""The flags the commands share. The training flags are generated from
+[`TrainConfig`][eqx_fmnist.config.TrainConfig]'s fields: one `--field-name` per field
+(plus the field's extra spellings), typed, with its help text and default. Adding a
+field to `TrainConfig` adds its flag. Beside them: the data flags, `--tta`, the run
+folder's flags, and `--resume`'s rule (a resumed run keeps its saved config)."""
 
 import argparse
 import os
 import typing
 from pathlib import Path
 
+from ..augment import TTA_VIEWS
 from ..config import _FIELDS, TrainConfig, field_type, literal_choices
+from ..runs import Run
+from .common import UsageError
+
+
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="the folder with the four IDX files (no other is searched)")
+    p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
+
+
+def add_tta_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tta",
+        choices=list(TTA_VIEWS),
+        help="test-time augmentation: the image alone (none), with its mirror (mirror), "
+        "and 1-pixel moves (shifts); default: the run's",
+    )
+
+
+def add_run_folder_flags(
+    p: argparse.ArgumentParser, *, what: str = "run"
+) -> argparse._ArgumentGroup:
+    """The flags every command that writes a run folder takes."""
+    r = p.add_argument_group(f"{what} folder")
+    r.add_argument("--out", type=Path, help=f"{what} folder (default: runs/<timestamp>)")
+    r.add_argument("--overwrite", action="store_true", help="reuse a folder that has results")
+    r.add_argument("--resume", metavar="CHECKPOINT", help=f"continue a {what} from its checkpoint")
+    every = "checkpoint cadence: 60s, 5m or 500steps; and at the end, and on Ctrl-C (60s)"
+    r.add_argument("--checkpoint-every", default="60s", help=every)
+    return r
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:
@@ -100,3 +132,20 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         base = read_config_file(args.config)
     given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name) is not None}
     return base.with_changes(**given)
+
+
+def resumed(args: argparse.Namespace, what: str, *, members: bool = False) -> Run | None:
+    """The run `--resume` names (`None` without it), refusing flags that would change
+    it: a resumed run continues with its saved config. `members`: the run must be one
+    of members (a sweep's, cv's)."""
+    if not args.resume:
+        return None
+    given = given_flags(args) + ["--seeds"] * (getattr(args, "seeds", None) is not None)
+    if given:
+        raise UsageError(
+            f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
+        )
+    run = Run.open(args.resume)
+    if members and run.members is None:
+        raise UsageError(f"{args.resume} is one run's checkpoint, not a {what}'s.")
+    return run

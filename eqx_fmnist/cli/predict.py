@@ -2,22 +2,19 @@
 probabilities, and a flag for inputs unlike the training data."""
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
-import jax.numpy as jnp
 import numpy as np
-from PIL import Image
 
 from .. import data as data_mod
-from ..attributions import Explanation, explain
-from ..checkpoint import load_checkpoint
-from ..evaluation import member_probabilities, predict_proba
-from ..trust import features
-from .common import UsageError, add_tta_arg, checkpoint_path, console, run_views
-from .evaluate import load_calibration
-from .export import is_artifact, predict_with_artifact
+from ..answers import Answer
+from ..attributions import Explanation
+from ..export import is_export, load_artifact, read_manifest
+from ..plots import plot_explanation, save_figure, save_pixels
+from ..runs import Run
+from .common import UsageError, console
+from .flags import add_tta_arg
 
 NOT_CALIBRATED = (
     "probabilities are not calibrated and unusual inputs are not flagged: train with "
@@ -50,106 +47,73 @@ def add_predict_parser(sub) -> None:
     add_tta_arg(p)
 
 
-@dataclasses.dataclass
-class _Answers:
-    """What a checkpoint or an artifact says of the prepared images."""
-
-    probs: np.ndarray
-    scores: np.ndarray | None = None
-    flags: np.ndarray | None = None
-    threshold: float | None = None
-    members: list[str] | None = None  # an ensemble's guesses, one line per image
-    uncalibrated: bool = False  # a checkpoint without a calibration
-    explained: Explanation | None = None  # with --explain: attributions of the top class
-    sets: np.ndarray | None = None  # a calibrated run's conformal sets, (n, 10) booleans
-    coverage: float | None = None  # what the sets promise
-
-
-def _from_artifact(artifact: str, flat: np.ndarray, tta: str | None) -> _Answers:
-    """An exported model's answer: no checkpoint, no model code."""
-    outputs, manifest = predict_with_artifact(artifact, flat)
-    computed = manifest.get("tta", {}).get("name", "none")  # absent before the views
-    if tta is not None and tta != computed:
-        raise UsageError(f"{artifact}: the artifact computes --tta {computed}, not {tta} (its "
-                         "views are fixed when it is exported): leave --tta out.")  # fmt: skip
-    if outputs.get("probabilities") is None:  # every artifact returns them (export checks)
-        raise UsageError(f"{artifact}: the artifact returned no probabilities.")
-    threshold = manifest["trust"]["threshold"] if manifest.get("trust") else None
-    sets = manifest.get("prediction_sets")  # absent from artifacts made before the sets
-    return _Answers(outputs["probabilities"], outputs.get("trust_score"), outputs.get("unusual"),
-                    threshold, sets=outputs.get("prediction_set"),
-                    coverage=sets["coverage"] if sets else None)  # fmt: skip
-
-
-def _from_checkpoint(where: str, flat: np.ndarray, args: argparse.Namespace) -> _Answers:
-    """One model's calibrated probabilities, or the ensemble's (the mean of its
-    members'), with the trust flag when the run was calibrated."""
-    path, members, explain_ = checkpoint_path(where), args.members, args.explain is not None
-    ckpt, calibration = load_checkpoint(path), load_calibration(path)
-    model, policy, x = ckpt.state.eval_model, ckpt.state.policy, jnp.asarray(flat)
-    tta = run_views(args.tta, calibration, ckpt.config)
-    temperature = calibration.temperature if calibration else 1.0
-    probs = predict_proba(model, x, policy=policy, temperature=temperature, tta=tta)
-    out = _Answers(np.asarray(probs), uncalibrated=calibration is None)
-    if ckpt.members is not None and members:
-        guesses = np.asarray(member_probabilities(model, x, policy=policy)).argmax(axis=-1)
-        out.members = [", ".join(data_mod.CLASS_NAMES[c] for c in g) for g in guesses.T]
-    if explain_:  # the class shown first: the temperature does not change the order
-        out.explained = explain(model, x, target=out.probs.argmax(axis=-1), policy=policy)
-    if calibration is not None:
-        feats = features(model, x, policy=policy)
-        out.scores, out.flags = calibration.trust.scores(feats), calibration.trust.flags(feats, flat)
-        out.threshold = calibration.trust.threshold
-        if calibration.sets is not None:
-            out.sets, out.coverage = calibration.sets.sets(out.probs), calibration.sets.coverage
-    return out
+def _answer(where: str, flat: np.ndarray, args: argparse.Namespace) -> Answer:
+    """What a run (its calibrated model, or ensemble) or an exported artifact says."""
+    if not is_export(where):
+        run = Run.open(where)
+        explained = args.explain is not None
+        return run.answer(flat, tta=args.tta, members=args.members, attributions=explained)
+    if args.explain is not None:
+        raise UsageError(
+            f"{where}: --explain needs the model's gradients, which an exported "
+            "artifact does not give: pass the run folder or its checkpoint."
+        )
+    manifest = read_manifest(where)
+    if manifest.get("format") != "stablehlo":
+        raise UsageError(
+            f"{where} is a {manifest.get('format')} export; predict runs a StableHLO "
+            "artifact or a run folder."
+        )
+    artifact = load_artifact(where)
+    if args.tta is not None and args.tta != artifact.views:
+        raise UsageError(
+            f"{where}: the artifact computes --tta {artifact.views}, not {args.tta} (its "
+            "views are fixed when it is exported): leave --tta out."
+        )
+    return artifact.answer(flat)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, but got {args.top}.")
-    if args.explain is not None and is_artifact(args.checkpoint):
-        raise UsageError(
-            f"{args.checkpoint}: --explain needs the model's gradients, which an exported "
-            "artifact does not give: pass the run folder or its checkpoint."
-        )
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
-    if is_artifact(args.checkpoint):
-        ans = _from_artifact(args.checkpoint, flat, args.tta)
-    else:
-        ans = _from_checkpoint(args.checkpoint, flat, args)
+    ans = _answer(args.checkpoint, flat, args)
+    members = None
+    if ans.member_probabilities is not None:
+        guesses = ans.member_probabilities.argmax(axis=-1).T
+        members = [", ".join(data_mod.CLASS_NAMES[c] for c in g) for g in guesses]
     for folder in (args.show, args.explain):
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
-    for i, (path, p) in enumerate(zip(args.images, ans.probs, strict=True)):
+    for i, (path, p) in enumerate(zip(args.images, ans.probabilities, strict=True)):
         top = np.argsort(p)[::-1][: args.top]
         record = {
             "path": str(path),
             "top": [{"class": data_mod.CLASS_NAMES[c], "probability": float(p[c])} for c in top],
-            "calibrated": ans.threshold is not None,
-            "unusual": None if ans.flags is None else bool(ans.flags[i]),
-            "score": None if ans.scores is None else float(ans.scores[i]),
+            "calibrated": ans.calibrated,
+            "unusual": None if ans.unusual is None else bool(ans.unusual[i]),
+            "score": None if ans.trust_score is None else float(ans.trust_score[i]),
             "threshold": ans.threshold,
             "inverted": prepared[i].inverted,
-            "set": None if ans.sets is None else  # most probable first
-            [data_mod.CLASS_NAMES[c] for c in np.argsort(p)[::-1] if ans.sets[i, c]],
+            "set": None if ans.prediction_set is None else  # most probable first
+            [data_mod.CLASS_NAMES[c] for c in np.argsort(p)[::-1] if ans.prediction_set[i, c]],
             "set_coverage": ans.coverage,
         }  # fmt: skip
         if args.show is not None:
             shown = args.show / f"{Path(path).stem}.prepared.png"
-            save_figure_png(prepared[i].pixels, shown)
+            save_pixels(prepared[i].pixels, shown)
             record["prepared"] = str(shown)
         if ans.explained is not None and args.explain is not None:
-            shown = _save_explanation(ans, i, prepared[i].pixels, p, path, args.explain)
+            shown = _save_explanation(ans.explained, i, prepared[i].pixels, p, path, args.explain)
             record["explained"] = str(shown)
-        if ans.members:
-            record["members"] = ans.members[i]
+        if members:
+            record["members"] = members[i]
         if args.json:
             print(json.dumps(record))
             continue
         guesses = ", ".join(f"{t['class']} {t['probability']:.1%}" for t in record["top"])
-        notes = [f"members: {ans.members[i]}"] if ans.members else []
+        notes = [f"members: {members[i]}"] if members else []
         if record["set"] is not None:
             notes.append(f"{ans.coverage:.0%} set: {', '.join(record['set']) or 'empty'}")
         if record["unusual"]:
@@ -160,26 +124,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
         # One line per image whatever the terminal's width: scripts read it line by line.
         console.print(f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
                       markup=False, highlight=False, soft_wrap=True)  # fmt: skip
-    if not args.json and ans.uncalibrated:
+    if not args.json and not ans.calibrated and not is_export(args.checkpoint):
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
 
 
-def _save_explanation(ans: _Answers, i: int, pixels, probs, path, folder: Path) -> Path:
+def _save_explanation(e: Explanation, i: int, pixels, probs, path, folder: Path) -> Path:
     """Image `i`'s attribution figure, `IMAGE.explained.png` in `folder`."""
-    from ..plots import plot_explanation, save_figure
-
-    assert ans.explained is not None
-    e = ans.explained
     fig = plot_explanation(pixels, e.attributions[i].reshape(28, 28), probs, int(e.target[i]),
                            title=f"{Path(path).name}: why {data_mod.CLASS_NAMES[e.target[i]]}?")  # fmt: skip
     return save_figure(fig, folder / f"{Path(path).stem}.explained.png")
-
-
-def save_figure_png(pixels: np.ndarray, path: Path) -> None:
-    """The 28 x 28 input, enlarged 8x without smoothing, as a PNG (atomically)."""
-    from ..fileio import atomic_write
-
-    big = Image.fromarray(pixels).resize((224, 224), Image.Resampling.NEAREST)
-    with atomic_write(path) as f:
-        big.save(f, format="PNG")

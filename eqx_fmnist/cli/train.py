@@ -2,55 +2,39 @@
 sweep` (a grid x seeds as one program): one way to make a run folder for both."""
 
 import argparse
-import json
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
 
-from ..checkpoint import load_checkpoint
 from ..config import TrainConfig
-from ..distill import Teacher
 from ..ensemble import check_memory, grid_configs, grid_of, member_seeds, sweep
 from ..ensemble.grid import SWEEP_VALIDATION
-from ..fileio import atomic_write
 from ..intervals import plan_run
 from ..model import MLP
 from ..runs import (
     CHECKPOINT_NAME,
     TOKENS_PER_EXAMPLE,
     CheckpointEvery,
+    Run,
+    RunError,
     RunFolder,
     default_folder,
+    open_teacher,
     run_splits,
     train_run,
 )
 from ..state import BATCHED
 from ..train import TrainResult
-from .common import (
-    UsageError,
+from .common import UsageError, console, load_data, table, train_with_progress
+from .flags import (
+    add_config_flags,
     add_data_args,
-    checkpoint_path,
-    console,
-    load_data,
-    table,
-    train_with_progress,
+    add_run_folder_flags,
+    config_from_args,
+    resumed,
 )
-from .flags import add_config_flags, config_from_args, given_flags
-
-
-def add_run_folder_flags(
-    p: argparse.ArgumentParser, *, what: str = "run"
-) -> argparse._ArgumentGroup:
-    """The flags every command that writes a run folder takes."""
-    r = p.add_argument_group(f"{what} folder")
-    r.add_argument("--out", type=Path, help=f"{what} folder (default: runs/<timestamp>)")
-    r.add_argument("--overwrite", action="store_true", help="reuse a folder that has results")
-    r.add_argument("--resume", metavar="CHECKPOINT", help=f"continue a {what} from its checkpoint")
-    every = "checkpoint cadence: 60s, 5m or 500steps; and at the end, and on Ctrl-C (60s)"
-    r.add_argument("--checkpoint-every", default="60s", help=every)
-    return r
 
 
 def add_train_parser(sub) -> None:
@@ -90,16 +74,6 @@ def add_sweep_parser(sub) -> None:
     add_data_args(p)
 
 
-def _resumed(args: argparse.Namespace, what: str):
-    """The checkpoint `--resume` names, refusing flags that would change the run."""
-    given = given_flags(args) + ["--seeds"] * (args.seeds is not None)
-    if given:
-        raise UsageError(
-            f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
-        )
-    return load_checkpoint(checkpoint_path(args.resume))
-
-
 def _in_folder(
     args: argparse.Namespace,
     config: TrainConfig,
@@ -112,6 +86,7 @@ def _in_folder(
     start: int,
     tensorboard: bool = False,
     profile: bool = False,
+    teacher: Path | None = None,
 ):
     """Load and split the data, keep a run folder, and train with a progress bar:
     `(result, fm)` or the exit status of a stopped run."""
@@ -127,7 +102,7 @@ def _in_folder(
         out, args.overwrite, console.quiet = Path(scratch.name), True, True
     folder = RunFolder(out, config, num_train=len(splits.train), start_step=start,
                        overwrite=args.overwrite, checkpoint_every=every,
-                       tensorboard=tensorboard, members=members)  # fmt: skip
+                       tensorboard=tensorboard, members=members, teacher=teacher)  # fmt: skip
     with folder as run, run.stop_on_signals():
         console.print(
             f"{'sweep' if command == 'sweep' else 'run'} folder [bold]{out}[/]: "
@@ -150,50 +125,31 @@ def _in_folder(
     return result
 
 
-TEACHER_FILE = "teacher.json"
-"""Where a distilled run's folder names its teacher, so that a resume finds it."""
-
-
-def load_teacher(arg: str, config: TrainConfig) -> tuple[Path, MLP]:
-    """`(checkpoint, model)` of the run `--teacher` names (its weight average, if it kept
-    one), checked against the student's config before anything is written."""
-    try:
-        path = checkpoint_path(arg)
-    except UsageError as e:
-        raise UsageError(f"--teacher: {e}") from None
-    try:
-        ckpt = load_checkpoint(path)
-    except (ValueError, OSError) as e:
-        raise UsageError(f"--teacher {arg} is not a run this library wrote: {e}") from None
-    model = ckpt.state.eval_model
-    try:
-        Teacher.for_student(model, config)
-    except ValueError as e:
-        raise UsageError(f"--teacher {arg}: {e}") from None
-    return path, model
-
-
 def _teacher_of(
-    args: argparse.Namespace, config: TrainConfig, out: Path
+    args: argparse.Namespace, config: TrainConfig, resume: Run | None
 ) -> tuple[Path, MLP] | tuple[None, None]:
     """The teacher given by `--teacher`, or (resuming) the one the run folder names."""
-    arg = args.teacher
-    if arg is None and args.resume and (out / TEACHER_FILE).is_file():
-        arg = json.loads((out / TEACHER_FILE).read_text())["teacher"]
-    return (None, None) if arg is None else load_teacher(arg, config)
+    where = args.teacher
+    if where is None and resume is not None:
+        where = resume.teacher()
+    if where is None:
+        return None, None
+    try:
+        return open_teacher(where, config)
+    except RunError as e:
+        raise UsageError(f"--teacher {where}: {e}") from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    resume = None
-    if args.resume:
-        resume = _resumed(args, "run")
+    resume = resumed(args, "run")
+    if resume is not None:
         config, members = resume.config, resume.members
-        out = args.out or checkpoint_path(args.resume).parent
+        out = args.out or resume.folder
     else:
         config, out = config_from_args(args), args.out or default_folder()
         seeds = None if args.seeds is None else member_seeds(config, args.seeds)
         members = None if seeds is None else [config.with_changes(seed=s) for s in seeds]
-    teacher_path, teacher = _teacher_of(args, config, out)
+    teacher_path, teacher = _teacher_of(args, config, resume)
 
     def describe(total: int) -> str:
         length = (
@@ -210,10 +166,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     def train(splits, callbacks):
         state = resume.state if resume else None
-        if teacher_path is not None:
-            named = json.dumps({"teacher": str(teacher_path.resolve())}) + "\n"
-            with atomic_write(out / TEACHER_FILE, "w") as f:
-                f.write(named)
         return train_run(
             members or config, splits, state=state, callback=callbacks, teacher=teacher
         )
@@ -221,6 +173,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     run = _in_folder(
         args, config, members, out, train, command="train", describe=describe,
         start=resume.step if resume else 0, tensorboard=args.tensorboard, profile=args.profile,
+        teacher=teacher_path,
     )  # fmt: skip
     if isinstance(run, int):
         return run
@@ -270,14 +223,11 @@ def print_results(result: TrainResult, out: Path) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     grid = {name: getattr(args, name) for name in BATCHED if getattr(args, name) is not None}
-    resume = None
-    if args.resume:
-        resume = _resumed(args, "sweep")
-        if resume.members is None:
-            raise UsageError(f"{args.resume} is one run's checkpoint, not a sweep's.")
-        config, configs = resume.config, list(resume.members)
+    resume = resumed(args, "sweep", members=True)
+    if resume is not None:
+        config, configs = resume.config, list(resume.members or ())
         grid, seeds = grid_of(configs)
-        out = args.out or checkpoint_path(args.resume).parent
+        out = args.out or resume.folder
     else:
         if not grid:
             raise UsageError(

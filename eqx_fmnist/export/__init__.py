@@ -34,7 +34,12 @@ artifact must reproduce.
 from .check import FORMATS as FORMATS, export_model as export_model
 from .format import ExportFormat as ExportFormat
 from .html import run_page as run_page
-from .manifest import ExportError as ExportError, manifest_path as manifest_path
+from .manifest import (
+    ExportError as ExportError,
+    is_export as is_export,
+    manifest_path as manifest_path,
+    read_manifest as read_manifest,
+)
 from .onnx import run_onnx as run_onnx
 from .portable import Portable as Portable, numpy_serve as numpy_serve, to_portable as to_portable
 from .safetensors import torch_state_dict as torch_state_dict, weight_arrays as weight_arrays

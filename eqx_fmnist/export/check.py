@@ -11,22 +11,20 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from ..answers import answer
 from ..augment import Move, tta_name
 from ..calibration import Calibration
 from ..config import TrainConfig
 from ..data import CLASS_NAMES, IMAGE_SIZE
-from ..evaluation import predict_logits
 from ..fileio import atomic_write
 from ..model import MLP, num_members
 from ..precision import FLOAT32, Policy
-from ..trust import features
 from . import html, onnx, safetensors, stablehlo
 from .format import ExportFormat, ExportInputs
 from .manifest import ExportError, manifest_path
-from .portable import Portable, scaled_softmax, to_portable
+from .portable import Portable, to_portable
 
 FORMATS: dict[str, ExportFormat] = {
     f.name: f for f in (stablehlo.FORMAT, safetensors.FORMAT, onnx.FORMAT, html.FORMAT)
@@ -98,24 +96,6 @@ def check_parity(
         parity, flag_mismatches=int(differ.sum()), max_score_difference=float(relative.max())
     )
     return parity, int((differ & ~near).sum()) + unexplained_sets
-
-
-def library_outputs(
-    models: MLP, images: np.ndarray, policy: Policy, temperature: float,
-    calibration: Calibration | None, tta: tuple[Move, ...] | None = None,
-) -> dict[str, np.ndarray]:  # fmt: skip
-    """The library's own answer for `images` (with `tta` views): what an artifact must
-    reproduce."""
-    x = jnp.asarray(images)
-    logits = np.asarray(predict_logits(models, x, policy=policy, tta=tta), np.float64)
-    out = {"logits": logits, "probabilities": scaled_softmax(logits, temperature)}
-    if calibration is not None:
-        feats = features(models, x, policy=policy)
-        out["trust_score"] = calibration.trust.scores(feats)
-        out["unusual"] = calibration.trust.flags(feats, images)
-        if calibration.sets is not None:
-            out["prediction_set"] = calibration.sets.sets(out["probabilities"])
-    return out
 
 
 def _manifest(
@@ -227,7 +207,10 @@ def export_model(
     # A format that does not keep the run's policy holds float32 weights and is checked
     # as a consumer runs it, in float32.
     checked = policy if kind.keeps_policy else FLOAT32
-    ours = library_outputs(models, images, checked, portable.temperature, trust, tta)
+    ours = answer(
+        models, images, policy=checked, calibration=calibration, tta=tta,
+        temperature=temperature, trust=kind.trust,
+    ).outputs()
     inputs = ExportInputs(models, policy, config, portable, dict(extra or {}))
     blob, info = kind.build(inputs)
     theirs, checked_by = kind.run(blob, images, inputs)

@@ -1,5 +1,6 @@
 """Where an artifact's manifest lives, and the one error an export raises."""
 
+import json
 import os
 from pathlib import Path
 
@@ -14,3 +15,26 @@ def manifest_path(path: str | os.PathLike) -> Path:
     """The manifest beside an artifact: `PATH.manifest.json`."""
     path = Path(path)
     return path.with_name(path.name + MANIFEST_SUFFIX)
+
+
+def is_export(path: str | os.PathLike) -> bool:
+    """Whether `path` is an artifact: a file with its manifest beside it (not a run
+    folder or a checkpoint)."""
+    return Path(path).is_file() and manifest_path(path).is_file()
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """The manifest of the artifact at `path`.
+
+    **Raises:**
+
+    `ExportError` naming the manifest when it is missing, unreadable or not a JSON object.
+    """
+    file = manifest_path(path)
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise ExportError(f"cannot read the manifest {file}: {e}; export the model again.") from None
+    if not isinstance(manifest, dict):
+        raise ExportError(f"{file} is not an export's manifest (not a JSON object).")
+    return manifest

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..answers import Answer
 from ..data import IMAGE_SIZE
 from ..dataset import normalize
 from ..evaluation import scaled_softmax
@@ -155,6 +156,31 @@ class Artifact:
             )
         outputs = self.exported.call(jnp.asarray(flat))
         return dict(zip(OUTPUTS, map(np.asarray, outputs), strict=False))
+
+    @property
+    def views(self) -> str:
+        """The name of the views it averages over (fixed when it was exported)."""
+        return self.manifest.get("tta", {}).get("name", "none")  # absent before the views
+
+    def answer(self, images: np.ndarray) -> Answer:
+        """What it says of `images`, as the library's [`answer`][eqx_fmnist.answers.answer]
+        says it: the probabilities, and for a calibrated run the trust flag and the
+        prediction sets with the threshold and coverage its manifest records."""
+        out = self.run(images)
+        if out.get("probabilities") is None:  # every artifact returns them (export checks)
+            raise ExportError(f"{self.path}: the artifact returned no probabilities.")
+        trust = self.manifest.get("trust") or {}
+        sets = self.manifest.get("prediction_sets") or {}  # absent before the sets
+        return Answer(
+            out["logits"],
+            out["probabilities"],
+            float(self.manifest.get("temperature", 1.0)),
+            trust_score=out.get("trust_score"),
+            unusual=out.get("unusual"),
+            threshold=trust.get("threshold"),
+            prediction_set=out.get("prediction_set"),
+            coverage=sets.get("coverage"),
+        )
 
     def __call__(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`(logits, probabilities)`; see [`run`][eqx_fmnist.export.stablehlo.Artifact.run]."""

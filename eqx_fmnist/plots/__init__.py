@@ -20,6 +20,7 @@ from .figure import (
     figure_to_html as figure_to_html,
     new_figure as new_figure,
     save_figure as save_figure,
+    save_pixels as save_pixels,
 )
 from .training import (
     plot_examples as plot_examples,

@@ -1,5 +1,5 @@
 """The figures' canvas: a `Figure` on a non-interactive Agg canvas (`new_figure`), saved
-atomically as PNG (`save_figure`) or inlined in a page (`figure_to_html`)."""
+atomically as PNG (`save_figure`) or inlined in a page (`figure_to_html`); an image's pixels enlarged (`save_pixels`)."""
 
 import os
 from collections.abc import Sequence
@@ -79,6 +79,20 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 120) -> Path
     with atomic_write(path) as f:
         fig.savefig(f, format="png", dpi=dpi)
     return path
+
+
+def save_pixels(
+    pixels: UInt8[np.ndarray, "h w"], path: str | os.PathLike, *, scale: int = 8
+) -> Path:
+    """An image's pixels as a PNG, enlarged `scale` times without smoothing (what a
+    model saw), written atomically."""
+    from PIL import Image  # matplotlib's own dependency
+
+    height, width = pixels.shape
+    big = Image.fromarray(pixels).resize((width * scale, height * scale), Image.Resampling.NEAREST)
+    with atomic_write(path) as f:
+        big.save(f, format="PNG")
+    return Path(path)
 
 
 def figure_to_html(fig: Figure, *, alt: str = "figure", dpi: int = 100) -> str:

@@ -3,8 +3,10 @@
 The modules: `folder` ([`RunFolder`][eqx_fmnist.runs.RunFolder]: the lock, the config,
 one history line per logging interval, checkpoints on a cadence of their own, clean
 stops, the summary and the figures), `report` (the test report a folder writes and `evaluate` shows: [`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers, TensorBoard,
-[`RunError`][eqx_fmnist.runs.RunError]) and `run` (the splits a config asks for, the
-training, and the calibration after it). Nothing here prints.
+[`RunError`][eqx_fmnist.runs.RunError]), `run` (the splits a config asks for, the
+training, and the calibration after it), `saved` (a run folder read back:
+[`Run.open`][eqx_fmnist.runs.Run.open], its model, calibration, views, answer and
+teacher) and `out_of_fold` (what `cv` and `audit` write). Nothing here prints.
 """
 
 from .folder import (
@@ -18,8 +20,20 @@ from .folder import (
     default_folder as default_folder,
     read_history as read_history,
 )
+from .out_of_fold import (
+    OUT_OF_FOLD as OUT_OF_FOLD,
+    read_out_of_fold as read_out_of_fold,
+    write_cross_validation as write_cross_validation,
+    write_suspects as write_suspects,
+)
 from .report import RunReport as RunReport, run_report as run_report
 from .run import RunResult as RunResult, run_splits as run_splits, train_run as train_run
+from .saved import (
+    TEACHER_FILE as TEACHER_FILE,
+    Run as Run,
+    checkpoint_path as checkpoint_path,
+    open_teacher as open_teacher,
+)
 from .summary import (
     CHECKPOINT_NAME as CHECKPOINT_NAME,
     TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,

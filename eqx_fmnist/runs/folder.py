@@ -11,6 +11,7 @@ runs/20261201-021500/
   examples.png  training_curve.png  predictions.png  confusion_matrix.png
   reliability.png  robustness.png   calibration; accuracy on moved test images
   tensorboard/         scalars and hyperparameters, with `tensorboard=True`
+  teacher.json         the teacher's checkpoint, for a distilled run
   sweep.md  sweep.json  sweep_heatmap.png      for a sweep
 ```
 
@@ -54,6 +55,7 @@ from ..plots import (
 from ..state import TrainState
 from ..train import TrainResult
 from .report import run_report
+from .saved import TEACHER_FILE
 from .summary import CHECKPOINT_NAME, RunError, summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"
@@ -150,6 +152,7 @@ class RunFolder:
         checkpoint_every: CheckpointEvery = CheckpointEvery(),
         tensorboard: bool = False,
         members: Sequence[TrainConfig] | None = None,
+        teacher: str | os.PathLike | None = None,
     ):
         """**Arguments:**
 
@@ -166,6 +169,8 @@ class RunFolder:
             `folder/tensorboard` (needs `pip install 'eqx_fmnist[tensorboard]'`).
         - `members`: the member configs of an ensemble or sweep trained as one program
             (`config` is then the one they share). Defaults to `None`: one run.
+        - `teacher`: the checkpoint of the teacher a distilled run learns from, named in
+            `teacher.json` so that a resume finds it. Defaults to `None`.
         """
         self.folder = Path(folder)
         existing = [n for n in (*RESULT_FILES, *SWEEP_FILES) if (self.folder / n).exists()]
@@ -184,6 +189,7 @@ class RunFolder:
         self._tensorboard = tensorboard
         self._writer = None
         self._lock = FolderLock(self.folder / LOCK_NAME)
+        self._teacher = None if teacher is None else Path(teacher).resolve()
 
     def __enter__(self) -> "RunFolder":
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -195,6 +201,9 @@ class RunFolder:
             _write_text(self.folder / "config.json", self.config.to_json() + "\n")
             kept = [h for h in read_history(self.folder) if h["step"] <= self._start_step]
             _write_text(self.folder / "history.jsonl", "".join(json.dumps(h) + "\n" for h in kept))
+            if self._teacher is not None:
+                named = json.dumps({"teacher": str(self._teacher)})
+                _write_text(self.folder / TEACHER_FILE, named + "\n")
             if self._tensorboard:
                 self._writer = tensorboard_writer(self.folder / "tensorboard")
         except BaseException:

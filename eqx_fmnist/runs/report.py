@@ -15,17 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..answers import answer
 from ..augment import Move
 from ..calibration import Calibration, calibration_report
 from ..conformal import SetReport, set_report
 from ..dataset import ArrayDataset
-from ..evaluation import (
-    Robustness,
-    confusion_matrix,
-    evaluate_robustness,
-    predict_logits,
-    scaled_softmax,
-)
+from ..evaluation import Robustness, confusion_matrix, evaluate_robustness
 from ..model import MLP
 from ..plots import plot_confusion_matrix, plot_robustness, plot_sets
 from ..precision import Policy
@@ -91,17 +86,16 @@ def run_report(
     views, the outputs it was fitted on, take their place)."""
     x = jnp.asarray(np.asarray(images).reshape(len(images), -1))
     tta = tta if calibration is None else calibration.tta
-    logits = np.asarray(predict_logits(model, x, policy=policy, tta=tta), np.float32)
-    cm = np.asarray(confusion_matrix(labels, logits.argmax(axis=-1)))
-    summary, reliability = calibration_report(logits, labels, calibration)
-    robust = evaluate_robustness(model, ArrayDataset(x, jnp.asarray(labels)), policy=policy,
-                                 tta=tta)  # fmt: skip
-    if calibration is None or calibration.sets is None:
-        return RunReport(logits, cm, summary, robust, reliability)
-    probs = np.asarray(scaled_softmax(jnp.asarray(logits), calibration.temperature))
-    sets = calibration.sets.sets(probs)
-    y = np.asarray(labels).astype(int)
+    said = answer(model, x, policy=policy, calibration=calibration, tta=tta, trust=False)
+    cm = np.asarray(confusion_matrix(labels, said.logits.argmax(axis=-1)))
+    summary, reliability = calibration_report(said.logits, labels, calibration)
+    data = ArrayDataset(x, jnp.asarray(labels))
+    robust = evaluate_robustness(model, data, policy=policy, tta=tta)
+    if said.prediction_set is None or said.coverage is None:
+        return RunReport(said.logits, cm, summary, robust, reliability)
+    sets, y = said.prediction_set, np.asarray(labels).astype(int)
     sizes = tuple(float(sets[y == k].sum(axis=1).mean()) for k in range(sets.shape[1]))
-    return RunReport(logits, cm, summary, robust, reliability, set_report(sets, y), sizes,
-                     calibration.sets.coverage)  # fmt: skip
-
+    report = set_report(sets, y)
+    return RunReport(
+        said.logits, cm, summary, robust, reliability, report, sizes, said.coverage
+    )

@@ -1,0 +1,135 @@
+"""Everything a prediction says, assembled once: the probabilities at the calibrated
+temperature, the conformal set and what it promises, the trust score and flag, each
+member's guess and, when asked, which pixels made the model say it.
+
+[`answer`][eqx_fmnist.answers.answer] is what `eqx-fmnist predict` prints, what every
+export is checked against, and where the run report takes its prediction sets from.
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Shaped
+
+from .attributions import Explanation, explain
+from .augment import Move, tta_name
+from .calibration import Calibration
+from .evaluation import member_probabilities, predict_logits, scaled_softmax
+from .model import MLP
+from .precision import FLOAT32, Policy
+from .trust import features
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What the library says of each of `n` images.
+
+    **Fields:**
+
+    - `logits`: `(n, 10)` float32; for members or views, the log of the mean probability.
+    - `probabilities`: `(n, 10)` float32, `softmax(logits / temperature)`.
+    - `temperature`: the calibration's, else the one asked for (`1`: raw).
+    - `trust_score`, `unusual`: `(n,)`, the trust detector's score and flag (a
+        calibrated run's); else `None`.
+    - `threshold`: the score above which an image is flagged; else `None`.
+    - `prediction_set`: `(n, 10)` booleans, the conformal set of each image (a
+        calibration with sets); else `None`. `coverage`: what the sets promise.
+    - `member_probabilities`: `(members, n, 10)`, each member's own (asked for with
+        `members=True`, for a stack); else `None`.
+    - `explained`: the attributions of the class shown first (`attributions=True`).
+    """
+
+    logits: Float[np.ndarray, "n classes"]
+    probabilities: Float[np.ndarray, "n classes"]
+    temperature: float = 1.0
+    trust_score: Float[np.ndarray, " n"] | None = None
+    unusual: Bool[np.ndarray, " n"] | None = None
+    threshold: float | None = None
+    prediction_set: Bool[np.ndarray, "n classes"] | None = None
+    coverage: float | None = None
+    member_probabilities: Float[np.ndarray, "members n classes"] | None = None
+    explained: Explanation | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether a calibration stood behind it (the trust flag is then given)."""
+        return self.threshold is not None
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The arrays by the names every export returns (`logits`, `probabilities`,
+        `trust_score`, `unusual`, `prediction_set`), those that are given."""
+        named = {
+            "logits": self.logits,
+            "probabilities": self.probabilities,
+            "trust_score": self.trust_score,
+            "unusual": self.unusual,
+            "prediction_set": self.prediction_set,
+        }
+        return {k: v for k, v in named.items() if v is not None}
+
+
+def answer(
+    model: MLP,
+    images: Shaped[Array | np.ndarray, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    calibration: Calibration | None = None,
+    tta: tuple[Move, ...] | None = None,
+    temperature: float = 1.0,
+    trust: bool = True,
+    members: bool = False,
+    attributions: bool = False,
+) -> Answer:
+    """The [`Answer`][eqx_fmnist.answers.Answer] of `model` (or a stack of members) for
+    `uint8` images `(n, 784)`.
+
+    **Arguments:**
+
+    - `policy`: the precision policy of the forward pass. Defaults to float32.
+    - `calibration`: a run's [`Calibration`][eqx_fmnist.calibration.Calibration]: its
+        temperature, its views, its trust flag and its prediction sets. Defaults to
+        `None`: raw probabilities (or `temperature`), no flag, no set.
+    - `tta`: the views to average over ([`TrainConfig.views`][eqx_fmnist.config.TrainConfig.views]);
+        with a calibration, only the views it was fitted on. Defaults to `None`: the
+        calibration's, else the image alone.
+    - `temperature`: a temperature without a calibration. Defaults to `1`: raw.
+    - `trust`: compute the calibration's trust score and flag. Defaults to `True`.
+    - `members`: also each member's probabilities. Defaults to `False`.
+    - `attributions`: also integrated gradients of the class shown first
+        ([`explain`][eqx_fmnist.attributions.explain]). Defaults to `False`.
+
+    **Raises:**
+
+    `ValueError` for views other than the calibration's, or a calibration and a
+    temperature together.
+    """
+    if calibration is not None:
+        if tta is not None and tuple(tta) != tuple(calibration.tta or ()):
+            raise ValueError(
+                f"the calibration was fitted with tta {tta_name(calibration.tta)}, not "
+                f"{tta_name(tta)}: its temperature and sets hold only for those views."
+            )
+        if temperature != 1.0:
+            raise ValueError("give a calibration or a temperature, not both.")
+        tta, temperature = calibration.tta, calibration.temperature
+    x = jnp.asarray(images)
+    logits = predict_logits(model, x, policy=policy, tta=tta).astype(jnp.float32)
+    probs = np.asarray(scaled_softmax(logits, temperature))
+    found: dict = {}
+    if calibration is not None and trust:
+        feats = features(model, x, policy=policy)
+        found |= {
+            "trust_score": calibration.trust.scores(feats),
+            "unusual": calibration.trust.flags(feats, np.asarray(images)),
+            "threshold": calibration.trust.threshold,
+        }
+    if calibration is not None and calibration.sets is not None:
+        sets = calibration.sets
+        found |= {"prediction_set": sets.sets(probs), "coverage": sets.coverage}
+    if members:
+        each = member_probabilities(model, x, policy=policy)
+        found["member_probabilities"] = np.asarray(each)
+    if attributions:  # the class shown first: the temperature does not change the order
+        found["explained"] = explain(model, x, target=probs.argmax(axis=-1), policy=policy)
+    return Answer(np.asarray(logits), probs, float(temperature), **found)

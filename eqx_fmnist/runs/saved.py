@@ -1,0 +1,177 @@
+"""A run folder read back: its checkpoint, config, members, calibration, views and
+teacher from one place, for every command that opens a run (`evaluate`, `predict`,
+`export`, `audit`, a resumed `train`, `sweep` or `cv`, a `--teacher`)."""
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..answers import Answer, answer
+from ..augment import TTA_VIEWS, Move, tta_name
+from ..calibration import CALIBRATION_FILE, Calibration
+from ..checkpoint import Checkpoint, load_checkpoint
+from ..config import TrainConfig
+from ..distill import Teacher
+from ..model import MLP
+from ..precision import Policy
+from ..state import TrainState
+from .summary import CHECKPOINT_NAME, RunError
+
+TEACHER_FILE = "teacher.json"
+"""Where a distilled run's folder names its teacher, so that a resume finds it."""
+
+
+def checkpoint_path(where: str | os.PathLike) -> Path:
+    """The checkpoint of a run folder, or `where` itself if it is a checkpoint file."""
+    path = Path(where)
+    path = path / CHECKPOINT_NAME if path.is_dir() else path
+    if not path.is_file():
+        raise RunError(f"no checkpoint at {path}; give a run folder or a {CHECKPOINT_NAME} file.")
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A run as its folder keeps it: open one with
+    [`Run.open`][eqx_fmnist.runs.Run.open].
+
+    **Fields:** `checkpoint` (its path), `saved` (the
+    [`Checkpoint`][eqx_fmnist.checkpoint.Checkpoint]: state, config, members) and
+    `calibration` (the [`Calibration`][eqx_fmnist.calibration.Calibration] saved beside
+    it, or `None` for a run trained without `calibration_size`).
+
+    !!! example
+
+        ```python
+        run = ef.runs.Run.open("runs/a")
+        said = run.answer(images)  # probabilities, trust flag, prediction sets
+        ```
+    """
+
+    checkpoint: Path
+    saved: Checkpoint
+    calibration: Calibration | None
+
+    @classmethod
+    def open(cls, where: str | os.PathLike) -> "Run":
+        """The run in folder `where` (or of the checkpoint file `where`).
+
+        **Raises:**
+
+        `RunError` when there is no checkpoint; `CheckpointError` for one that is not
+        a checkpoint of this library.
+        """
+        path = checkpoint_path(where)
+        file = path.parent / CALIBRATION_FILE
+        calibration = Calibration.load(file) if file.is_file() else None
+        return cls(path, load_checkpoint(path), calibration)
+
+    @property
+    def folder(self) -> Path:
+        return self.checkpoint.parent
+
+    @property
+    def config(self) -> TrainConfig:
+        return self.saved.config
+
+    @property
+    def members(self) -> tuple[TrainConfig, ...] | None:
+        """The members' configs (an ensemble, a sweep or cv's folds), else `None`."""
+        return self.saved.members
+
+    @property
+    def step(self) -> int:
+        return self.saved.step
+
+    @property
+    def state(self) -> TrainState:
+        return self.saved.state
+
+    @property
+    def model(self) -> MLP:
+        """What evaluation uses: the weight average if the run kept one."""
+        return self.saved.state.eval_model
+
+    @property
+    def policy(self) -> Policy:
+        return self.saved.state.policy
+
+    def views(self, tta: str | None = None) -> tuple[Move, ...] | None:
+        """The views to average over: those `tta` names (a name in `TTA_VIEWS`), else
+        the run's (its calibration's, or its config's).
+
+        **Raises:**
+
+        `RunError` for views other than a calibration's: its temperature and prediction
+        sets were fitted on those outputs and hold for no other.
+        """
+        if self.calibration is None:
+            return self.config.views if tta is None else TTA_VIEWS[tta]
+        fitted = tta_name(self.calibration.tta)
+        if tta is not None and tta != fitted:
+            raise RunError(
+                f"--tta {tta}: the run was calibrated with --tta {fitted}, and its "
+                f"temperature and prediction sets hold only for those outputs; use --tta "
+                f"{fitted}, or train again with --tta {tta}."
+            )
+        return self.calibration.tta
+
+    def answer(
+        self,
+        images: np.ndarray,
+        *,
+        tta: str | None = None,
+        members: bool = False,
+        attributions: bool = False,
+    ) -> Answer:
+        """[`answer`][eqx_fmnist.answers.answer] of the run's model on `uint8` images
+        `(n, 784)`, with its calibration and [`views`][eqx_fmnist.runs.Run.views]."""
+        return answer(
+            self.model,
+            images,
+            policy=self.policy,
+            calibration=self.calibration,
+            tta=self.views(tta),
+            members=members and self.members is not None,
+            attributions=attributions,
+        )
+
+    def teacher(self) -> Path | None:
+        """The checkpoint of the teacher a distilled run learnt from (`teacher.json`),
+        else `None`."""
+        file = self.folder / TEACHER_FILE
+        if not file.is_file():
+            return None
+        try:
+            named = json.loads(file.read_text())["teacher"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise RunError(
+                f"{file} does not name a teacher ({type(e).__name__}: {e}); write "
+                '{"teacher": "RUN_DIR"} into it, or delete it to resume without one.'
+            ) from None
+        return Path(named)
+
+
+def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, MLP]:
+    """`(checkpoint, model)` of the run `where` names as a teacher (its weight average,
+    if it kept one), checked against the student's `config` before anything is written.
+
+    **Raises:**
+
+    `RunError` naming what is wrong: no checkpoint, not a checkpoint of this library,
+    or a teacher this student cannot learn from.
+    """
+    try:
+        run = Run.open(where)
+    except RunError:
+        raise
+    except (ValueError, OSError) as e:
+        raise RunError(f"{where} is not a run this library wrote: {e}") from None
+    try:
+        Teacher.for_student(run.model, config)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    return run.checkpoint, run.model

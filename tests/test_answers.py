@@ -1,0 +1,98 @@
+"""`answer`: everything a prediction says, against the numpy reference written from the
+definitions (`helpers.numpy_reference`: the forward pass, the views, the temperature,
+the Mahalanobis score, the ink and contrast checks, the conformal sets)."""
+
+import equinox as eqx
+import jax.random as jr
+import numpy as np
+import pytest
+
+from helpers import assert_sets_match, calibrate_on_training_images, numpy_reference
+
+pytestmark = pytest.mark.quick_compile
+
+
+@pytest.fixture(scope="module")
+def models():
+    import eqx_fmnist as ef
+
+    keys = jr.split(jr.key(3), 2)
+    one = ef.MLP(hidden_sizes=(32, 16), key=jr.key(2))
+    stack = eqx.filter_vmap(lambda k: ef.MLP(hidden_sizes=(32, 16), key=k))(keys)
+    return {"one model": one, "two members": stack}
+
+
+@pytest.fixture(scope="module")
+def images(real_data):
+    return real_data.test_images[:300].reshape(300, -1)
+
+
+@pytest.mark.parametrize("which", ["one model", "two members"])
+def test_a_calibrated_answer_is_the_reference_s(models, images, real_data, which):
+    import eqx_fmnist as ef
+
+    model = models[which]
+    calibration = calibrate_on_training_images(model, real_data, coverage=0.9)
+    got = ef.answer(model, images, calibration=calibration, members=True)
+    ref = numpy_reference(model, images, calibration=calibration)
+    assert got.temperature == calibration.temperature != 1.0
+    np.testing.assert_allclose(got.logits, ref["logits"], atol=1e-4)
+    np.testing.assert_allclose(got.probabilities, ref["probabilities"], atol=1e-5)
+    np.testing.assert_allclose(got.trust_score, ref["trust_score"], rtol=1e-4)
+    near = np.abs(ref["trust_score"] - calibration.trust.threshold) <= 1e-4 * abs(
+        calibration.trust.threshold
+    )
+    assert ((got.unusual == ref["unusual"]) | near).all()
+    assert got.threshold == calibration.trust.threshold and got.calibrated
+    assert got.coverage == 0.9
+    assert_sets_match(got.prediction_set, ref, calibration.sets.thresholds)
+    k = 1 if which == "one model" else 2
+    each = [numpy_reference(m, images)["probabilities"] for m in _members(model, k)]
+    np.testing.assert_allclose(got.member_probabilities, np.stack(each), atol=1e-5)
+    assert set(got.outputs()) == {
+        "logits", "probabilities", "trust_score", "unusual", "prediction_set"
+    }  # fmt: skip
+
+
+def _members(stack, k):
+    import jax.tree_util as jtu
+
+    if k == 1:
+        return [stack]
+    return [jtu.tree_map(lambda x, i=i: x[i] if eqx.is_array(x) else x, stack) for i in range(k)]
+
+
+def test_an_uncalibrated_answer_has_no_flag_and_no_set(models, images):
+    import eqx_fmnist as ef
+
+    model = models["one model"]
+    got = ef.answer(model, images, temperature=2.0, tta=ef.augment.TTA_MIRROR)
+    ref = numpy_reference(model, images, temperature=2.0, tta=ef.augment.TTA_MIRROR)
+    np.testing.assert_allclose(got.probabilities, ref["probabilities"], atol=1e-5)
+    assert got.trust_score is got.unusual is got.prediction_set is None
+    assert not got.calibrated and set(got.outputs()) == {"logits", "probabilities"}
+
+
+def test_the_attributions_explain_the_class_shown_first(models, images):
+    import eqx_fmnist as ef
+
+    model = models["one model"]
+    got = ef.answer(model, images[:4], temperature=0.5, attributions=True)
+    np.testing.assert_array_equal(got.explained.target, got.probabilities.argmax(axis=1))
+    # Completeness: each map sums to the class score's change from the blank image.
+    blank = numpy_reference(model, np.zeros_like(images[:4]))["logits"]
+    logits = numpy_reference(model, images[:4])["logits"]
+    rows = np.arange(4), got.explained.target
+    change = logits[rows] - blank[rows]
+    np.testing.assert_allclose(got.explained.attributions.sum(1), change, atol=0.05)
+
+
+def test_views_or_a_temperature_beside_a_calibration_are_refused(models, images, real_data):
+    import eqx_fmnist as ef
+
+    model = models["one model"]
+    calibration = calibrate_on_training_images(model, real_data)
+    with pytest.raises(ValueError, match="fitted with tta none, not mirror"):
+        ef.answer(model, images, calibration=calibration, tta=ef.augment.TTA_MIRROR)
+    with pytest.raises(ValueError, match="calibration or a temperature, not both"):
+        ef.answer(model, images, calibration=calibration, temperature=2.0)
