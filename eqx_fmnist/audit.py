@@ -55,10 +55,15 @@ class LabelAudit:
     examples: int
 
     def rows(self) -> list[dict]:
-        return [{"index": int(i), "given": CLASS_NAMES[g], "suggested": CLASS_NAMES[s],
-                 "score": float(c)}
-                for i, g, s, c in zip(self.indices, self.given, self.suggested, self.score,
-                                      strict=True)]  # fmt: skip
+        return [
+            {
+                "index": int(i),
+                "given": CLASS_NAMES[g],
+                "suggested": CLASS_NAMES[s],
+                "score": float(c),
+            }
+            for i, g, s, c in zip(self.indices, self.given, self.suggested, self.score, strict=True)
+        ]
 
     def save(self, path: str | Path) -> Path:
         """The suspects as CSV (`.csv`) or JSON (any other suffix), atomically."""
@@ -95,10 +100,18 @@ def audit_labels(
     """
     probs, labels = np.asarray(probabilities, np.float64), np.asarray(labels).astype(int)
     if probs.ndim != 2 or len(probs) != len(labels):
-        raise ValueError(f"probabilities of shape {probs.shape} for {len(labels)} labels: "
-                         "give one row per example.")  # fmt: skip
+        raise ValueError(
+            f"probabilities of shape {probs.shape} for {len(labels)} labels: "
+            "give one row per example."
+        )
     found = require_cleanlab().find_label_issues(  # n_jobs=1: no fork of a JAX process
-        labels, probs, return_indices_ranked_by="self_confidence", n_jobs=1)  # fmt: skip
+        labels, probs, return_indices_ranked_by="self_confidence", n_jobs=1
+    )
     found = np.asarray(found, int)
-    return LabelAudit(found, labels[found], probs[found].argmax(1),
-                      self_confidence(probs, labels)[found], len(labels))  # fmt: skip
+    return LabelAudit(
+        found,
+        labels[found],
+        probs[found].argmax(1),
+        self_confidence(probs, labels)[found],
+        len(labels),
+    )

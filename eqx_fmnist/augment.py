@@ -93,9 +93,11 @@ NONE = Augmentation()
 def augmentation_of(config) -> Augmentation:
     """The [`Augmentation`][eqx_fmnist.augment.Augmentation] a `TrainConfig` asks for."""
     return Augmentation(
-        shift=config.shift, mirror=config.mirror, erase=config.erase,
+        shift=config.shift,
+        mirror=config.mirror,
+        erase=config.erase,
         shift_distribution=config.shift_distribution,
-    )  # fmt: skip
+    )
 
 
 def pixel_sources(
@@ -214,20 +216,28 @@ moved `dx` pixels right and `dy` down (see
 
 TTA_MIRROR: tuple[Move, ...] = ((0, 0, False), (0, 0, True))
 """Test-time augmentation's views: each image as it is and mirrored left-right."""
-TTA_SHIFTS: tuple[Move, ...] = TTA_MIRROR + ((1, 0, False), (-1, 0, False), (0, 1, False),
-                                             (0, -1, False))  # fmt: skip
+TTA_SHIFTS: tuple[Move, ...] = TTA_MIRROR + (
+    (1, 0, False),
+    (-1, 0, False),
+    (0, 1, False),
+    (0, -1, False),
+)
 """The mirror and moves of one pixel along each axis: six views."""
 TTA = Literal["none", "mirror", "shifts"]
 """A named choice of views, as `TrainConfig.tta` and `--tta` take it."""
 TTA_VIEWS: dict[str, tuple[Move, ...] | None] = {
-    "none": None, "mirror": TTA_MIRROR, "shifts": TTA_SHIFTS}  # fmt: skip
+    "none": None,
+    "mirror": TTA_MIRROR,
+    "shifts": TTA_SHIFTS,
+}
 """The views of each named choice (`None`: the image alone)."""
 
 
 def tta_name(views: tuple[Move, ...] | None) -> str:
     """The name in `TTA_VIEWS` of `views`, or `"custom"` for other moves."""
-    return next((k for k, v in TTA_VIEWS.items() if v == (tuple(views) if views else None)),
-                "custom")  # fmt: skip
+    return next(
+        (k for k, v in TTA_VIEWS.items() if v == (tuple(views) if views else None)), "custom"
+    )
 
 
 def move_images(

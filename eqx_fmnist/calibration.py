@@ -77,9 +77,16 @@ def calibration_metrics(
         b_acc, b_mean = b_correct / b_count, b_conf / b_count
     ece = float(np.nansum(b_count * np.abs(b_acc - b_mean)) / max(count, 1))
     return CalibrationResult(
-        float(nll), float(brier), ece, float(acc), int(count), float(temperature),
-        b_count.astype(int), b_acc, b_mean,
-    )  # fmt: skip
+        float(nll),
+        float(brier),
+        ece,
+        float(acc),
+        int(count),
+        float(temperature),
+        b_count.astype(int),
+        b_acc,
+        b_mean,
+    )
 
 
 @jax.jit
@@ -126,8 +133,9 @@ def evaluate_calibration(
 ) -> CalibrationResult:
     """[`calibration_metrics`][eqx_fmnist.calibration.calibration_metrics] of `model`
     over every example of `dataset` (with `tta`, of its test-time-augmented outputs)."""
-    logits, labels, mask = dataset_logits(model, dataset, policy=policy, batch_size=batch_size,
-                                          tta=tta)  # fmt: skip
+    logits, labels, mask = dataset_logits(
+        model, dataset, policy=policy, batch_size=batch_size, tta=tta
+    )
     return calibration_metrics(logits, labels, mask, temperature=temperature)
 
 
@@ -224,8 +232,9 @@ def calibrate(
         calibration = ef.calibrate(result.model, splits.train, splits.calibration)
         ```
     """
-    logits, labels, mask = dataset_logits(model, held_out, policy=policy, batch_size=batch_size,
-                                          tta=tta)  # fmt: skip
+    logits, labels, mask = dataset_logits(
+        model, held_out, policy=policy, batch_size=batch_size, tta=tta
+    )
     temperature = fit_temperature(logits, labels, mask)
     n = len(held_out)
     probs = np.asarray(jax.nn.softmax(logits[:n].astype(jnp.float32) / temperature, axis=-1))
@@ -253,10 +262,13 @@ def calibration_report(
         for name, r in results.items()
     }
     curves = {
-        (f"raw, ECE {r.ece:.3f}" if name == "raw" else f"T = {r.temperature:.2f}, ECE {r.ece:.3f}"):
-        (r.bin_confidence, r.bin_accuracy, r.bin_count)
+        (
+            f"raw, ECE {r.ece:.3f}"
+            if name == "raw"
+            else f"T = {r.temperature:.2f}, ECE {r.ece:.3f}"
+        ): (r.bin_confidence, r.bin_accuracy, r.bin_count)
         for name, r in results.items()
-    }  # fmt: skip
+    }
     return summary, plot_reliability(
         curves, title=f"Reliability on {results['raw'].count:,} images"
     )
@@ -302,19 +314,31 @@ class Calibration:
         try:
             with safe_open(str(path), framework="numpy") as f:
                 meta = {k: json.loads(v) for k, v in f.metadata().items()}
-                trust = Trust(f.get_tensor("means"), f.get_tensor("precision"),
-                              float(meta["threshold"]), tuple(meta["ink_range"]),
-                              float(meta["min_contrast"]))  # fmt: skip
+                trust = Trust(
+                    f.get_tensor("means"),
+                    f.get_tensor("precision"),
+                    float(meta["threshold"]),
+                    tuple(meta["ink_range"]),
+                    float(meta["min_contrast"]),
+                )
                 sets = ConformalSets.from_dict(meta["sets"]) if "sets" in meta else None
-                tta = tuple((int(x), int(y), bool(m)) for x, y, m in meta["tta"]) if meta.get(
-                    "tta") else None  # fmt: skip
+                tta = (
+                    tuple((int(x), int(y), bool(m)) for x, y, m in meta["tta"])
+                    if meta.get("tta")
+                    else None
+                )
                 return cls(float(meta["temperature"]), trust, int(meta["held_out"]), sets, tta)
         except Exception as e:  # safetensors raises several kinds
             raise ValueError(f"cannot read the calibration {path}: {e}") from None
 
     def to_dict(self) -> dict:
-        return {"temperature": self.temperature, "threshold": self.trust.threshold,
-                "ink_range": list(self.trust.ink_range),
-                "min_contrast": self.trust.min_contrast, "held_out": self.held_out,
-                "flag_rate": FLAG_RATE, "tta": [list(v) for v in self.tta or ()],
-                **({} if self.sets is None else {"sets": self.sets.to_dict()})}  # fmt: skip
+        return {
+            "temperature": self.temperature,
+            "threshold": self.trust.threshold,
+            "ink_range": list(self.trust.ink_range),
+            "min_contrast": self.trust.min_contrast,
+            "held_out": self.held_out,
+            "flag_rate": FLAG_RATE,
+            "tta": [list(v) for v in self.tta or ()],
+            **({} if self.sets is None else {"sets": self.sets.to_dict()}),
+        }

@@ -296,8 +296,14 @@ def _from_format_1(payload: bytes, config, members, num_train: int, path) -> Tra
         io.BytesIO(payload), old_layout
     )
     return eqx.tree_at(
-        lambda s: (s.model, _adam_state(s.opt_state), s.opt_state.count, s.step, s.key,
-                   s.loss_scale),
+        lambda s: (
+            s.model,
+            _adam_state(s.opt_state),
+            s.opt_state.count,
+            s.step,
+            s.key,
+            s.loss_scale,
+        ),
         fresh,
         (model, adam, schedule_count, step, key, loss_scale),
-    )  # fmt: skip
+    )

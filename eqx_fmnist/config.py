@@ -46,9 +46,10 @@ def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool 
     )
 
 
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int, but got {value!r}.")
+def _positive_int(name: str, value: Any, *, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a positive" if low else "a non-negative"
+        raise ValueError(f"`{name}` must be {kind} int, but got {value!r}.")
 
 
 def _number(name: str, value: Any, *, low: float, high: float = math.inf, low_open=False):
@@ -153,10 +154,15 @@ class TrainConfig:
         "training images held out to fit the temperature and the trust flag (0: none)",
         flags=("--calibrate",),
     )
-    coverage: float = _field(COVERAGE, "with --calibrate: prediction sets hold the true class this often")
+    coverage: float = _field(
+        COVERAGE, "with --calibrate: prediction sets hold the true class this often"
+    )
     per_class_sets: bool = _field(False, "with --calibrate: one set threshold per class")
-    tta: TTA = _field("none", "average each answer over the image and its mirror (mirror), "
-                      "and 1-pixel moves (shifts); none: the image alone")  # fmt: skip
+    tta: TTA = _field(
+        "none",
+        "average each answer over the image and its mirror (mirror), "
+        "and 1-pixel moves (shifts); none: the image alone",
+    )
     shift: int = _field(
         2, "move each training image by up to this many pixels in x and y (0: none)"
     )
@@ -217,17 +223,13 @@ class TrainConfig:
         hidden = self.hidden_sizes
         if isinstance(hidden, list):
             object.__setattr__(self, "hidden_sizes", hidden := tuple(hidden))
-        if (
-            not isinstance(hidden, tuple)
-            or not hidden  # the trust flag and the exports measure a hidden layer
-            or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
-        ):
+        sizes = isinstance(hidden, tuple) and all(type(h) is int and h > 0 for h in hidden)
+        if not sizes or not hidden:  # the trust flag and the exports measure a hidden layer
             raise ValueError(
                 f"`hidden_sizes` must be a non-empty tuple of positive ints such as "
                 f"(256, 128), but got {hidden!r}."
             )
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"`seed` must be a non-negative int, but got {self.seed!r}.")
+        _positive_int("seed", self.seed, low=0)
         _positive_int("devices", self.devices)
         if self.batch_size % self.devices:
             lower = self.batch_size - self.batch_size % self.devices
@@ -244,13 +246,13 @@ class TrainConfig:
 
     def _check_held_out(self) -> None:
         for name in ("validation_size", "calibration_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"`{name}` must be a non-negative int, but got {value!r}.")
+            _positive_int(name, getattr(self, name), low=0)
         check_coverage(self.coverage)  # the prediction sets' rule, kept where they are made
         if (self.coverage != COVERAGE or self.per_class_sets) and not self.calibration_size:
-            raise ValueError("`coverage` and `per_class_sets` shape the prediction sets fitted on "
-                             "a calibration split: hold one out too (--calibrate 5000).")  # fmt: skip
+            raise ValueError(
+                "`coverage` and `per_class_sets` shape the prediction sets fitted on "
+                "a calibration split: hold one out too (--calibrate 5000)."
+            )
 
     @property
     def policy(self) -> Policy:
@@ -268,18 +270,9 @@ class TrainConfig:
         """The codelab's reference run: AdamW at a constant 3e-3, weight decay 1e-4,
         batch 512, 400 steps, float32, no label smoothing, no augmentation, a log line
         every 50 steps."""
-        base = dict(
-            steps=400,
-            batch_size=512,
-            learning_rate=3e-3,
-            weight_decay=1e-4,
-            schedule="constant",
-            label_smoothing=0.0,
-            log_every=50,
-            shift=0,
-            mirror=False,
-        )
-        return cls().with_changes(**base).with_changes(**overrides)
+        base = cls(steps=400, batch_size=512, learning_rate=3e-3, weight_decay=1e-4)
+        plain = dict(schedule="constant", label_smoothing=0.0, shift=0, mirror=False)
+        return base.with_changes(log_every=50, **plain).with_changes(**overrides)
 
     @classmethod
     def best(cls, **overrides) -> "TrainConfig":
@@ -389,9 +382,8 @@ def coerce(name: str, value: Any) -> Any:
     if typing.get_origin(kind) is tuple and isinstance(value, tuple | list):
         if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return tuple(value)
-    expected = {bool: "true or false", int: "an int", float: "a number", str: "a string"}.get(
-        kind, str(kind)
-    )
+    expected = {bool: "true or false", int: "an int", float: "a number", str: "a string"}
+    expected = expected.get(kind, str(kind))
     if typing.get_origin(kind) is Literal:
         expected = "one of " + ", ".join(map(repr, typing.get_args(kind)))
     elif typing.get_origin(kind) is tuple:

@@ -80,9 +80,7 @@ class ConformalSets:
     per_class: bool
     held_out: int
 
-    def sets(
-        self, probabilities: Float[np.ndarray, "n classes"]
-    ) -> Bool[np.ndarray, "n classes"]:
+    def sets(self, probabilities: Float[np.ndarray, "n classes"]) -> Bool[np.ndarray, "n classes"]:
         """`(n, 10)` booleans: [`prediction_sets`][eqx_fmnist.conformal.prediction_sets]
         with these thresholds."""
         return prediction_sets(probabilities, self.thresholds)
@@ -94,8 +92,12 @@ class ConformalSets:
     @classmethod
     def from_dict(cls, d: dict) -> "ConformalSets":
         """Rebuild from [`to_dict`][eqx_fmnist.conformal.ConformalSets.to_dict]'s output."""
-        return cls(float(d["coverage"]), tuple(map(float, d["thresholds"])),
-                   bool(d["per_class"]), int(d["held_out"]))  # fmt: skip
+        return cls(
+            float(d["coverage"]),
+            tuple(map(float, d["thresholds"])),
+            bool(d["per_class"]),
+            int(d["held_out"]),
+        )
 
 
 def fit_sets(
@@ -158,14 +160,19 @@ class SetReport:
         return dataclasses.asdict(self) | {"class_coverage": list(self.class_coverage)}
 
 
-def set_report(
-    sets: Bool[np.ndarray, "n classes"], labels: Integer[np.ndarray, " n"]
-) -> SetReport:
+def set_report(sets: Bool[np.ndarray, "n classes"], labels: Integer[np.ndarray, " n"]) -> SetReport:
     """Coverage (overall and per class), mean set size and the share of singletons."""
     sets, y = np.asarray(sets, bool), np.asarray(labels).astype(int)
     hit = sets[np.arange(len(y)), y]
     size = sets.sum(axis=1)
-    per_class = tuple(float(hit[y == k].mean()) if (y == k).any() else math.nan
-                      for k in range(sets.shape[1]))  # fmt: skip
-    return SetReport(float(hit.mean()), per_class, float(size.mean()),
-                     float((size == 1).mean()), float((size == 0).mean()), len(y))  # fmt: skip
+    per_class = tuple(
+        float(hit[y == k].mean()) if (y == k).any() else math.nan for k in range(sets.shape[1])
+    )
+    return SetReport(
+        float(hit.mean()),
+        per_class,
+        float(size.mean()),
+        float((size == 1).mean()),
+        float((size == 0).mean()),
+        len(y),
+    )

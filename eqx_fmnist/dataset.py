@@ -323,4 +323,3 @@ def pad_to_batches(
         x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad, *x.shape[1:]))])
     mask = jnp.arange(steps * batch_size) < n
     return x.reshape(steps, batch_size, *x.shape[1:]), mask.reshape(steps, batch_size)
-

@@ -81,9 +81,11 @@ class Teacher(eqx.Module):
                 f"(--hidden {','.join(map(str, model.hidden_sizes))})."
             )
         return cls(
-            model, policy=policy, temperature=config.distill_temperature,
+            model,
+            policy=policy,
+            temperature=config.distill_temperature,
             weight=config.distill_weight,
-        )  # fmt: skip
+        )
 
     def log_probs(self, x: Float[Array, "batch 784"]) -> Float[Array, "batch classes"]:
         """The log of the teachers' mean probability at this temperature, for a batch

@@ -215,9 +215,11 @@ def evaluate(
     metrics = _metrics(model, dataset, policy, batch_size, mesh, tta)
     (loss, acc), each, count = jax.device_get(metrics)
     count = int(count)
-    members = () if each is None else tuple(
-        EvalResult(float(x), float(a), count) for x, a in zip(*each, strict=True)
-    )  # fmt: skip
+    members = (
+        ()
+        if each is None
+        else tuple(EvalResult(float(x), float(a), count) for x, a in zip(*each, strict=True))
+    )
     return EvalResult(float(loss), float(acc), count, members)
 
 
@@ -311,9 +313,7 @@ class Robustness:
 
 
 @eqx.filter_jit
-def _moved_accuracy(
-    model, dataset: ArrayDataset, moves, policy: Policy, batch_size: int, tta=None
-):
+def _moved_accuracy(model, dataset: ArrayDataset, moves, policy: Policy, batch_size: int, tta=None):
     """The accuracy on `dataset` moved by each `(dx, dy, mirror)` row of `moves`: one
     compiled program, one host read."""
 
@@ -357,7 +357,9 @@ def evaluate_robustness(
     """
 
     moves = [(0, 0, False), (0, 0, True)]
-    moves += [m for s in shifts for m in ((s, 0, False), (-s, 0, False), (0, s, False), (0, -s, False))]
+    moves += [
+        m for s in shifts for m in ((s, 0, False), (-s, 0, False), (0, s, False), (0, -s, False))
+    ]
     moves = jnp.asarray(moves, jnp.int32)
     acc = np.asarray(_moved_accuracy(model, dataset, moves, policy, batch_size, tta))
     clean, mirrored = float(acc[0]), float(acc[1])

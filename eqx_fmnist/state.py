@@ -121,8 +121,9 @@ class TrainState(eqx.Module):
         self.loss_scale = loss_scale
         self.hyperparams = {k: jnp.asarray(hyperparams[k], jnp.float32) for k in HYPERPARAMS}
         schedule = optax.constant_schedule(1.0) if schedule is None else schedule
-        self.settings = Settings(optimizer, schedule, policy, bool(skip_nonfinite),
-                                 augmentation, float(ema_decay))  # fmt: skip
+        self.settings = Settings(
+            optimizer, schedule, policy, bool(skip_nonfinite), augmentation, float(ema_decay)
+        )
         # A copy, not the same buffers: every compiled path donates the state, and one
         # buffer cannot be donated twice.
         self.average = jtu.tree_map(jnp.copy, model) if ema_decay > 0 else None
@@ -275,6 +276,5 @@ def state_bytes(config: TrainConfig, num_train: int) -> int:
     return sum(
         int(np.prod(x.shape)) * x.dtype.itemsize
         for x in leaves
-        if isinstance(x, jax.ShapeDtypeStruct)
-        and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+        if isinstance(x, jax.ShapeDtypeStruct) and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
     )

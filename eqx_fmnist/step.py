@@ -293,14 +293,18 @@ def train_steps(
     return _chunk_fn(state)((dataset, batch_size, num_steps, mesh, teacher, subsets), state)
 
 
-def _check_chunk(state, dataset: ArrayDataset, batch_size: int, num_steps: int, mesh,
-                 subsets=None) -> None:  # fmt: skip
+def _check_chunk(
+    state, dataset: ArrayDataset, batch_size: int, num_steps: int, mesh, subsets=None
+) -> None:
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps <= 0:
         raise ValueError(f"`num_steps` must be a positive int, but got {num_steps!r}.")
-    if subsets is not None and (state.num_members is None or subsets.ndim != 2
-                                or subsets.shape[0] != state.num_members):  # fmt: skip
-        raise ValueError(f"`subsets` must hold one row table per member, shape "
-                         f"({state.num_members}, m), but got {tuple(subsets.shape)}.")  # fmt: skip
+    if subsets is not None and (
+        state.num_members is None or subsets.ndim != 2 or subsets.shape[0] != state.num_members
+    ):
+        raise ValueError(
+            f"`subsets` must hold one row table per member, shape "
+            f"({state.num_members}, m), but got {tuple(subsets.shape)}."
+        )
     steps_per_epoch(len(dataset) if subsets is None else subsets.shape[1], batch_size)
     if mesh is not None:
         check_divisible(batch_size, mesh)

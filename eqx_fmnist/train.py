@@ -173,19 +173,24 @@ def _check_splits(config: TrainConfig, splits: object) -> None:
             )
 
 
-def _check_subsets(subsets: Subsets | None, members: int | None, n: int,
-                   validation: ArrayDataset | None) -> jax.Array | None:  # fmt: skip
+def _check_subsets(
+    subsets: Subsets | None, members: int | None, n: int, validation: ArrayDataset | None
+) -> jax.Array | None:
     """The members' row tables on the device, once checked against the run."""
     if subsets is None:
         return None
     if members != subsets.num_members:
-        raise ValueError(f"`subsets` holds {subsets.num_members} members' rows, but "
-                         f"{members or 'one run, not members,'} trains: give one config per row.")  # fmt: skip
+        raise ValueError(
+            f"`subsets` holds {subsets.num_members} members' rows, but "
+            f"{members or 'one run, not members,'} trains: give one config per row."
+        )
     if subsets.train.size and not 0 <= subsets.train.min() <= subsets.train.max() < n:
         raise ValueError(f"`subsets` names rows outside the {n:,} training examples.")
     if subsets.held_out is not None and validation is not None:
-        raise ValueError("members validated on their own folds take no validation split: "
-                         "make the splits with validation_size=0.")  # fmt: skip
+        raise ValueError(
+            "members validated on their own folds take no validation split: "
+            "make the splits with validation_size=0."
+        )
     return jnp.asarray(subsets.train, jnp.int32)
 
 
@@ -314,7 +319,9 @@ def fit(
     table = _check_subsets(subsets, len(configs) if stacked else None, len(train), valid)
     num_train = len(train) if subsets is None else subsets.size
     state = _starting_state(configs, stacked, state, num_train)
-    soft = None if teacher is None else Teacher.for_student(teacher, configs[0], policy=state.policy)
+    soft = (
+        None if teacher is None else Teacher.for_student(teacher, configs[0], policy=state.policy)
+    )
     mesh, (train, valid, test, state, soft) = _place(configs[0], (train, valid, test, state, soft))
     load_seconds = time.perf_counter() - start
     plan = plan_run(configs[0], num_train)
@@ -324,8 +331,7 @@ def fit(
     def evaluated(ds: ArrayDataset | None, model: MLP) -> EvalResult | None:
         if ds is None:
             return None
-        return evaluate(model, ds, policy=policy, batch_size=eval_batch_size, mesh=mesh,
-                        tta=views)  # fmt: skip
+        return evaluate(model, ds, policy=policy, batch_size=eval_batch_size, mesh=mesh, tta=views)
 
     validated = _validation(evaluated, valid, train, subsets)
     history, seconds, v = [], {"compile": 0.0, "train": 0.0}, None
@@ -343,6 +349,12 @@ def fit(
     if v is None:  # no interval ran (a state already at the end)
         v = validated(state.eval_model)
     return TrainResult(
-        state, configs, history, evaluated(test, state.eval_model), v,
-        seconds["compile"], seconds["train"], load_seconds,
-    )  # fmt: skip
+        state,
+        configs,
+        history,
+        evaluated(test, state.eval_model),
+        v,
+        seconds["compile"],
+        seconds["train"],
+        load_seconds,
+    )

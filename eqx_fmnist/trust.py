@@ -30,7 +30,6 @@ AS_THEY_ARE: tuple[Move, ...] = ((0, 0, False),)
 [`fit_trust`][eqx_fmnist.trust.fit_trust]."""
 
 
-
 @eqx.filter_jit
 def _features(model: MLP, images: Shaped[Array, "n 784"], policy: Policy, batch_size: int):
     def one(m):

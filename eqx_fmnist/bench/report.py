@@ -70,7 +70,7 @@ class BenchmarkReport:
     def _rate(self, name: str) -> float | None:
         return next((t.examples_per_sec for t in self.main if t.name == name), None)
 
-    def to_markdown(self) -> str:
+    def _main_table(self) -> str:
         bound_512 = next((b for t, b in self.batch_sizes if b.batch_size == 512), None)
         # Relative to the loops the library replaces when they were measured
         # (benchmarks/throughput.py), else to the library's per-step path.
@@ -78,41 +78,73 @@ class BenchmarkReport:
         bases = bases or [self.main[0].name]
 
         def pct(t: Throughput) -> str:
-            return f"{100 * t.examples_per_sec / bound_512.examples_per_sec:.0f}%" if bound_512 else "n/a"
+            if bound_512 is None:
+                return "n/a"
+            return f"{100 * t.examples_per_sec / bound_512.examples_per_sec:.0f}%"
 
+        header = ["path", "examples/sec", *(f"x {b}" for b in bases), "% of matmul bound"]
+        rows = [
+            [
+                t.name,
+                f"{t.examples_per_sec:,.0f}",
+                *(f"{t.examples_per_sec / (self._rate(b) or math.nan):.2f}" for b in bases),
+                pct(t),
+                f"{t.tokens_per_sec:,.0f}",
+                f"{t.compile_seconds:.2f}",
+            ]
+            for t in self.main
+        ]
+        return _table([*header, "projected tokens/sec", "compile s"], rows)
+
+    def _other_tables(self) -> tuple[str, str, str]:
+        """The host-read cadence, the precisions and the batch sizes."""
         per_epoch, f32 = self.cadence[-1].examples_per_sec, self.precision[0].examples_per_sec
-        main = _table(
-            ["path", "examples/sec", *(f"x {b}" for b in bases), "% of matmul bound",
-             "projected tokens/sec", "compile s"],
-            [[t.name, f"{t.examples_per_sec:,.0f}",
-              *(f"{t.examples_per_sec / (self._rate(b) or math.nan):.2f}" for b in bases),
-              pct(t), f"{t.tokens_per_sec:,.0f}", f"{t.compile_seconds:.2f}"] for t in self.main],
-        )  # fmt: skip
         cadence = _table(
             ["`fit`, host read every", "examples/sec", "x one read per epoch"],
-            [[f"{c.log_every} steps", f"{c.examples_per_sec:,.0f}",
-              f"{c.examples_per_sec / per_epoch:.2f}"] for c in self.cadence],
-        )  # fmt: skip
+            [
+                [
+                    f"{c.log_every} steps",
+                    f"{c.examples_per_sec:,.0f}",
+                    f"{c.examples_per_sec / per_epoch:.2f}",
+                ]
+                for c in self.cadence
+            ],
+        )
         precision = _table(
             ["fused path, precision", "examples/sec", "x float32"],
-            [[t.name, f"{t.examples_per_sec:,.0f}", f"{t.examples_per_sec / f32:.2f}"]
-             for t in self.precision],
-        )  # fmt: skip
+            [
+                [t.name, f"{t.examples_per_sec:,.0f}", f"{t.examples_per_sec / f32:.2f}"]
+                for t in self.precision
+            ],
+        )
+        header = ["fused path, batch", "examples/sec", "matmul bound (examples/sec)"]
         batches = _table(
-            ["fused path, batch", "examples/sec", "matmul bound (examples/sec)", "% of bound",
-             "bound from"],
-            [[str(b.batch_size), f"{t.examples_per_sec:,.0f}", f"{b.examples_per_sec:,.0f}",
-              f"{100 * t.examples_per_sec / b.examples_per_sec:.0f}%",
-              ", ".join(sorted(set(b.backends)))] for t, b in self.batch_sizes],
-        )  # fmt: skip
+            [*header, "% of bound", "bound from"],
+            [
+                [
+                    str(b.batch_size),
+                    f"{t.examples_per_sec:,.0f}",
+                    f"{b.examples_per_sec:,.0f}",
+                    f"{100 * t.examples_per_sec / b.examples_per_sec:.0f}%",
+                    ", ".join(sorted(set(b.backends))),
+                ]
+                for t, b in self.batch_sizes
+            ],
+        )
+        return cadence, precision, batches
+
+    def to_markdown(self) -> str:
+        main, (cadence, precision, batches) = self._main_table(), self._other_tables()
         parts = [
             _facts_line(self.facts),
             f"Training paths, batch 512, float32, the loss read back to the host every "
             f"{self.read_every} steps on every path; median of interleaved repetitions.",
-            main, cadence,
+            main,
+            cadence,
             f"XLA runs a bfloat16 x bfloat16 -> float32 matmul at "
             f"{self.bf16_matmul_speedup:.2f}x its float32 speed on this machine.",
-            precision, batches,
+            precision,
+            batches,
             f"Matmul FLOPs per training example: {self.flops_per_example:,} by hand; XLA's "
             f"`cost_analysis()` of the compiled chunk counts {self.xla_flops_per_example:,.0f} "
             "(every floating-point operation it emits, elementwise work included).",
@@ -120,11 +152,11 @@ class BenchmarkReport:
             "CPU with numpy and PyTorch, taking the faster; on another backend with "
             "`jnp.matmul` on the device at the matmul precision in use), the best of nine "
             "timings each: a step made of nothing else would run at that rate. "
-            "`@ highest` runs float32 under `jax.default_matmul_precision(\"highest\")` "
+            '`@ highest` runs float32 under `jax.default_matmul_precision("highest")` '
             "(a GPU's default lets float32 matmuls use TF32).\n"
             f"Tokens/sec is a projection: examples/sec x {TOKENS_PER_EXAMPLE} (7 x 7 "
             "patches per image), not a measurement.",
-        ]  # fmt: skip
+        ]
         if self.skipped:
             parts.append("\n".join(f"- skipped: {s}" for s in self.skipped))
         return "\n\n".join(parts) + "\n"

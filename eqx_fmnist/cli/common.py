@@ -3,9 +3,12 @@ training progress bar and what to say when training stops, tables."""
 
 import argparse
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+import jax
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -18,8 +21,10 @@ from rich.progress import (
 from rich.table import Table
 
 from .. import data as data_mod
+from ..config import TrainConfig
+from ..data import FashionMNIST
 from ..intervals import NonFiniteError
-from ..runs import Interrupted, RunFolder
+from ..runs import CheckpointEvery, Interrupted, RunFolder
 from ..runs.profile import IntervalProfiler
 
 console = Console()
@@ -73,7 +78,11 @@ def train_with_progress(
 ) -> Any:
     """`train(callbacks)` with a progress bar (the members' means when many train at
     once) and the run folder's callback; the result, or the exit status if it stopped."""
-    columns = (TextColumn(f"[bold]{command}[/]"), BarColumn(), TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"))  # fmt: skip
+    columns = (
+        TextColumn(f"[bold]{command}[/]"),
+        BarColumn(),
+        TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),
+    )
     with Progress(*columns, TextColumn("{task.fields[m]}"), console=console) as bar:
         task = bar.add_task(command, total=total, completed=start, m="compiling ...")
 
@@ -109,3 +118,56 @@ def table(title: str, columns: Sequence[str], rows) -> Table:
     for row in rows:
         t.add_row(*row)
     return t
+
+
+def train_in_folder(
+    args: argparse.Namespace,
+    out: Path,
+    config: TrainConfig,
+    train: Callable[[list], Any],
+    finish: Callable[[RunFolder, Any], object],
+    *,
+    data: FashionMNIST,
+    num_train: int,
+    members: Sequence[TrainConfig] | None,
+    start: int,
+    command: str,
+    describe: Callable[[int], str],
+    teacher: Path | None = None,
+    tensorboard: bool = False,
+    profile: bool = False,
+) -> Any:
+    """Keep a run folder (`--out`, `--overwrite`, `--checkpoint-every`) and train in it
+    with a progress bar: `train(callbacks)`, then `finish(run, result)`; the result, or
+    the exit status of a stopped run. `describe(total_steps)` says what trains."""
+    every = CheckpointEvery.parse(args.checkpoint_every)
+    # In a multi-process run every process trains; only process 0 keeps the run folder.
+    scratch = None if jax.process_index() == 0 else tempfile.TemporaryDirectory()
+    if scratch is not None:
+        out, args.overwrite, console.quiet = Path(scratch.name), True, True
+    folder = RunFolder(
+        out,
+        config,
+        num_train=num_train,
+        start_step=start,
+        overwrite=args.overwrite,
+        checkpoint_every=every,
+        tensorboard=tensorboard,
+        members=members,
+        teacher=teacher,
+    )
+    total = folder.plan.total_steps
+    with folder as run, run.stop_on_signals():
+        console.print(
+            f"{'run' if command == 'train' else command} folder [bold]{out}[/]: "
+            f"{describe(total)}, checkpoint every {every}\ndata: {data.source} ({data.origin})"
+            + (f"\nresuming at step {start:,} of {total:,}" if start else ""),
+            highlight=False,
+        )
+        intervals = folder.plan.intervals() if profile else None
+        result = train_with_progress(
+            run, train, total=total, start=start, command=command, profile_intervals=intervals
+        )
+        if not isinstance(result, int):
+            finish(run, result)
+    return result

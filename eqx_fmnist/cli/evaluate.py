@@ -8,14 +8,15 @@ import numpy as np
 
 from .. import data as data_mod
 from ..augment import tta_name
+from ..calibration import Calibration
 from ..dataset import to_datasets
 from ..evaluation import (
+    EvalResult,
     evaluate,
     most_confused,
     per_class_accuracy,
 )
-from ..plots import save_figure
-from ..runs import Run, run_report
+from ..runs import Run, RunReport, run_report
 from ..state import BATCHED
 from .common import console, load_data, table
 from .flags import add_data_args, add_tta_arg
@@ -33,32 +34,46 @@ def add_evaluate_parser(sub) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
-    path, calibration, views = run.checkpoint, run.calibration, run.views(args.tta)
+    views = run.views(args.tta)
     fm = load_data(args)
     _, test = to_datasets(fm)
-    model = run.model
-    result = evaluate(model, test, policy=run.policy, tta=views)
+    result = evaluate(run.model, test, policy=run.policy, tta=views)
+    _print_test(run, result, views, each_member=args.members)
+    images, labels = fm.test_images, fm.test_labels
+    report = run_report(run.model, run.policy, images, labels, run.calibration, tta=views)
+    _print_report(report, run.calibration)
+    for path in report.save_figures(args.out or run.folder):
+        console.print(f"wrote {path}")
+    return 0
+
+
+def _print_test(run: Run, result: EvalResult, views, *, each_member: bool) -> None:
+    """The test accuracy and loss; an ensemble's members' mean, or each member's."""
     who = f"{len(result.members)} members: ensemble test" if result.members else "test"
     line = (
-        f"checkpoint {path} (step {run.step:,}): {who} accuracy [bold]{result.accuracy:.4f}[/], "
-        f"loss {result.loss:.4f} on {result.count:,} images"
+        f"checkpoint {run.checkpoint} (step {run.step:,}): {who} accuracy "
+        f"[bold]{result.accuracy:.4f}[/], loss {result.loss:.4f} on {result.count:,} images"
         + (f", averaged over {len(views)} views ({tta_name(views)})" if views else "")
     )
     if result.members:
         line += f"; members {result.accuracy_mean:.4f} ± {result.accuracy_std:.4f}"
     console.print(line)
-    if result.members and args.members and run.members:
+    if result.members and each_member and run.members:
         rows = [
-            (f"member {i}", *(f"{getattr(c, k):g}" for k in ("seed", *BATCHED)),
-             f"{m.accuracy:.4f}", f"{m.loss:.4f}")
+            (
+                f"member {i}",
+                *(f"{getattr(c, k):g}" for k in ("seed", *BATCHED)),
+                f"{m.accuracy:.4f}",
+                f"{m.loss:.4f}",
+            )
             for i, (c, m) in enumerate(zip(run.members, result.members, strict=True))
-        ]  # fmt: skip
-        console.print(
-            table("Members", ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss"), rows)
-        )
-    report = run_report(
-        model, run.policy, fm.test_images, fm.test_labels, calibration, tta=views
-    )
+        ]
+        columns = ("", "seed", "lr", "wd", "smoothing", "accuracy", "loss")
+        console.print(table("Members", columns, rows))
+
+
+def _print_report(report: RunReport, calibration: Calibration | None) -> None:
+    """Robustness, per-class accuracy, calibration and the prediction sets."""
     rows = [(name, f"{acc:.4f}") for name, acc in report.robustness.rows()]
     console.print(table("Robustness: the test images moved", ("test images", "accuracy"), rows))
     cm = report.confusion
@@ -69,10 +84,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ]
     console.print(table("Per-class accuracy", ("class", "accuracy", "most confused with"), rows))
     rows = [
-        (name + (f" (T = {r['temperature']:.3f})" if name != "raw" else ""),
-         f"{r['nll']:.4f}", f"{r['brier']:.4f}", f"{r['ece']:.4f}")
+        (
+            name + (f" (T = {r['temperature']:.3f})" if name != "raw" else ""),
+            f"{r['nll']:.4f}",
+            f"{r['brier']:.4f}",
+            f"{r['ece']:.4f}",
+        )
         for name, r in report.calibration.items()
-    ]  # fmt: skip
+    ]
     console.print(table("Calibration", ("probabilities", "NLL", "Brier", "ECE (15 bins)"), rows))
     if (sets := report.sets) is not None and calibration is not None and calibration.sets:
         kind = "one threshold per class" if calibration.sets.per_class else "one threshold"
@@ -85,8 +104,3 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     if calibration is None:
         console.print("(not calibrated: train with --calibrate 5000 to fit a temperature)")
-    out = args.out or path.parent
-    out.mkdir(parents=True, exist_ok=True)
-    for name, figure in report.figures().items():
-        console.print(f"wrote {save_figure(figure, out / name)}")
-    return 0

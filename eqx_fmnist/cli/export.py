@@ -23,10 +23,14 @@ def add_export_parser(sub) -> None:
     )
     p.set_defaults(func=cmd_export)
     p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
-    p.add_argument("--format", choices=list(FORMATS), default="stablehlo",
-                   help="stablehlo (runs with jax alone; default), safetensors (weights), onnx "
-                   "(onnxruntime; pip install 'eqx_fmnist[onnx]') or html (one page that runs "
-                   "in a browser, offline)")  # fmt: skip
+    p.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        default="stablehlo",
+        help="stablehlo (runs with jax alone; default), safetensors (weights), onnx "
+        "(onnxruntime; pip install 'eqx_fmnist[onnx]') or html (one page that runs "
+        "in a browser, offline)",
+    )
     p.add_argument("--out", type=Path, help="the artifact (default: RUN/model.<format>)")
     add_tta_arg(p)
     add_data_args(p)
@@ -63,8 +67,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     if parity["flag_mismatches"] is not None:
         console.print(
             f"the trust flag: {parity['flag_mismatches']} verdicts differ, largest relative "
-            f"score difference {parity['max_score_difference']:.1e}", highlight=False,
-        )  # fmt: skip
+            f"score difference {parity['max_score_difference']:.1e}",
+            highlight=False,
+        )
     if args.format == "html":
         console.print(f"open it in a browser: {out.resolve().as_uri()}", highlight=False)
     return 0

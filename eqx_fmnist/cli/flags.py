@@ -122,8 +122,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The config the flags describe: the codelab's run, the best recipe, a config file
     or the recipe,
     with every field flag given on top (`--steps` replaces the base's `epochs`)."""
-    bases = [f for f, on in (("--config", args.config is not None), ("--codelab", args.codelab),
-                             ("--best", getattr(args, "best", False))) if on]  # fmt: skip
+    bases = [
+        f
+        for f, on in (
+            ("--config", args.config is not None),
+            ("--codelab", args.codelab),
+            ("--best", getattr(args, "best", False)),
+        )
+        if on
+    ]
     if len(bases) > 1:
         raise ValueError(f"give one of --config, --codelab and --best, not {' and '.join(bases)}.")
     base = TrainConfig.codelab() if args.codelab else TrainConfig()

@@ -8,12 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..audit import audit_labels, require_cleanlab
-from ..ensemble import check_memory, cross_validate, member_seeds
+from ..ensemble import CrossValidation, cross_validate, member_seeds
 from ..evaluation import predict_proba
-from ..intervals import plan_run
 from ..runs import (
     OUT_OF_FOLD,
-    CheckpointEvery,
     Run,
     RunFolder,
     default_folder,
@@ -23,7 +21,7 @@ from ..runs import (
     write_suspects,
 )
 from ..subsets import kfold
-from .common import UsageError, console, load_data, table, train_with_progress
+from .common import UsageError, console, load_data, table, train_in_folder
 from .flags import (
     add_config_flags,
     add_data_args,
@@ -35,11 +33,13 @@ from .flags import (
 
 def add_cv_parser(sub) -> None:
     p = sub.add_parser(
-        "cv", help="K-fold cross-validation, the folds as members of one program",
+        "cv",
+        help="K-fold cross-validation, the folds as members of one program",
         description="Member i trains on every fold but fold i and is validated on fold i; "
         "all K train as one compiled program. Writes a run folder with each fold's "
         "curve, the folds' accuracy (mean ± sd), and the out-of-fold probabilities of "
-        "every training image (for `eqx-fmnist audit`).")  # fmt: skip
+        "every training image (for `eqx-fmnist audit`).",
+    )
     p.set_defaults(func=cmd_cv)
     add_config_flags(p)
     p.add_argument("--folds", type=int, default=5, help="K (5)")
@@ -49,14 +49,19 @@ def add_cv_parser(sub) -> None:
 
 def add_audit_parser(sub) -> None:
     p = sub.add_parser(
-        "audit", help="rank the labels that look wrong (confident learning, cleanlab)",
+        "audit",
+        help="rank the labels that look wrong (confident learning, cleanlab)",
         description="The training set's suspects from a cv folder's out-of-fold "
         "probabilities; the test set's from the folds' ensemble (or --test-model), which "
-        "never trained on it. Needs pip install 'eqx_fmnist[audit]'.")  # fmt: skip
+        "never trained on it. Needs pip install 'eqx_fmnist[audit]'.",
+    )
     p.set_defaults(func=cmd_audit)
     p.add_argument("cv_run", metavar="CV_RUN_DIR")
-    p.add_argument("--test-model", metavar="RUN_DIR", help="the model for the test set "
-                   "(default: the folds' ensemble)")  # fmt: skip
+    p.add_argument(
+        "--test-model",
+        metavar="RUN_DIR",
+        help="the model for the test set (default: the folds' ensemble)",
+    )
     p.add_argument("--top", type=int, default=20, help="suspects drawn per set (20)")
     p.add_argument("--out", type=Path, help="folder for the files (default: CV_RUN_DIR)")
     add_data_args(p)
@@ -71,41 +76,57 @@ def cmd_cv(args: argparse.Namespace) -> int:
         raise UsageError(f"--folds {args.folds}: cross-validation needs at least 2 folds.")
     if config.validation_size:
         raise UsageError("cv validates each member on its own fold: drop --validation-size.")
-    out = args.out or default_folder()
     fm = load_data(args)
     splits = run_splits(config, fm)
     subsets = kfold(len(splits.train), args.folds, seed=config.seed)  # checks the sizes
-    plan_run(config, subsets.size)  # a fold too small for a batch: one line, nothing written
     members = [config.with_changes(seed=s) for s in member_seeds(config, args.folds)]
     if resume and (resume.saved.num_train != subsets.size or list(resume.members or ()) != members):
         raise UsageError(f"{args.resume} was not written by `eqx-fmnist cv` on this data.")
-    check_memory(members, subsets.size)
-    total, start = plan_run(config, subsets.size).total_steps, resume.step if resume else 0
-    folder = RunFolder(out, config, num_train=subsets.size, overwrite=args.overwrite,
-                       checkpoint_every=CheckpointEvery.parse(args.checkpoint_every),
-                       members=members, start_step=start)  # fmt: skip
-    with folder as run, run.stop_on_signals():
-        console.print(f"cv folder [bold]{out}[/]: {args.folds} folds of "
-                      f"{len(splits.train):,} images ({subsets.size:,} to train on each), "
-                      f"{total:,} steps, one program", highlight=False)  # fmt: skip
-        state = resume.state if resume else None
-        cv = train_with_progress(run, lambda cbs: cross_validate(
-            config, splits, args.folds, callback=cbs, state=state), total=total, start=start,
-            command="cv")  # fmt: skip
-        if isinstance(cv, int):
-            return cv
+    state, out = resume.state if resume else None, args.out or default_folder()
+
+    def finish(run: RunFolder, cv: CrossValidation) -> None:
         run.finish(cv.result, fm)
-        write_cross_validation(out, cv)
-    rows = [(f"fold {i}", f"{a:.4f}", f"{loss:.4f}")
-            for i, (a, loss) in enumerate(zip(cv.fold_accuracy, cv.fold_loss, strict=True))]  # fmt: skip
-    console.print(table("Folds (each on its own held-out fold)", ("", "accuracy", "loss"), rows))
-    test = cv.result.test
-    console.print(f"cross-validated accuracy [bold]{cv.accuracy_mean:.4f}[/] ± "
-                  f"{cv.accuracy_std:.4f} (sd of {args.folds} folds); the folds' ensemble: "
-                  f"test {test.accuracy:.4f}" if test else "")  # fmt: skip
-    console.print(f"wrote {out}/: {OUT_OF_FOLD} (out-of-fold probabilities), cv.json, "
-                  "folds.png, checkpoint.eqx (the folds' members)", highlight=False)
+        write_cross_validation(run.folder, cv)
+
+    cv = train_in_folder(
+        args,
+        out,
+        config,
+        lambda cbs: cross_validate(config, splits, args.folds, callback=cbs, state=state),
+        finish,
+        data=fm,
+        num_train=subsets.size,
+        members=members,
+        start=resume.step if resume else 0,
+        command="cv",
+        describe=lambda total: (
+            f"{args.folds} folds of {len(splits.train):,} images "
+            f"({subsets.size:,} to train on each), {total:,} steps, one program"
+        ),
+    )
+    if isinstance(cv, int):
+        return cv
+    _print_cv(cv, out)
     return 0
+
+
+def _print_cv(cv: CrossValidation, out: Path) -> None:
+    """Each fold's accuracy on its own held-out fold, their mean and the files."""
+    folds = len(cv.fold_accuracy)
+    rows = [
+        (f"fold {i}", f"{a:.4f}", f"{loss:.4f}")
+        for i, (a, loss) in enumerate(zip(cv.fold_accuracy, cv.fold_loss, strict=True))
+    ]
+    console.print(table("Folds (each on its own held-out fold)", ("", "accuracy", "loss"), rows))
+    line = f"cross-validated accuracy [bold]{cv.accuracy_mean:.4f}[/] ± {cv.accuracy_std:.4f}"
+    if (test := cv.result.test) is not None:
+        line += f" (sd of {folds} folds); the folds' ensemble: test {test.accuracy:.4f}"
+    console.print(line)
+    console.print(
+        f"wrote {out}/: {OUT_OF_FOLD} (out-of-fold probabilities), cv.json, folds.png, "
+        "checkpoint.eqx (the folds' members)",
+        highlight=False,
+    )
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

@@ -55,9 +55,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     data = to_datasets(load_data(args))
     with console.status("benchmarking ...") as status:
         report = run_benchmark(
-            data, quick=args.quick, repeats=args.repeats,
+            data,
+            quick=args.quick,
+            repeats=args.repeats,
             progress=lambda what: status.update(f"measuring {what} ..."),
-        )  # fmt: skip
+        )
     console.print(report.to_markdown(), markup=False, highlight=False, soft_wrap=True)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

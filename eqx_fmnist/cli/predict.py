@@ -34,16 +34,32 @@ def add_predict_parser(sub) -> None:
     p.set_defaults(func=cmd_predict)
     p.add_argument("checkpoint", metavar="RUN_DIR_CHECKPOINT_OR_ARTIFACT")
     p.add_argument("images", metavar="IMAGE", nargs="+")
-    p.add_argument("--invert", action=argparse.BooleanOptionalAction, default=None,
-                   help="negate the photo (default: when its background is light)")  # fmt: skip
+    p.add_argument(
+        "--invert",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="negate the photo (default: when its background is light)",
+    )
     p.add_argument("--top", type=int, default=3, help="classes to show per image (3)")
     p.add_argument("--members", action="store_true", help="an ensemble's: each member's guess")
     p.add_argument("--json", action="store_true", help="one JSON object per image, for scripts")
-    p.add_argument("--show", metavar="DIR", nargs="?", const=Path("."), type=Path,
-                   help="save what the model saw, IMAGE.prepared.png, in DIR (default: .)")  # fmt: skip
-    p.add_argument("--explain", metavar="DIR", nargs="?", const=Path("."), type=Path,
-                   help="save which pixels made the model say it (integrated gradients), "
-                   "IMAGE.explained.png, in DIR (default: .); needs a checkpoint")  # fmt: skip
+    p.add_argument(
+        "--show",
+        metavar="DIR",
+        nargs="?",
+        const=Path("."),
+        type=Path,
+        help="save what the model saw, IMAGE.prepared.png, in DIR (default: .)",
+    )
+    p.add_argument(
+        "--explain",
+        metavar="DIR",
+        nargs="?",
+        const=Path("."),
+        type=Path,
+        help="save which pixels made the model say it (integrated gradients), "
+        "IMAGE.explained.png, in DIR (default: .); needs a checkpoint",
+    )
     add_tta_arg(p)
 
 
@@ -96,10 +112,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
             "score": None if ans.trust_score is None else float(ans.trust_score[i]),
             "threshold": ans.threshold,
             "inverted": prepared[i].inverted,
-            "set": None if ans.prediction_set is None else  # most probable first
-            [data_mod.CLASS_NAMES[c] for c in np.argsort(p)[::-1] if ans.prediction_set[i, c]],
+            "set": None
+            if ans.prediction_set is None
+            # most probable first
+            else [data_mod.CLASS_NAMES[c] for c in np.argsort(p)[::-1] if ans.prediction_set[i, c]],
             "set_coverage": ans.coverage,
-        }  # fmt: skip
+        }
         if args.show is not None:
             shown = args.show / f"{Path(path).stem}.prepared.png"
             save_pixels(prepared[i].pixels, shown)
@@ -118,12 +136,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
             notes.append(f"{ans.coverage:.0%} set: {', '.join(record['set']) or 'empty'}")
         if record["unusual"]:
             notes.append("UNUSUAL INPUT: unlike the training images, do not trust this answer")
-        notes += ["inverted"] * prepared[i].inverted + (
-            [f"saw {record['prepared']}"] if args.show else []
-        ) + ([f"why: {record['explained']}"] if ans.explained is not None else [])
+        notes += (
+            ["inverted"] * prepared[i].inverted
+            + ([f"saw {record['prepared']}"] if args.show else [])
+            + ([f"why: {record['explained']}"] if ans.explained is not None else [])
+        )
         # One line per image whatever the terminal's width: scripts read it line by line.
-        console.print(f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
-                      markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+        console.print(
+            f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if not args.json and not ans.calibrated and not is_export(args.checkpoint):
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
@@ -131,6 +155,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def _save_explanation(e: Explanation, i: int, pixels, probs, path, folder: Path) -> Path:
     """Image `i`'s attribution figure, `IMAGE.explained.png` in `folder`."""
-    fig = plot_explanation(pixels, e.attributions[i].reshape(28, 28), probs, int(e.target[i]),
-                           title=f"{Path(path).name}: why {data_mod.CLASS_NAMES[e.target[i]]}?")  # fmt: skip
+    fig = plot_explanation(
+        pixels,
+        e.attributions[i].reshape(28, 28),
+        probs,
+        int(e.target[i]),
+        title=f"{Path(path).name}: why {data_mod.CLASS_NAMES[e.target[i]]}?",
+    )
     return save_figure(fig, folder / f"{Path(path).stem}.explained.png")

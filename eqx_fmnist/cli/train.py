@@ -2,24 +2,18 @@
 sweep` (a grid x seeds as one program): one way to make a run folder for both."""
 
 import argparse
-import tempfile
-from collections.abc import Callable, Sequence
+import functools
 from pathlib import Path
 
-import jax
-
 from ..config import TrainConfig
-from ..ensemble import check_memory, grid_configs, grid_of, member_seeds, sweep
+from ..ensemble import grid_configs, grid_of, member_seeds, sweep
 from ..ensemble.grid import SWEEP_VALIDATION
-from ..intervals import plan_run
 from ..model import MLP
 from ..runs import (
     CHECKPOINT_NAME,
     TOKENS_PER_EXAMPLE,
-    CheckpointEvery,
     Run,
     RunError,
-    RunFolder,
     default_folder,
     open_teacher,
     run_splits,
@@ -27,7 +21,7 @@ from ..runs import (
 )
 from ..state import BATCHED
 from ..train import TrainResult
-from .common import UsageError, console, load_data, table, train_with_progress
+from .common import UsageError, console, load_data, table, train_in_folder
 from .flags import (
     add_config_flags,
     add_data_args,
@@ -74,57 +68,6 @@ def add_sweep_parser(sub) -> None:
     add_data_args(p)
 
 
-def _in_folder(
-    args: argparse.Namespace,
-    config: TrainConfig,
-    members: Sequence[TrainConfig] | None,
-    out: Path,
-    train: Callable,
-    *,
-    command: str,
-    describe: Callable[[int], str],
-    start: int,
-    tensorboard: bool = False,
-    profile: bool = False,
-    teacher: Path | None = None,
-):
-    """Load and split the data, keep a run folder, and train with a progress bar:
-    `(result, fm)` or the exit status of a stopped run."""
-    every = CheckpointEvery.parse(args.checkpoint_every)
-    fm = load_data(args)
-    splits = run_splits(config, fm)
-    plan = plan_run(config, len(splits.train))
-    if members:
-        check_memory(members, len(splits.train))
-    # In a multi-process run every process trains; only process 0 keeps the run folder.
-    scratch = None if jax.process_index() == 0 else tempfile.TemporaryDirectory()
-    if scratch is not None:
-        out, args.overwrite, console.quiet = Path(scratch.name), True, True
-    folder = RunFolder(out, config, num_train=len(splits.train), start_step=start,
-                       overwrite=args.overwrite, checkpoint_every=every,
-                       tensorboard=tensorboard, members=members, teacher=teacher)  # fmt: skip
-    with folder as run, run.stop_on_signals():
-        console.print(
-            f"{'sweep' if command == 'sweep' else 'run'} folder [bold]{out}[/]: "
-            f"{describe(plan.total_steps)}, checkpoint "
-            f"every {every}\ndata: {fm.source} ({fm.origin})"
-            + (f"\nresuming at step {start:,} of {plan.total_steps:,}" if start else ""),
-            highlight=False,
-        )
-        result = train_with_progress(
-            run, lambda callbacks: train(splits, callbacks), total=plan.total_steps,
-            start=start, command=command,
-            profile_intervals=plan.intervals() if profile else None,
-        )  # fmt: skip
-        if isinstance(result, int):
-            return result
-        if command == "sweep":
-            run.finish_sweep(result)
-        else:
-            run.finish(result.result, fm, result.calibration)
-    return result
-
-
 def _teacher_of(
     args: argparse.Namespace, config: TrainConfig, resume: Run | None
 ) -> tuple[Path, MLP] | tuple[None, None]:
@@ -150,31 +93,26 @@ def cmd_train(args: argparse.Namespace) -> int:
         seeds = None if args.seeds is None else member_seeds(config, args.seeds)
         members = None if seeds is None else [config.with_changes(seed=s) for s in seeds]
     teacher_path, teacher = _teacher_of(args, config, resume)
-
-    def describe(total: int) -> str:
-        length = (
-            f"{config.epochs} epochs ({total:,} steps)" if config.epochs else f"{total:,} steps"
-        )
-        who = f"seed {config.seed}"
-        if members:
-            who = f"{len(members)} members in one program (seeds {describe_seeds(members)})"
-        held = f", {config.calibration_size:,} images held out to calibrate" * bool(
-            config.calibration_size
-        )
-        taught = f", distilled from {teacher_path}" * (teacher is not None)
-        return f"{length}, {config.precision}, {who}{held}{taught}"
-
-    def train(splits, callbacks):
-        state = resume.state if resume else None
-        return train_run(
-            members or config, splits, state=state, callback=callbacks, teacher=teacher
-        )
-
-    run = _in_folder(
-        args, config, members, out, train, command="train", describe=describe,
-        start=resume.step if resume else 0, tensorboard=args.tensorboard, profile=args.profile,
+    fm = load_data(args)
+    splits, state = run_splits(config, fm), resume.state if resume else None
+    run = train_in_folder(
+        args,
+        out,
+        config,
+        lambda cbs: train_run(
+            members or config, splits, state=state, callback=cbs, teacher=teacher
+        ),
+        lambda folder, r: folder.finish(r.result, fm, r.calibration),
+        data=fm,
+        num_train=len(splits.train),
+        members=members,
+        start=resume.step if resume else 0,
+        command="train",
+        describe=functools.partial(_describe_run, config, members, teacher_path),
         teacher=teacher_path,
-    )  # fmt: skip
+        tensorboard=args.tensorboard,
+        profile=args.profile,
+    )
     if isinstance(run, int):
         return run
     print_results(run.result, out)
@@ -185,6 +123,18 @@ def cmd_train(args: argparse.Namespace) -> int:
             highlight=False,
         )
     return 0
+
+
+def _describe_run(config: TrainConfig, members, teacher: Path | None, total: int) -> str:
+    length = f"{config.epochs} epochs ({total:,} steps)" if config.epochs else f"{total:,} steps"
+    who = f"seed {config.seed}"
+    if members:
+        who = f"{len(members)} members in one program (seeds {describe_seeds(members)})"
+    held = ""
+    if config.calibration_size:
+        held = f", {config.calibration_size:,} images held out to calibrate"
+    taught = f", distilled from {teacher}" * (teacher is not None)
+    return f"{length}, {config.precision}, {who}{held}{taught}"
 
 
 def describe_seeds(members) -> str:
@@ -250,16 +200,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "validation images"
         )
 
-    def train(splits, callbacks):
-        state = resume.state if resume else None
-        return sweep(
-            config, splits, grid, seeds, state=state, callback=callbacks,
-        )  # fmt: skip
-
-    result = _in_folder(
-        args, config, configs, out, train, command="sweep", describe=describe,
+    fm = load_data(args)
+    splits, state = run_splits(config, fm), resume.state if resume else None
+    result = train_in_folder(
+        args,
+        out,
+        config,
+        lambda cbs: sweep(config, splits, grid, seeds, state=state, callback=cbs),
+        lambda folder, r: folder.finish_sweep(r),
+        data=fm,
+        num_train=len(splits.train),
+        members=configs,
         start=resume.step if resume else 0,
-    )  # fmt: skip
+        command="sweep",
+        describe=describe,
+    )
     if isinstance(result, int):
         return result
     console.print(result.to_markdown(), markup=False, highlight=False)

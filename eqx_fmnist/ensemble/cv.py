@@ -99,20 +99,31 @@ def cross_validate(
         ```
     """
     if config.validation_size:
-        raise ValueError("cross-validation validates each member on its own fold: give "
-                         "validation_size=0.")  # fmt: skip
-    splits = data if isinstance(data, Splits) else split_data(
-        data, calibration_size=config.calibration_size)  # fmt: skip
+        raise ValueError(
+            "cross-validation validates each member on its own fold: give validation_size=0."
+        )
+    splits = (
+        data
+        if isinstance(data, Splits)
+        else split_data(data, calibration_size=config.calibration_size)
+    )
     subsets = kfold(len(splits.train), k, seed=config.seed)
     if subsets.size < config.batch_size:
-        raise ValueError(f"{k} folds of {len(splits.train):,} images leave {subsets.size:,} to "
-                         f"train on, fewer than a batch of {config.batch_size}.")  # fmt: skip
+        raise ValueError(
+            f"{k} folds of {len(splits.train):,} images leave {subsets.size:,} to "
+            f"train on, fewer than a batch of {config.batch_size}."
+        )
     configs = [config.with_changes(seed=s) for s in member_seeds(config, k)]
     result = fit(configs, splits, subsets=subsets, callback=callback, state=state)
     assert subsets.held_out is not None
     probs = np.zeros((len(splits.train), 10), np.float32)
     for i, fold in enumerate(subsets.held_out):
-        probs[fold] = np.asarray(predict_proba(
-            select_members(result.model, i), splits.train.images[jnp.asarray(fold)],
-            policy=result.policy, tta=config.views))  # fmt: skip
+        probs[fold] = np.asarray(
+            predict_proba(
+                select_members(result.model, i),
+                splits.train.images[jnp.asarray(fold)],
+                policy=result.policy,
+                tta=config.views,
+            )
+        )
     return CrossValidation(result, subsets, probs, np.asarray(splits.train.labels))

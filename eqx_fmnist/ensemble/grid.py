@@ -140,7 +140,7 @@ class SweepResult:
                     "validation_mean": float(accs[i].mean()),
                 }
                 for i, p in enumerate(self.points)
-            ],  # fmt: skip
+            ],
             "best": {**self.best_point, "index": self.best},
             "test_accuracy": [t.accuracy for t in self.test.members],
             "test_ensemble_accuracy": self.test.accuracy,

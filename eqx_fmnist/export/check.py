@@ -99,10 +99,17 @@ def check_parity(
 
 
 def _manifest(
-    kind: ExportFormat, path: Path, blob: bytes, info: dict[str, Any], models: MLP,
-    config: TrainConfig, portable: Portable, trust: Calibration | None, checked: Policy,
+    kind: ExportFormat,
+    path: Path,
+    blob: bytes,
+    info: dict[str, Any],
+    models: MLP,
+    config: TrainConfig,
+    portable: Portable,
+    trust: Calibration | None,
+    checked: Policy,
     parity: Parity,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The manifest of a checked artifact: what it is, what it takes and returns, how it
     was built and checked."""
     outputs = ["logits float32[b, 10]", "probabilities float32[b, 10]"]
@@ -119,26 +126,59 @@ def _manifest(
         "sha256": hashlib.sha256(blob).hexdigest(),
         "bytes": len(blob),
         "class_names": list(CLASS_NAMES),
-        "input": {"name": "images", "dtype": "uint8", "shape": ["b", IMAGE_SIZE],
-                  "meaning": "28 x 28 pixels row by row, 0-255, light item on dark"},
+        "input": {
+            "name": "images",
+            "dtype": "uint8",
+            "shape": ["b", IMAGE_SIZE],
+            "meaning": "28 x 28 pixels row by row, 0-255, light item on dark",
+        },
         "outputs": outputs if kind.serves else None,
         "members": num_members(models),
         "precision": config.precision,
         "checked_with": str(checked),  # the policy the library ran the check in
         "temperature": portable.temperature,
-        "trust": None if trust is None or portable.trust is None else {
+        "trust": None
+        if trust is None or portable.trust is None
+        else {
             "threshold": trust.trust.threshold,
             "ink_sum_range": list(portable.trust.ink_sum_range),
             "min_contrast": trust.trust.min_contrast,
         },
-        "prediction_sets": None if sets is None else sets.to_dict() | {
+        "prediction_sets": None
+        if sets is None
+        else sets.to_dict()
+        | {
             "rule": "class k is in the set when 1 - p_k <= thresholds[k], or is the top class",
         },
         **info,
         "config": config.to_dict(),
         "parity": dataclasses.asdict(parity),
         "versions": {"jax": jax.__version__, "equinox": eqx.__version__},
-    }  # fmt: skip
+    }
+
+
+def _views(tta: tuple[Move, ...] | None) -> dict[str, Any]:
+    """The manifest's record of the views an artifact averages over."""
+    return {
+        "name": tta_name(tta),
+        "views": [list(v) for v in tta or ()],
+        "rule": "each model's probability is its mean over the views (dx, dy, mirror)",
+    }
+
+
+def _refuse_unless_equal(format: str, parity: Parity, unexplained: int) -> None:
+    """`ExportError` for an artifact that gives another class, or another trust verdict
+    or set not explained by float32's rounding, for any check image."""
+    if not parity.mismatches and not unexplained:
+        return
+    if parity.mismatches:
+        what = f"another class than the library for {parity.mismatches}"
+    else:
+        what = f"another trust verdict or prediction set than the library for {unexplained}"
+    raise ExportError(
+        f"the {format} export predicts {what} of {parity.images:,} images (largest logit "
+        f"difference {parity.max_logit_difference:.2e}); nothing was written."
+    )
 
 
 def export_model(
@@ -208,29 +248,26 @@ def export_model(
     # as a consumer runs it, in float32.
     checked = policy if kind.keeps_policy else FLOAT32
     ours = answer(
-        models, images, policy=checked, calibration=calibration, tta=tta,
-        temperature=temperature, trust=kind.trust,
+        models,
+        images,
+        policy=checked,
+        calibration=calibration,
+        tta=tta,
+        temperature=temperature,
+        trust=kind.trust,
     ).outputs()
     inputs = ExportInputs(models, policy, config, portable, dict(extra or {}))
     blob, info = kind.build(inputs)
     theirs, checked_by = kind.run(blob, images, inputs)
     threshold = trust.trust.threshold if trust is not None else None
-    parity, unexplained = check_parity(ours, theirs, threshold=threshold,
-                                       thresholds=portable.set_thresholds)  # fmt: skip
-    info |= {"tta": {"name": tta_name(tta), "views": [list(v) for v in tta or ()],
-                     "rule": "each model's probability is its mean over the views (dx, dy, mirror)"}}
-    if parity.mismatches or unexplained:
-        what = (f"another class than the library for {parity.mismatches} of "
-                f"{parity.images:,} images" if parity.mismatches else
-                f"another trust verdict or prediction set than the library for "
-                f"{unexplained} of {parity.images:,} images")  # fmt: skip
-        raise ExportError(
-            f"the {format} export predicts {what} (largest logit difference "
-            f"{parity.max_logit_difference:.2e}); nothing was written."
-        )
-    manifest = _manifest(kind, path, blob, info | checked_by, models, config, portable,
-                         trust, checked, parity) | {
-        "export_seconds": time.perf_counter() - start, **(extra or {})}  # fmt: skip
+    parity, unexplained = check_parity(
+        ours, theirs, threshold=threshold, thresholds=portable.set_thresholds
+    )
+    info |= {"tta": _views(tta)}
+    _refuse_unless_equal(format, parity, unexplained)
+    manifest = _manifest(
+        kind, path, blob, info | checked_by, models, config, portable, trust, checked, parity
+    ) | {"export_seconds": time.perf_counter() - start, **(extra or {})}
     with atomic_write(path) as f:
         f.write(blob)
     with atomic_write(manifest_path(path), "w") as f:

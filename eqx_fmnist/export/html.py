@@ -44,29 +44,46 @@ def page_spec(portable: Portable, *, about: dict[str, Any] | None = None) -> dic
     t: PortableTrust | None = portable.trust
     members = []
     for m, layers in enumerate(portable.layers):
-        entry: dict[str, Any] = {"layers": [{"weight": _b64(w), "bias": _b64(b)} for w, b in layers]}
+        entry: dict[str, Any] = {
+            "layers": [{"weight": _b64(w), "bias": _b64(b)} for w, b in layers]
+        }
         if t is not None:
             entry |= {"whiten": _b64(t.whiten[m]), "centres": _b64(t.centres[m])}
         members.append(entry)
-    trust = None if t is None else {
-        "threshold": t.threshold, "ink_sum_range": list(t.ink_sum_range),
-        "min_contrast": t.min_contrast,
-    }  # fmt: skip
+    trust = (
+        None
+        if t is None
+        else {
+            "threshold": t.threshold,
+            "ink_sum_range": list(t.ink_sum_range),
+            "min_contrast": t.min_contrast,
+        }
+    )
     return {
-        "format": "eqx_fmnist-page", "version": 1, "class_names": list(CLASS_NAMES),
-        "sizes": portable.sizes, "ensemble": portable.ensemble,
-        "temperature": portable.temperature, "trust": trust, "members": members,
-        "sets": None if portable.set_thresholds is None else {
+        "format": "eqx_fmnist-page",
+        "version": 1,
+        "class_names": list(CLASS_NAMES),
+        "sizes": portable.sizes,
+        "ensemble": portable.ensemble,
+        "temperature": portable.temperature,
+        "trust": trust,
+        "members": members,
+        "sets": None
+        if portable.set_thresholds is None
+        else {
             "thresholds": [float(v) for v in portable.set_thresholds],
-            "coverage": portable.set_coverage},
+            "coverage": portable.set_coverage,
+        },
         "views": None if portable.views is None else portable.views.tolist(),
         **(about or {}),
-    }  # fmt: skip
+    }
 
 
 def _resource(name: str) -> str:
-    return resources.files(__name__.rpartition(".")[0]).joinpath("page", name).read_text(
-        encoding="utf-8"
+    return (
+        resources.files(__name__.rpartition(".")[0])
+        .joinpath("page", name)
+        .read_text(encoding="utf-8")
     )
 
 
@@ -108,10 +125,12 @@ def portable_of_page(html: bytes | str) -> Portable:
 
     sizes = spec["sizes"]
     layers = [
-        [(floats(layer["weight"]).reshape(sizes[i + 1], sizes[i]), floats(layer["bias"]))
-         for i, layer in enumerate(m["layers"])]
+        [
+            (floats(layer["weight"]).reshape(sizes[i + 1], sizes[i]), floats(layer["bias"]))
+            for i, layer in enumerate(m["layers"])
+        ]
         for m in spec["members"]
-    ]  # fmt: skip
+    ]
     trust = None
     if spec["trust"] is not None:
         h = sum(sizes[1:-1])
@@ -119,14 +138,23 @@ def portable_of_page(html: bytes | str) -> Portable:
         trust = PortableTrust(
             np.stack([floats(m["whiten"]).reshape(h, h) for m in spec["members"]]),
             np.stack([floats(m["centres"]).reshape(-1, h) for m in spec["members"]]),
-            float(t["threshold"]), tuple(t["ink_sum_range"]), float(t["min_contrast"]),
-        )  # fmt: skip
+            float(t["threshold"]),
+            tuple(t["ink_sum_range"]),
+            float(t["min_contrast"]),
+        )
     sets = spec.get("sets")  # absent from pages written before the sets
     thresholds = None if not sets else np.asarray(sets["thresholds"], np.float32)
     coverage = None if not sets else float(sets["coverage"])
     views = None if not spec.get("views") else np.asarray(spec["views"], np.int32)
-    return Portable(layers, bool(spec["ensemble"]), float(spec["temperature"]), trust,
-                    thresholds, coverage, views)  # fmt: skip
+    return Portable(
+        layers,
+        bool(spec["ensemble"]),
+        float(spec["temperature"]),
+        trust,
+        thresholds,
+        coverage,
+        views,
+    )
 
 
 # node reads the page, evaluates its engine script, and classifies raw uint8 images.
@@ -158,7 +186,9 @@ def node_version() -> str | None:
     if node is None:
         return None
     try:
-        return subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            [node, "--version"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -177,14 +207,21 @@ def run_page(html: bytes, images: np.ndarray) -> dict[str, np.ndarray]:
         raise ExportError("running the page's JavaScript needs node, which is not installed.")
     images = np.ascontiguousarray(images, np.uint8).reshape(len(images), IMAGE_SIZE)
     with tempfile.TemporaryDirectory() as tmp:
-        page, pixels, out, runner = (Path(tmp) / n for n in ("page.html", "x.u8", "out.f64", "run.js"))
+        page, pixels, out, runner = (
+            Path(tmp) / n for n in ("page.html", "x.u8", "out.f64", "run.js")
+        )
         page.write_bytes(html)
         pixels.write_bytes(images.tobytes())
         runner.write_text(_NODE_RUNNER)
-        done = subprocess.run([node, str(runner), str(page), str(pixels), str(len(images)), str(out)],
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            [node, str(runner), str(page), str(pixels), str(len(images)), str(out)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
-            raise ExportError(f"the page's JavaScript failed under node: {done.stderr.strip()[-500:]}")
+            raise ExportError(
+                f"the page's JavaScript failed under node: {done.stderr.strip()[-500:]}"
+            )
         raw = np.frombuffer(out.read_bytes(), np.float64).reshape(len(images), 32)
     result: dict[str, np.ndarray] = {"logits": raw[:, :10], "probabilities": raw[:, 10:20]}
     if not np.isnan(raw[:, 20]).all():
@@ -192,7 +229,6 @@ def run_page(html: bytes, images: np.ndarray) -> dict[str, np.ndarray]:
     if not np.isnan(raw[:, 22:]).all():
         result["prediction_set"] = raw[:, 22:] > 0.5
     return result
-
 
 
 def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:

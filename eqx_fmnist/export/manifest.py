@@ -34,7 +34,9 @@ def read_manifest(path: str | os.PathLike) -> dict:
     try:
         manifest = json.loads(file.read_text())
     except (OSError, ValueError) as e:
-        raise ExportError(f"cannot read the manifest {file}: {e}; export the model again.") from None
+        raise ExportError(
+            f"cannot read the manifest {file}: {e}; export the model again."
+        ) from None
     if not isinstance(manifest, dict):
         raise ExportError(f"{file} is not an export's manifest (not a JSON object).")
     return manifest

@@ -81,13 +81,19 @@ def onnx_model(portable: Portable, *, gelu: GeluForm = "op"):
     f32 = np.float32
     g.const("c_255", f32(255.0))
     if gelu == "formula":
-        for name, v in {"c_0.5": 0.5, "c_1": 1.0, "c_0.044715": 0.044715,
-                        "c_sqrt_2_over_pi": math.sqrt(2 / math.pi)}.items():  # fmt: skip
+        for name, v in {
+            "c_0.5": 0.5,
+            "c_1": 1.0,
+            "c_0.044715": 0.044715,
+            "c_sqrt_2_over_pi": math.sqrt(2 / math.pi),
+        }.items():
             g.const(name, f32(v))
     x = g.op("Div", [g.op("Cast", ["images"], "pixels", to=TensorProto.FLOAT), "c_255"], "x")
     logits, feats = _member_nodes(g, portable, x, _view_nodes(g, portable.views, x), gelu)
-    outputs = [("logits", [BATCH, 10], TensorProto.FLOAT),
-               ("probabilities", [BATCH, 10], TensorProto.FLOAT)]  # fmt: skip
+    outputs = [
+        ("logits", [BATCH, 10], TensorProto.FLOAT),
+        ("probabilities", [BATCH, 10], TensorProto.FLOAT),
+    ]
     if portable.ensemble:
         outputs.append(_ensemble_nodes(g, logits))
     else:
@@ -96,20 +102,26 @@ def onnx_model(portable: Portable, *, gelu: GeluForm = "op"):
     g.op("Softmax", [scaled], "probabilities", axis=1)
     if portable.trust is not None:
         _trust_nodes(g, portable, feats)
-        outputs += [("trust_score", [BATCH], TensorProto.FLOAT),
-                    ("unusual", [BATCH], TensorProto.BOOL)]  # fmt: skip
+        outputs += [
+            ("trust_score", [BATCH], TensorProto.FLOAT),
+            ("unusual", [BATCH], TensorProto.BOOL),
+        ]
     if portable.set_thresholds is not None:
         outputs.append(_set_nodes(g, portable.set_thresholds))
     graph = helper.make_graph(
-        g.nodes, "eqx_fmnist",
+        g.nodes,
+        "eqx_fmnist",
         [helper.make_tensor_value_info("images", TensorProto.UINT8, [BATCH, 784])],
         [helper.make_tensor_value_info(n, t, s) for n, s, t in outputs],
         initializer=g.initializers,
-    )  # fmt: skip
+    )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSETS[gelu])], ir_version=IR_VERSION,
-        producer_name="eqx_fmnist", doc_string="Fashion-MNIST MLP: uint8 pixels in, 0-255.",
-    )  # fmt: skip
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSETS[gelu])],
+        ir_version=IR_VERSION,
+        producer_name="eqx_fmnist",
+        doc_string="Fashion-MNIST MLP: uint8 pixels in, 0-255.",
+    )
     onnx.checker.check_model(model, full_check=True)
     return model
 
@@ -121,8 +133,12 @@ def _member_nodes(
     its hidden features, as node names."""
     k, logits, feats = portable.num_members, [], []
     for m, member in enumerate(portable.layers):
-        weights = [(g.const(f"{p}/weight", w), g.const(f"{p}/bias", b)) for (w, b), p in
-                   ((wb, f"member{m}/layer{i}" if k > 1 else f"layer{i}") for i, wb in enumerate(member))]  # fmt: skip
+        weights = [
+            (g.const(f"{p}/weight", w), g.const(f"{p}/bias", b))
+            for (w, b), p in (
+                (wb, f"member{m}/layer{i}" if k > 1 else f"layer{i}") for i, wb in enumerate(member)
+            )
+        ]
 
         def forward(h, name, weights=weights):
             hidden = []
@@ -147,8 +163,14 @@ def _ensemble_nodes(g: _Graph, logits: list[str]):
     from onnx import TensorProto
 
     zero = g.const("axis_0", np.array([0], np.int64))
-    each = [g.op("Unsqueeze", [g.op("LogSoftmax", [z], f"member{m}/log_probs", axis=1), zero],
-                 f"member{m}/log_probs_1") for m, z in enumerate(logits)]  # fmt: skip
+    each = [
+        g.op(
+            "Unsqueeze",
+            [g.op("LogSoftmax", [z], f"member{m}/log_probs", axis=1), zero],
+            f"member{m}/log_probs_1",
+        )
+        for m, z in enumerate(logits)
+    ]
     stacked = g.op("Concat", each, "member_log_probs", axis=0)
     g.op("Exp", [stacked], "member_probabilities")
     total = g.op("ReduceLogSumExp", [stacked, zero], "log_total", keepdims=0)
@@ -162,19 +184,34 @@ def _view_nodes(g: _Graph, views: np.ndarray | None, x: str) -> list[str]:
     if views is None:
         return []
     padded = g.op("Pad", [x, g.const("view_pads", np.array([0, 0, 0, 1], np.int64))], "x_blank")
-    return [g.op("Gather", [padded, g.const(f"view{j}/pixels", v.astype(np.int64))],
-                 f"view{j}", axis=1) for j, v in enumerate(views)]  # fmt: skip
+    return [
+        g.op("Gather", [padded, g.const(f"view{j}/pixels", v.astype(np.int64))], f"view{j}", axis=1)
+        for j, v in enumerate(views)
+    ]
 
 
 def _log_mean_prob(g: _Graph, logits: list[str], name: str) -> str:
     """The log of the mean of `softmax` over `logits` (each `(b, 10)`)."""
     zero = g.const("axis_0", np.array([0], np.int64))
-    each = [g.op("Unsqueeze", [g.op("LogSoftmax", [z], f"{name}/{j}/log_probs", axis=1), zero],
-                 f"{name}/{j}/log_probs_1") for j, z in enumerate(logits)]  # fmt: skip
-    total = g.op("ReduceLogSumExp", [g.op("Concat", each, f"{name}/log_probs", axis=0), zero],
-                 f"{name}/log_total", keepdims=0)  # fmt: skip
-    return g.op("Sub", [total, g.const(f"{name}/log_count", np.float32(math.log(len(logits))))],
-                f"{name}/log_mean_prob")  # fmt: skip
+    each = [
+        g.op(
+            "Unsqueeze",
+            [g.op("LogSoftmax", [z], f"{name}/{j}/log_probs", axis=1), zero],
+            f"{name}/{j}/log_probs_1",
+        )
+        for j, z in enumerate(logits)
+    ]
+    total = g.op(
+        "ReduceLogSumExp",
+        [g.op("Concat", each, f"{name}/log_probs", axis=0), zero],
+        f"{name}/log_total",
+        keepdims=0,
+    )
+    return g.op(
+        "Sub",
+        [total, g.const(f"{name}/log_count", np.float32(math.log(len(logits))))],
+        f"{name}/log_mean_prob",
+    )
 
 
 def _set_nodes(g: _Graph, thresholds: np.ndarray):
@@ -194,24 +231,45 @@ def _trust_nodes(g: _Graph, portable: Portable, feats: list[str]) -> None:
 
     t = portable.trust
     assert t is not None, "trust nodes are built for a calibrated model"
-    last, one = g.const("axis_-1", np.array([-1], np.int64)), g.const("axis_1", np.array([1], np.int64))
+    last, one = (
+        g.const("axis_-1", np.array([-1], np.int64)),
+        g.const("axis_1", np.array([1], np.int64)),
+    )
     scores = []
     for m, f in enumerate(feats):
         white = g.op("MatMul", [f, g.const(f"member{m}/whiten", t.whiten[m])], f"member{m}/white")
-        diff = g.op("Sub", [g.op("Unsqueeze", [white, one], f"member{m}/white_1"),
-                            g.const(f"member{m}/centres", t.centres[m])], f"member{m}/diff")  # fmt: skip
+        diff = g.op(
+            "Sub",
+            [
+                g.op("Unsqueeze", [white, one], f"member{m}/white_1"),
+                g.const(f"member{m}/centres", t.centres[m]),
+            ],
+            f"member{m}/diff",
+        )
         d = g.op("ReduceSumSquare", [diff, last], f"member{m}/distances", keepdims=0)
         scores.append(g.op("ReduceMin", [d, one], f"member{m}/score", keepdims=0))
     total = scores[0] if len(scores) == 1 else g.op("Sum", scores, "score_total")
     score = g.op("Div", [total, g.const("c_members", np.float32(len(scores)))], "trust_score")
     # The amount of ink as an exact sum of pixel values; the contrast in float64.
     sums = g.op("ReduceSum", ["pixels", one], "ink_sum", keepdims=0)
-    low, high = (g.const(n, np.float32(v)) for n, v in zip(("ink_low", "ink_high"), t.ink_sum_range, strict=True))
-    x64 = g.op("Div", [g.op("Cast", ["images"], "pixels64", to=TensorProto.DOUBLE),
-                       g.const("c_255_64", np.float64(255.0))], "x64")  # fmt: skip
+    low, high = (
+        g.const(n, np.float32(v))
+        for n, v in zip(("ink_low", "ink_high"), t.ink_sum_range, strict=True)
+    )
+    x64 = g.op(
+        "Div",
+        [
+            g.op("Cast", ["images"], "pixels64", to=TensorProto.DOUBLE),
+            g.const("c_255_64", np.float64(255.0)),
+        ],
+        "x64",
+    )
     centred = g.op("Sub", [x64, g.op("ReduceMean", [x64, one], "mean64", keepdims=1)], "centred64")
-    spread = g.op("Sqrt", [g.op("ReduceMean", [g.op("Mul", [centred, centred], "sq64"), one],
-                                "var64", keepdims=0)], "contrast")  # fmt: skip
+    spread = g.op(
+        "Sqrt",
+        [g.op("ReduceMean", [g.op("Mul", [centred, centred], "sq64"), one], "var64", keepdims=0)],
+        "contrast",
+    )
     checks = [
         g.op("Less", [sums, low], "too_dark"),
         g.op("Greater", [sums, high], "too_bright"),
@@ -253,7 +311,9 @@ def run_onnx(blob: bytes, images: np.ndarray, *, chunk: int = 2000) -> dict[str,
     _, ort = require_onnx()
     session = _session(ort, blob)
     names = [o.name for o in session.get_outputs()]
-    parts = [session.run(None, {"images": images[i : i + chunk]}) for i in range(0, len(images), chunk)]
+    parts = [
+        session.run(None, {"images": images[i : i + chunk]}) for i in range(0, len(images), chunk)
+    ]
     axis = {n: (1 if n == "member_probabilities" else 0) for n in names}
     return {n: np.concatenate([p[j] for p in parts], axis=axis[n]) for j, n in enumerate(names)}
 

@@ -87,9 +87,12 @@ def portable_trust(trust: Trust, members: int) -> PortableTrust:
     low, high = trust.ink_range
     scale = IMAGE_SIZE * 255.0
     return PortableTrust(
-        whiten.astype(np.float32), centres.astype(np.float32), float(trust.threshold),
-        (round(low * scale), round(high * scale)), float(trust.min_contrast),
-    )  # fmt: skip
+        whiten.astype(np.float32),
+        centres.astype(np.float32),
+        float(trust.threshold),
+        (round(low * scale), round(high * scale)),
+        float(trust.min_contrast),
+    )
 
 
 BLANK = IMAGE_SIZE
@@ -137,17 +140,24 @@ def to_portable(
             )
         temperature, tta = calibration.temperature, calibration.tta
     k = num_members(models)
-    arrays = [(np.asarray(w, np.float32), np.asarray(b, np.float32))
-              for w, b in ((layer.weight, layer.bias) for layer in models.layers)]  # fmt: skip
-    layers = [
-        [(w, b) if k is None else (w[m], b[m]) for w, b in arrays] for m in range(k or 1)
+    arrays = [
+        (np.asarray(w, np.float32), np.asarray(b, np.float32))
+        for w, b in ((layer.weight, layer.bias) for layer in models.layers)
     ]
+    layers = [[(w, b) if k is None else (w[m], b[m]) for w, b in arrays] for m in range(k or 1)]
     trust = None if calibration is None else portable_trust(calibration.trust, k or 1)
     sets = None if calibration is None or calibration.sets is None else calibration.sets
     thresholds = None if sets is None else np.asarray(sets.thresholds, np.float32)
     coverage = None if sets is None else sets.coverage
-    return Portable(layers, k is not None, float(temperature), trust, thresholds, coverage,
-                    view_indices(tta) if tta else None)  # fmt: skip
+    return Portable(
+        layers,
+        k is not None,
+        float(temperature),
+        trust,
+        thresholds,
+        coverage,
+        view_indices(tta) if tta else None,
+    )
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -196,8 +206,11 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
     log_probs, scores, x = [], [], x0
     for m, member in enumerate(portable.layers):
         x, hidden = forward(member, x0)
-        views = [x] if portable.views is None else [forward(member, padded[:, v])[0]
-                                                    for v in portable.views]  # fmt: skip
+        views = (
+            [x]
+            if portable.views is None
+            else [forward(member, padded[:, v])[0] for v in portable.views]
+        )
         log_probs.append(_log_mean_prob(np.stack(views)))
         if portable.trust is not None:  # of the image itself, not of its views
             g = np.concatenate(hidden, 1) @ portable.trust.whiten[m].astype(np.float64)

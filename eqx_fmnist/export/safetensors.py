@@ -42,13 +42,18 @@ def portable_of_weights(arrays: dict[str, np.ndarray], temperature: float = 1.0)
     describe (what [`weight_arrays`][eqx_fmnist.export.safetensors.weight_arrays]
     wrote), read back by their names alone: the numpy reference then checks a
     safetensors export, independent of JAX and Equinox."""
-    prefixes = sorted({k.rsplit("layers.", 1)[0] for k in arrays},
-                      key=lambda p: int(p.split(".")[1]) if p else -1)  # fmt: skip
+    prefixes = sorted(
+        {k.rsplit("layers.", 1)[0] for k in arrays}, key=lambda p: int(p.split(".")[1]) if p else -1
+    )
     layers = []
     for prefix in prefixes:
         n = len({k for k in arrays if k.startswith(prefix + "layers.")}) // 2
-        layers.append([(arrays[f"{prefix}layers.{i}.weight"], arrays[f"{prefix}layers.{i}.bias"])
-                       for i in range(n)])  # fmt: skip
+        layers.append(
+            [
+                (arrays[f"{prefix}layers.{i}.weight"], arrays[f"{prefix}layers.{i}.bias"])
+                for i in range(n)
+            ]
+        )
     return Portable(layers, prefixes != [""], float(temperature), None)
 
 

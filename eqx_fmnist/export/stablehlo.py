@@ -113,8 +113,14 @@ def to_stablehlo(
     lowered for CPU and CUDA."""
     (batch,) = jax.export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((batch, IMAGE_SIZE), jnp.uint8)
-    serve = serving_function(models, policy, temperature=temperature, trust=trust,
-                             set_thresholds=set_thresholds, views=views)  # fmt: skip
+    serve = serving_function(
+        models,
+        policy,
+        temperature=temperature,
+        trust=trust,
+        set_thresholds=set_thresholds,
+        views=views,
+    )
     return bytes(jax.export.export(jax.jit(serve), platforms=PLATFORMS)(spec).serialize())
 
 
@@ -220,8 +226,14 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
 
 def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
     p = inputs.portable
-    blob = to_stablehlo(inputs.models, inputs.policy, temperature=p.temperature, trust=p.trust,
-                        set_thresholds=p.set_thresholds, views=p.views)  # fmt: skip
+    blob = to_stablehlo(
+        inputs.models,
+        inputs.policy,
+        temperature=p.temperature,
+        trust=p.trust,
+        set_thresholds=p.set_thresholds,
+        views=p.views,
+    )
     return blob, {"platforms": list(PLATFORMS)}
 
 

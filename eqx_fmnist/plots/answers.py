@@ -37,8 +37,11 @@ def plot_explanation(
     fig.colorbar(shown, ax=ax_map, shrink=0.8)
     ax_map.set_title(f"red: for {class_names[target]}, blue: against", fontsize=9)
     order = np.argsort(probabilities)[::-1][:top]
-    ax_bars.barh([class_names[c] for c in order][::-1], probabilities[order][::-1],
-                 color=["tab:red" if c == target else "tab:gray" for c in order][::-1])  # fmt: skip
+    ax_bars.barh(
+        [class_names[c] for c in order][::-1],
+        probabilities[order][::-1],
+        color=["tab:red" if c == target else "tab:gray" for c in order][::-1],
+    )
     ax_bars.set(xlim=(0, 1), xlabel="probability")
     fig.suptitle(title or f"why {class_names[target]}?")
     return fig

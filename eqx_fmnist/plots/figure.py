@@ -60,11 +60,9 @@ def image_grid(
         y, x = round(step_y * (i // cols) + 28 * gaps[1]), round(step_x * (i % cols))
         if image is not None:
             canvas[y : y + 28, x : x + 28] = image
-        ax.text(x + 13.5, y - 1.5, text, ha="center", va="bottom", color=colour,
-                fontsize=fontsize)  # fmt: skip
+        ax.text(x + 13.5, y - 1.5, text, ha="center", va="bottom", color=colour, fontsize=fontsize)
     cmap = matplotlib.colormaps["gray_r"].with_extremes(bad="white")
-    ax.imshow(np.ma.masked_invalid(canvas), cmap=cmap, vmin=0, vmax=255,
-              interpolation="nearest")  # fmt: skip
+    ax.imshow(np.ma.masked_invalid(canvas), cmap=cmap, vmin=0, vmax=255, interpolation="nearest")
     ax.set_xlim(-0.5 - (step_x - 28) / 2, canvas.shape[1] - (step_x - 28) / 2 - 0.5)
 
 

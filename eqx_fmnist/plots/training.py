@@ -28,9 +28,15 @@ def plot_examples(
     """
     fig = new_figure(10.0, 4.6, grid=True)
     first = [np.nonzero(labels == c)[0] for c in range(NUM_CLASSES)]
-    image_grid(fig, [images[w[0]] if w.size else None for w in first],
-               [(f"{c}: {class_names[c]}", "black") for c in range(NUM_CLASSES)],
-               cols=5, box=(0.01, 0.01, 0.99, 0.93), gaps=(0.08, 0.15), fontsize=11)  # fmt: skip
+    image_grid(
+        fig,
+        [images[w[0]] if w.size else None for w in first],
+        [(f"{c}: {class_names[c]}", "black") for c in range(NUM_CLASSES)],
+        cols=5,
+        box=(0.01, 0.01, 0.99, 0.93),
+        gaps=(0.08, 0.15),
+        fontsize=11,
+    )
     return fig
 
 
@@ -118,12 +124,23 @@ def plot_predictions(
             continue
         cells.append(images[i])
         note = f"\n{notes[i]}" if notes is not None else ""
-        titles.append((f"{class_names[predictions[i]]}\n/ {class_names[labels[i]]}{note}",
-                       "tab:green" if predictions[i] == labels[i] else "tab:red"))  # fmt: skip
+        titles.append(
+            (
+                f"{class_names[predictions[i]]}\n/ {class_names[labels[i]]}{note}",
+                "tab:green" if predictions[i] == labels[i] else "tab:red",
+            )
+        )
     # Inches kept free above the grid: the figure's title and the first row's titles.
     top = 1 - (0.75 if notes is None else 1.0) / height
-    image_grid(fig, cells, titles, cols=cols, box=(0.01, 0.01, 0.99, top),
-               gaps=(0.1, 0.25 if notes is None else 0.45), fontsize=9)  # fmt: skip
+    image_grid(
+        fig,
+        cells,
+        titles,
+        cols=cols,
+        box=(0.01, 0.01, 0.99, top),
+        gaps=(0.1, 0.25 if notes is None else 0.45),
+        fontsize=9,
+    )
     fig.suptitle(title)
     return fig
 

@@ -43,9 +43,9 @@ from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import save_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
-from ..ensemble import SweepResult
+from ..ensemble import SweepResult, check_memory
 from ..fileio import FolderInUse, FolderLock, atomic_write
-from ..intervals import History
+from ..intervals import History, plan_run
 from ..plots import (
     plot_examples,
     plot_predictions,
@@ -60,9 +60,13 @@ from .summary import CHECKPOINT_NAME, RunError, summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"
 FIGURES = (
-    "examples.png", "training_curve.png", "predictions.png", "confusion_matrix.png",
-    "reliability.png", "robustness.png",
-)  # fmt: skip
+    "examples.png",
+    "training_curve.png",
+    "predictions.png",
+    "confusion_matrix.png",
+    "reliability.png",
+    "robustness.png",
+)
 RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME, *FIGURES)
 SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
 
@@ -172,6 +176,10 @@ class RunFolder:
         - `teacher`: the checkpoint of the teacher a distilled run learns from, named in
             `teacher.json` so that a resume finds it. Defaults to `None`.
         """
+        # What would refuse the run refuses it before a file is written.
+        self.plan = plan_run(config, num_train)
+        if members:
+            check_memory(members, num_train)
         self.folder = Path(folder)
         existing = [n for n in (*RESULT_FILES, *SWEEP_FILES) if (self.folder / n).exists()]
         if existing and not overwrite and not start_step:
@@ -298,8 +306,14 @@ class RunFolder:
         The summary, as written to `summary.json`.
         """
         self._save_final(result.state)
-        report = run_report(result.model, result.policy, data.test_images, data.test_labels,
-                            calibration, tta=result.config.views)  # fmt: skip
+        report = run_report(
+            result.model,
+            result.policy,
+            data.test_images,
+            data.test_labels,
+            calibration,
+            tta=result.config.views,
+        )
         if calibration is not None:
             calibration.save(self.folder / CALIBRATION_FILE)
         summary = {

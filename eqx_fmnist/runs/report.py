@@ -9,6 +9,8 @@ draws the confusion matrix, the reliability diagram and the robustness curve.
 """
 
 import dataclasses
+import os
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
@@ -22,7 +24,7 @@ from ..conformal import SetReport, set_report
 from ..dataset import ArrayDataset
 from ..evaluation import Robustness, confusion_matrix, evaluate_robustness
 from ..model import MLP
-from ..plots import plot_confusion_matrix, plot_robustness, plot_sets
+from ..plots import plot_confusion_matrix, plot_robustness, plot_sets, save_figure
 from ..precision import Policy
 
 
@@ -53,22 +55,35 @@ class RunReport:
         """The predicted class of every test image."""
         return self.logits.argmax(axis=-1)
 
+    def save_figures(self, folder: str | os.PathLike) -> list[Path]:
+        """Draw [`figures`][eqx_fmnist.runs.report.RunReport.figures] into `folder`
+        (created if needed), each written atomically; the paths."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        return [save_figure(figure, folder / name) for name, figure in self.figures().items()]
+
     def figures(self) -> dict[str, Figure]:
         """`{file name: figure}`: `confusion_matrix.png`, `reliability.png`,
         `robustness.png` and, with sets, `prediction_sets.png`."""
         robust = self.robustness
-        sets = {} if self.sets is None or self.set_sizes is None else {
-            "prediction_sets.png": plot_sets(self.sets.class_coverage, self.set_sizes,
-                                             self.target_coverage or 0.0),
-        }  # fmt: skip
+        sets = (
+            {}
+            if self.sets is None or self.set_sizes is None
+            else {
+                "prediction_sets.png": plot_sets(
+                    self.sets.class_coverage, self.set_sizes, self.target_coverage or 0.0
+                ),
+            }
+        )
         return sets | {
             "confusion_matrix.png": plot_confusion_matrix(self.confusion),
             "reliability.png": self.reliability,
             "robustness.png": plot_robustness(
-                (0, *robust.shifted), (robust.clean, *robust.shifted.values()),
+                (0, *robust.shifted),
+                (robust.clean, *robust.shifted.values()),
                 mirrored=robust.mirrored,
             ),
-        }  # fmt: skip
+        }
 
 
 def run_report(
@@ -96,6 +111,4 @@ def run_report(
     sets, y = said.prediction_set, np.asarray(labels).astype(int)
     sizes = tuple(float(sets[y == k].sum(axis=1).mean()) for k in range(sets.shape[1]))
     report = set_report(sets, y)
-    return RunReport(
-        said.logits, cm, summary, robust, reliability, report, sizes, said.coverage
-    )
+    return RunReport(said.logits, cm, summary, robust, reliability, report, sizes, said.coverage)

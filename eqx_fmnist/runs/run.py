@@ -58,7 +58,13 @@ def train_run(
     calibration = None
     if splits.calibration is not None:
         config = result.config
-        calibration = calibrate(result.model, splits.train, splits.calibration,
-                                policy=result.policy, coverage=config.coverage,
-                                per_class=config.per_class_sets, tta=config.views)  # fmt: skip
+        calibration = calibrate(
+            result.model,
+            splits.train,
+            splits.calibration,
+            policy=result.policy,
+            coverage=config.coverage,
+            per_class=config.per_class_sets,
+            tta=config.views,
+        )
     return RunResult(result, calibration)

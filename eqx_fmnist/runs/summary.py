@@ -39,7 +39,7 @@ def summarise(
                     "test_loss": m.loss,
                 }
                 for c, m in zip(result.configs, test.members, strict=True)
-            ],  # fmt: skip
+            ],
             "member_accuracy_mean": test.accuracy_mean,
             "member_accuracy_std": test.accuracy_std,
         }
