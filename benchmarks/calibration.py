@@ -28,6 +28,7 @@ from eqx_fmnist.bench import machine_facts
 from eqx_fmnist.calibration import calibration_report, evaluate_calibration
 from eqx_fmnist.data import prepare_image
 from eqx_fmnist.plots import save_figure
+from eqx_fmnist.runs.report import reliability_figure
 from eqx_fmnist.trust import features
 
 
@@ -148,7 +149,7 @@ def main() -> None:
     # The reliability diagram of the first seed.
     raw, cal, r, _ = runs[0]
     logits = np.asarray(ef.predict_logits(r.model, test.images))
-    _, figure = calibration_report(logits, data.test_labels, calibrations[0])
+    figure = reliability_figure(calibration_report(logits, data.test_labels, calibrations[0]))
     folder = args.out.parent
     save_figure(figure, folder / "reliability.png")
     # Photos: the naive preparation against prepare_image.

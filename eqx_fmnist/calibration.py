@@ -27,10 +27,9 @@ from jaxtyping import Array, Bool, Float, Int, Integer
 
 from .conformal import COVERAGE, ConformalSets, fit_sets
 from .dataset import ArrayDataset
-from .evaluation import _logits
+from .evaluation import padded_logits
 from .fileio import atomic_write
 from .model import MLP
-from .plots import plot_reliability
 from .precision import FLOAT32, Policy
 from .trust import AS_THEY_ARE, FLAG_RATE, Move, Trust, fit_trust
 
@@ -117,7 +116,7 @@ def dataset_logits(
 ) -> tuple[Float[Array, "padded classes"], Int[Array, " padded"], Bool[Array, " padded"]]:
     """`(logits, labels, mask)` of every example, padded to whole batches (with `tta`
     views: the log of the mean probability over them)."""
-    logits, mask = _logits(model, dataset.images, policy, batch_size, None, tta)
+    logits, mask = padded_logits(model, dataset.images, policy, batch_size, None, tta)
     padding = jnp.zeros(logits.shape[0] - len(dataset), dataset.labels.dtype)
     return logits, jnp.concatenate([dataset.labels, padding]), mask
 
@@ -247,31 +246,16 @@ def calibration_report(
     logits: Float[Array | np.ndarray, "n classes"],
     labels: Integer[Array | np.ndarray, " n"],
     calibration: "Calibration | None" = None,
-):
-    """`(summary, figure)` for a run folder: the raw (and, with a `calibration`, the
-    temperature-scaled) NLL, Brier score and ECE of `logits` against `labels`, and their
-    reliability diagram."""
+) -> dict[str, CalibrationResult]:
+    """The metrics of `logits` against `labels`: `raw` and, with a `calibration`,
+    `calibrated` (at its temperature); what a run's summary records and its reliability
+    diagram draws ([`reliability_figure`][eqx_fmnist.runs.report.reliability_figure])."""
     logits, labels = jnp.asarray(logits), jnp.asarray(labels, jnp.int32)
     results = {"raw": calibration_metrics(logits, labels)}
     if calibration is not None:
-        results["calibrated"] = calibration_metrics(
-            logits, labels, temperature=calibration.temperature
-        )
-    summary = {
-        name: {"nll": r.nll, "brier": r.brier, "ece": r.ece, "temperature": r.temperature}
-        for name, r in results.items()
-    }
-    curves = {
-        (
-            f"raw, ECE {r.ece:.3f}"
-            if name == "raw"
-            else f"T = {r.temperature:.2f}, ECE {r.ece:.3f}"
-        ): (r.bin_confidence, r.bin_accuracy, r.bin_count)
-        for name, r in results.items()
-    }
-    return summary, plot_reliability(
-        curves, title=f"Reliability on {results['raw'].count:,} images"
-    )
+        t = calibration.temperature
+        results["calibrated"] = calibration_metrics(logits, labels, temperature=t)
+    return results
 
 
 # --------------------------------------------------------------------------- stored

@@ -87,7 +87,7 @@ def _member_logits(model: MLP, images, policy: Policy, batch_size: int, mesh=Non
 
 
 @eqx.filter_jit
-def _logits(
+def padded_logits(
     model: MLP,
     images: Shaped[Array, "n 784"],
     policy: Policy,
@@ -96,7 +96,8 @@ def _logits(
     tta: tuple[Move, ...] | None = None,
 ) -> tuple[Float[Array, "padded classes"], Bool[Array, " padded"]]:
     """Logits (an ensemble's, or test-time augmentation's, log mean probabilities) of all
-    images, padded to whole batches, and the mask of real rows."""
+    images, padded to whole batches, and the mask of real rows: what
+    [`predict_logits`][eqx_fmnist.evaluation.predict_logits] cuts and calibration masks."""
     logits = combine(model, _member_logits(model, images, policy, batch_size, mesh, tta))
     mask = jnp.arange(logits.shape[0]) < images.shape[0]
     return logits, mask
@@ -128,7 +129,7 @@ def predict_logits(
     The logits, shape `(n, 10)`; for members, or with `tta`, the log of the mean of
     the probabilities (over members and views).
     """
-    logits, _ = _logits(model, images, policy, batch_size, None, tta)
+    logits, _ = padded_logits(model, images, policy, batch_size, None, tta)
     return logits[: images.shape[0]]
 
 

@@ -261,4 +261,3 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.section(f"{len(skipped)} skipped, and why")
     for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{count:4d}  {reason}")
-

@@ -131,6 +131,7 @@ def tree_allclose(a, b, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
         for x, y in zip(jtu.tree_leaves(a), jtu.tree_leaves(b), strict=True)
     )
 
+
 def same_arrays(a, b) -> bool:
     """Every array leaf equal, bit for bit (static fields such as the optimiser's
     closures are not compared: each state builds its own)."""
@@ -243,8 +244,11 @@ def run_cli_here(*args):
     from eqx_fmnist.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-            mock.patch.dict(os.environ, {"COLUMNS": "120"}):  # fmt: skip
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        mock.patch.dict(os.environ, {"COLUMNS": "120"}),
+    ):
         try:
             status = main(["--no-compile-cache", *map(str, args)])
         except SystemExit as e:  # argparse's usage errors exit, as in a shell
@@ -351,8 +355,7 @@ def numpy_reference(model, images, *, calibration=None, temperature=1.0, tta=Non
     for m in range(k):
         x, hidden = forward(m, x0)
         if tta:
-            views = [forward(m, moved_numpy(pixels, *v).astype(np.float64) / 255.0)[0]
-                     for v in tta]  # fmt: skip
+            views = [forward(m, moved_numpy(pixels, *v).astype(np.float64) / 255.0)[0] for v in tta]
             x = np.log(np.mean([np.exp(log_softmax(v)) for v in views], axis=0))
         log_probs.append(log_softmax(x))
         if calibration is not None:
@@ -374,8 +377,12 @@ def numpy_reference(model, images, *, calibration=None, temperature=1.0, tta=Non
         t, score = calibration.trust, np.mean(scores, 0)
         ink, spread = x0.mean(1), x0.std(1)
         out["trust_score"] = score
-        out["unusual"] = ((ink < t.ink_range[0]) | (ink > t.ink_range[1])
-                          | (spread < t.min_contrast) | (score > t.threshold))
+        out["unusual"] = (
+            (ink < t.ink_range[0])
+            | (ink > t.ink_range[1])
+            | (spread < t.min_contrast)
+            | (score > t.threshold)
+        )
     if calibration is not None and calibration.sets is not None:
         p, q = out["probabilities"], np.asarray(calibration.sets.thresholds)
         top = np.arange(p.shape[1])[None, :] == p.argmax(axis=1)[:, None]

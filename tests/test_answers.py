@@ -50,8 +50,12 @@ def test_a_calibrated_answer_is_the_reference_s(models, images, real_data, which
     each = [numpy_reference(m, images)["probabilities"] for m in _members(model, k)]
     np.testing.assert_allclose(got.member_probabilities, np.stack(each), atol=1e-5)
     assert set(got.outputs()) == {
-        "logits", "probabilities", "trust_score", "unusual", "prediction_set"
-    }  # fmt: skip
+        "logits",
+        "probabilities",
+        "trust_score",
+        "unusual",
+        "prediction_set",
+    }
 
 
 def _members(stack, k):

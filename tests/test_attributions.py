@@ -102,8 +102,9 @@ def test_an_ensemble_explains_its_log_mean_probability(images):
     scores = np.asarray(ef.predict_logits(stack, jnp.asarray(images)))  # the ensemble's
     blank = np.asarray(ef.predict_logits(stack, jnp.zeros((1, 784), jnp.uint8)))[0]
     np.testing.assert_array_equal(e.target, scores.argmax(axis=-1))
-    np.testing.assert_allclose(e.score_change, scores[np.arange(3), e.target] - blank[e.target],
-                               rtol=1e-4, atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        e.score_change, scores[np.arange(3), e.target] - blank[e.target], rtol=1e-4, atol=1e-5
+    )
     # numpy: the log of the members' mean softmax, by finite differences, at one pixel.
     x = images[0].astype(np.float64) / 255
     members = [ef.select_members(stack, i) for i in range(2)]
@@ -135,8 +136,9 @@ def test_a_trained_model_and_random_weights_attribute_differently(real_data, rea
     random = ef.MLP(hidden_sizes=(64,), key=jax.random.PRNGKey(7))
     images = real_data.test_images[:20].reshape(20, -1)
     a = ef.explain(trained.model, images, steps=32).attributions
-    b = ef.explain(random, images, target=ef.explain(trained.model, images, steps=4).target,
-                   steps=32).attributions  # fmt: skip
+    b = ef.explain(
+        random, images, target=ef.explain(trained.model, images, steps=4).target, steps=32
+    ).attributions
 
     def ranks(v):
         return np.argsort(np.argsort(v))

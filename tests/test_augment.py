@@ -41,7 +41,9 @@ def test_random_moves_stay_in_bounds_use_both_mirrors_and_are_pure(images):
     moves = [(dx, dy, m) for dx in range(-2, 3) for dy in range(-2, 3) for m in (False, True)]
     found = []
     for b in range(len(images)):
-        hits = [mv for mv in moves if np.array_equal(out[b], moved_numpy(images[b : b + 1], *mv)[0])]
+        hits = [
+            mv for mv in moves if np.array_equal(out[b], moved_numpy(images[b : b + 1], *mv)[0])
+        ]
         assert len(hits) == 1, b  # exactly one allowed move explains each image
         found.append(hits[0])
     flips = [m for _, _, m in found]
@@ -100,7 +102,9 @@ def test_the_step_trains_on_the_augmented_gather(small):
     key = jnp.array(np.asarray(by_hand.key))
     for step in range(2):
         idx = batch_indices(key, step, len(small), 32)
-        x = augment(jr.fold_in(augment_key(key), step), small.images[idx], by_hand.settings.augmentation)
+        x = augment(
+            jr.fold_in(augment_key(key), step), small.images[idx], by_hand.settings.augmentation
+        )
         by_hand, _ = _step(by_hand, x, small.labels[idx])
         looped, _ = train_step(looped, small.images[idx], small.labels[idx])
     assert tree_allclose(fused.model, by_hand.model, rtol=1e-5, atol=1e-6)
@@ -233,8 +237,10 @@ def test_the_distillation_loss_is_its_formula(small):
         return z - np.log(np.exp(z).sum(1, keepdims=True))
 
     s = np.asarray(jax.vmap(student)(x), np.float64)
-    members = [np.asarray(ef.predict_logits(ef.select_members(stack, i), small.images[:64]),
-                          np.float64) for i in range(2)]  # fmt: skip
+    members = [
+        np.asarray(ef.predict_logits(ef.select_members(stack, i), small.images[:64]), np.float64)
+        for i in range(2)
+    ]
     target = np.mean([np.exp(log_softmax(z / t)) for z in members], axis=0)
     labels = np.asarray(y)
     soft_term = -(target * log_softmax(s / t)).sum(1).mean() * t**2

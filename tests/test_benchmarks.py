@@ -21,19 +21,29 @@ LIBRARIES = {"baselines.py", "time_to_accuracy.py"}  # imported by the scripts a
 # A script's smoke arguments, and a line its table must hold.
 SMOKE = {
     "answers.py": (["--steps", "6", "--seeds", "0", "1"], "## Attributions"),
-    "accuracy.py": (["--seeds", "0", "1", "--steps", "6", "--precision", "p=f32,c=bf16,o=f32"],
-                    "**ensemble of 2**"),
-    "calibration.py": (["--seeds", "0", "--steps", "6", "--calibrate", "1000"],
-                       "### The trust flag"),
-    "ensemble.py": (["--members", "1", "2", "--repeats", "1", "--seeds", "2", "--epochs", "1"],
-                    "| 2 |"),
+    "accuracy.py": (
+        ["--seeds", "0", "1", "--steps", "6", "--precision", "p=f32,c=bf16,o=f32"],
+        "**ensemble of 2**",
+    ),
+    "calibration.py": (
+        ["--seeds", "0", "--steps", "6", "--calibrate", "1000"],
+        "### The trust flag",
+    ),
+    "ensemble.py": (
+        ["--members", "1", "2", "--repeats", "1", "--seeds", "2", "--epochs", "1"],
+        "| 2 |",
+    ),
     # Chromium opening the page is test_web_page.py's.
-    "export.py": (["--epochs", "1", "--seeds", "2", "--no-browser", "--photos", "7",
-                   "--views-images", "300"], "| shifts (6) | html |"),
+    "export.py": (
+        ["--epochs", "1", "--seeds", "2", "--no-browser", "--photos", "7", "--views-images", "300"],
+        "| shifts (6) | html |",
+    ),
     "folds.py": (["--epochs", "1", "--folds", "2"], "| random |"),
     "confused_pairs.py": (["--steps", "30", "--pairs", "2"], "| completeness error"),
-    "robust_accuracy.py": (["--seeds", "0", "--ensemble", "2", "--steps", "6"],
-                           "distilled from the ensemble of 2"),
+    "robust_accuracy.py": (
+        ["--seeds", "0", "--ensemble", "2", "--steps", "6"],
+        "distilled from the ensemble of 2",
+    ),
     "trust_probes.py": (["--steps", "6"], "| 6 moves |"),
 }
 

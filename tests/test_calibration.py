@@ -22,8 +22,9 @@ def test_metrics_match_a_numpy_reference():
     logits = rng.normal(size=(500, 10)).astype(np.float32) * 3
     labels = rng.integers(0, 10, 500)
     mask = rng.random(500) < 0.8
-    got = calibration_metrics(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask),
-                              temperature=0.7)  # fmt: skip
+    got = calibration_metrics(
+        jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask), temperature=0.7
+    )
     z, y = logits[mask].astype(np.float64) / 0.7, labels[mask]
     p = np_softmax(z)
     assert got.count == mask.sum()
@@ -143,9 +144,11 @@ def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_feat
     train, held = small.split(64, key=__import__("jax").random.PRNGKey(0))
     cal = ef.calibrate(members.model, train, held)
     probs = np.stack(
-        [np.asarray(ef.predict_proba(ef.select_members(members.model, i), held.images))
-         for i in range(2)]
-    )  # fmt: skip
+        [
+            np.asarray(ef.predict_proba(ef.select_members(members.model, i), held.images))
+            for i in range(2)
+        ]
+    )
     log_mean = np.log(probs.mean(0))
     assert cal.temperature == pytest.approx(fit_temperature(log_mean, held.labels), rel=1e-4)
     assert cal.trust.means.shape == (2, 10, 16) and cal.held_out == 64
@@ -163,9 +166,15 @@ def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_feat
     # distance, written out here with each member's own fitted means and precision.
     feats = features(members.model, held.images)
     want = np.mean(
-        [[min((f - m) @ cal.trust.precision[i] @ (f - m) for m in cal.trust.means[i])
-          for f in feats[i].astype(np.float64)] for i in range(2)], axis=0,
-    )  # fmt: skip
+        [
+            [
+                min((f - m) @ cal.trust.precision[i] @ (f - m) for m in cal.trust.means[i])
+                for f in feats[i].astype(np.float64)
+            ]
+            for i in range(2)
+        ],
+        axis=0,
+    )
     np.testing.assert_allclose(cal.trust.scores(feats), want, rtol=1e-9)
 
 
@@ -178,9 +187,7 @@ def test_the_trust_score_is_the_smallest_mahalanobis_distance():
     a = rng.normal(size=(6, 6))
     precision = a @ a.T + np.eye(6)
     trust = Trust(means, precision, 1.0, (0.0, 1.0), 0.0)
-    want = np.array(
-        [min((f - m) @ precision @ (f - m) for m in means) for f in feats]
-    )  # fmt: skip
+    want = np.array([min((f - m) @ precision @ (f - m) for m in means) for f in feats])
     np.testing.assert_allclose(trust.scores(feats), want, rtol=1e-9)
 
 
@@ -195,8 +202,14 @@ def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
 
     config = ef.TrainConfig(steps=8, batch_size=32, hidden_sizes=(16,), shift=1)
     moves = ef.trust_moves(config)
-    assert moves == ((0, 0, False), (0, 0, True), (1, 0, False), (-1, 0, False),
-                     (0, 1, False), (0, -1, False))  # fmt: skip
+    assert moves == (
+        (0, 0, False),
+        (0, 0, True),
+        (1, 0, False),
+        (-1, 0, False),
+        (0, 1, False),
+        (0, -1, False),
+    )
     model = ef.fit(config, ef.Splits(small)).model
     train, held = small.split(64, key=jr.PRNGKey(0))
     trust = fit_trust(model, train, held, moves=moves)
@@ -215,8 +228,9 @@ def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
     r = np.concatenate(residuals)
     cov = r.T @ r / len(r)
     cov += 1e-6 * np.trace(cov) / 16 * np.eye(16)
-    np.testing.assert_allclose(np.linalg.inv(trust.precision), cov, rtol=0,
-                               atol=100 * atol * np.abs(r).max())  # fmt: skip
+    np.testing.assert_allclose(
+        np.linalg.inv(trust.precision), cov, rtol=0, atol=100 * atol * np.abs(r).max()
+    )
     with pytest.raises(ValueError, match="moves must be distinct"):
         fit_trust(model, train, held, moves=((0, 0, False), (0, 0, False)))
 
@@ -234,9 +248,22 @@ def test_train_calibrate_then_predict_json_and_evaluate(tmp_path, real_data):
     from PIL import Image
 
     out = tmp_path / "run"
-    result = run_cli_here("train", "--steps", "100", "--hidden", "32", "--calibrate", "2000",
-                          "--coverage", "0.95", "--per-class-sets", "--out", out,
-                          "--data-dir", real_data.source)  # fmt: skip
+    result = run_cli_here(
+        "train",
+        "--steps",
+        "100",
+        "--hidden",
+        "32",
+        "--calibrate",
+        "2000",
+        "--coverage",
+        "0.95",
+        "--per-class-sets",
+        "--out",
+        out,
+        "--data-dir",
+        real_data.source,
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["calibration"]["calibrated"]["temperature"] == summary["trust"]["temperature"]
@@ -264,13 +291,15 @@ def test_train_calibrate_then_predict_json_and_evaluate(tmp_path, real_data):
     noise = np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)
     Image.fromarray(noise).save(tmp_path / "noise.png")
     shown = tmp_path / "shown"
-    result = run_cli_here("predict", out, tmp_path / "item.png", tmp_path / "noise.png", "--json",
-                     "--show", shown)  # fmt: skip
+    result = run_cli_here(
+        "predict", out, tmp_path / "item.png", tmp_path / "noise.png", "--json", "--show", shown
+    )
     assert result.returncode == 0, result.stderr
     item, noisy = map(json.loads, result.stdout.strip().splitlines())
     assert item["calibrated"] and item["inverted"] and len(item["top"]) == 3
     assert item["set_coverage"] == 0.95 and set(item["set"]) >= {
-        t["class"] for t in item["top"]
+        t["class"]
+        for t in item["top"]
         if 1 - t["probability"] <= calibration.sets.thresholds[ef.CLASS_NAMES.index(t["class"])]
     }
     assert noisy["unusual"] is True

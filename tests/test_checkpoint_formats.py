@@ -112,7 +112,11 @@ def test_a_format_from_the_future_is_refused_with_who_wrote_it_and_who_reads_it(
     header["format_version"], header["versions"]["eqx_fmnist"] = 9, "7.0.0"
     new = json.dumps(header).encode()
     path = tmp_path / "future.eqx"
-    path.write_bytes(MAGIC + len(new).to_bytes(8, "little") + new + blob[len(MAGIC) + 8 + len(head) :])
-    with pytest.raises(CheckpointError, match=r"format 9, written by eqx_fmnist 7\.0\.0.*reads formats 1, 2, 3") as e:
+    path.write_bytes(
+        MAGIC + len(new).to_bytes(8, "little") + new + blob[len(MAGIC) + 8 + len(head) :]
+    )
+    with pytest.raises(
+        CheckpointError, match=r"format 9, written by eqx_fmnist 7\.0\.0.*reads formats 1, 2, 3"
+    ) as e:
         ef.load_checkpoint(path)
     assert str(path) in str(e.value)

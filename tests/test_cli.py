@@ -44,8 +44,7 @@ def test_an_empty_data_dir_is_an_error_not_a_silent_fallback(command, tmp_path, 
 
 
 def _train_args(out, real_data) -> list:
-    return ["train", "--steps", 60, "--log-every", 20, "--out", out, "--data-dir",
-            real_data.source]  # fmt: skip
+    return ["train", "--steps", 60, "--log-every", 20, "--out", out, "--data-dir", real_data.source]
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +62,11 @@ def test_train_keeps_compiled_programs_and_writes_a_profile(tmp_path, real_data)
     import json
 
     out = tmp_path / "run"
-    result = run_cli(*_train_args(out, real_data), "--profile",
-                     env={"EQX_FMNIST_COMPILE_CACHE": str(tmp_path / "compile-cache")})  # fmt: skip
+    result = run_cli(
+        *_train_args(out, real_data),
+        "--profile",
+        env={"EQX_FMNIST_COMPILE_CACHE": str(tmp_path / "compile-cache")},
+    )
     assert result.returncode == 0, result.stderr
     cached = list((tmp_path / "compile-cache").iterdir())
     assert any(p.name.startswith("jit__steps") for p in cached), sorted(p.name for p in cached)
@@ -184,7 +186,9 @@ def test_predict_explain_writes_the_attribution_figure_of_the_shown_class(traine
     Image.fromarray(np.full((40, 30), 255, np.uint8)).save(tmp_path / "white.png")
     Image.fromarray(np.eye(28, dtype=np.uint8) * 255).save(tmp_path / "line.png")
     images = [str(tmp_path / n) for n in ("white.png", "line.png")]
-    result = run_cli_here("predict", str(out), *images, "--json", "--explain", str(tmp_path / "why"))
+    result = run_cli_here(
+        "predict", str(out), *images, "--json", "--explain", str(tmp_path / "why")
+    )
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     for record, name in zip(records, ("white", "line"), strict=True):

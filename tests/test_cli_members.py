@@ -15,9 +15,17 @@ SMALL = ("--hidden", "32", "--log-every", "20")
 def ensemble_run(tmp_path_factory, real_data):
     out = tmp_path_factory.mktemp("ens") / "run"
     result = run_cli_here(
-        "train", "--steps", "40", "--seeds", "3", *SMALL, "--out", out,
-        "--data-dir", real_data.source,
-    )  # fmt: skip
+        "train",
+        "--steps",
+        "40",
+        "--seeds",
+        "3",
+        *SMALL,
+        "--out",
+        out,
+        "--data-dir",
+        real_data.source,
+    )
     assert result.returncode == 0, result.stderr
     return out, result
 
@@ -76,10 +84,23 @@ def test_predict_uses_the_ensemble_and_can_show_each_member(ensemble_run, real_d
 def test_a_sweep_writes_its_table_heatmap_and_all_members(tmp_path, real_data):
     out = tmp_path / "sweep"
     result = run_cli_here(
-        "sweep", "--steps", "20", *SMALL, "--learning-rate", "1e-3,1e-2",
-        "--label-smoothing", "0,0.1", "--seeds", "2", "--validation-size", "2000",
-        "--out", out, "--data-dir", real_data.source,
-    )  # fmt: skip
+        "sweep",
+        "--steps",
+        "20",
+        *SMALL,
+        "--learning-rate",
+        "1e-3,1e-2",
+        "--label-smoothing",
+        "0,0.1",
+        "--seeds",
+        "2",
+        "--validation-size",
+        "2000",
+        "--out",
+        out,
+        "--data-dir",
+        real_data.source,
+    )
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # rich wraps long lines
     assert "8 members in one program" in text and "| rank |" in text
@@ -134,8 +155,20 @@ def test_an_interrupted_sweep_resumes_to_the_end(tmp_path, real_data):
     from eqx_fmnist.checkpoint import load_checkpoint
 
     out = tmp_path / "sweep"
-    args = ("--steps", "600", "--hidden", "32", "--log-every", "10", "--seeds", "1",
-            "--learning-rate", "1e-3,3e-3", "--validation-size", "1000")  # fmt: skip
+    args = (
+        "--steps",
+        "600",
+        "--hidden",
+        "32",
+        "--log-every",
+        "10",
+        "--seeds",
+        "1",
+        "--learning-rate",
+        "1e-3,3e-3",
+        "--validation-size",
+        "1000",
+    )
     proc = start_cli("sweep", *args, "--out", out, "--data-dir", real_data.source)
     try:
         deadline = time.monotonic() + 120

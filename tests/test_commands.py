@@ -101,16 +101,23 @@ CASES = _cases()
 def test_the_finder_reads_the_readmes_commands():
     readme = shown_commands(ROOT / "README.md")
     assert ["data"] in readme and ["bench", "--quick"] in readme
-    assert all(c[0] in {"data", "train", "sweep", "evaluate", "predict", "export", "bench",
-                        "cv", "audit"}
-               for p in PAGES_WITH_COMMANDS for c in shown_commands(p))  # fmt: skip
+    assert all(
+        c[0] in {"data", "train", "sweep", "evaluate", "predict", "export", "bench", "cv", "audit"}
+        for p in PAGES_WITH_COMMANDS
+        for c in shown_commands(p)
+    )
 
 
 def test_a_page_runs_what_no_earlier_page_ran_and_what_that_reads():
     earlier = {"train --calibrate 5000", "cv --folds 5 --out runs/cv", "audit runs/cv"}
-    page = [["train", "--calibrate", "5000"], ["train", "--seeds", "5"],
-            ["evaluate", "runs/<run>", "--members"], ["cv", "--folds", "5", "--out", "runs/cv"],
-            ["audit", "runs/cv"], ["export", "runs/cv"]]  # fmt: skip
+    page = [
+        ["train", "--calibrate", "5000"],
+        ["train", "--seeds", "5"],
+        ["evaluate", "runs/<run>", "--members"],
+        ["cv", "--folds", "5", "--out", "runs/cv"],
+        ["audit", "runs/cv"],
+        ["export", "runs/cv"],
+    ]
     assert _needed(page, earlier) == page[1:3] + page[3:4] + page[5:]
     assert _needed(page[:1] + page[4:5], earlier) == []
     assert _needed(page[1:2] * 2, set()) == page[1:2]  # the same command twice: once
@@ -164,12 +171,19 @@ class Session:
 
         argv = self.quick(argv)
         if "--devices" in argv:  # more devices than this process has: a fresh one
-            env = {**os.environ,
-                   "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-                   "JAX_PLATFORMS": "cpu"}  # fmt: skip
-            done = subprocess.run([sys.executable, "-m", "eqx_fmnist", "--no-compile-cache",
-                                   *argv], cwd=self.folder, env=env, capture_output=True,
-                                  text=True, timeout=600)  # fmt: skip
+            env = {
+                **os.environ,
+                "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+                "JAX_PLATFORMS": "cpu",
+            }
+            done = subprocess.run(
+                [sys.executable, "-m", "eqx_fmnist", "--no-compile-cache", *argv],
+                cwd=self.folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert done.returncode == 0, (argv, done.stderr[-2000:])
             printed = done.stdout
         else:
@@ -245,10 +259,18 @@ def test_every_shown_command_runs(page, group, real_data, tmp_path, monkeypatch)
         elif command == "bench":
             table = (tmp_path / "bench" / "throughput.md").read_text()
             for row in (
-                "Machine:", "jax ", "| library_step |", "| library_fused |",
-                "x library_step", "% of matmul bound", "| 25 steps |",
-                "p=f32,c=bf16,o=f32", "| 128 |", "cost_analysis", "projection",
-            ):  # fmt: skip
+                "Machine:",
+                "jax ",
+                "| library_step |",
+                "| library_fused |",
+                "x library_step",
+                "% of matmul bound",
+                "| 25 steps |",
+                "p=f32,c=bf16,o=f32",
+                "| 128 |",
+                "cost_analysis",
+                "projection",
+            ):
                 assert row in table and row in printed, row
             assert (tmp_path / "bench" / "throughput.png").read_bytes().startswith(b"\x89PNG")
 

@@ -25,14 +25,33 @@ def test_every_field_has_help_a_flag_and_round_trips_through_json():
 
     train_help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
     changed = TrainConfig(
-        steps=7, batch_size=64, learning_rate=1e-3, weight_decay=0.0, schedule="cosine",
-        warmup_steps=3, hidden_sizes=(8, 4), precision="p=f32,c=bf16,o=f32", seed=3,
-        log_every=2, grad_clip=1.0, label_smoothing=0.2, validation_size=100, devices=1,
-        on_nonfinite="skip", calibration_size=50, shift=3, mirror=not TrainConfig().mirror,
-        erase=0.25 + TrainConfig().erase, ema_decay=0.5 + TrainConfig().ema_decay / 2,
-        distill_temperature=2.5, distill_weight=0.5, shift_distribution="uniform",
-        coverage=0.95, per_class_sets=True, tta="shifts",
-    )  # fmt: skip
+        steps=7,
+        batch_size=64,
+        learning_rate=1e-3,
+        weight_decay=0.0,
+        schedule="cosine",
+        warmup_steps=3,
+        hidden_sizes=(8, 4),
+        precision="p=f32,c=bf16,o=f32",
+        seed=3,
+        log_every=2,
+        grad_clip=1.0,
+        label_smoothing=0.2,
+        validation_size=100,
+        devices=1,
+        on_nonfinite="skip",
+        calibration_size=50,
+        shift=3,
+        mirror=not TrainConfig().mirror,
+        erase=0.25 + TrainConfig().erase,
+        ema_decay=0.5 + TrainConfig().ema_decay / 2,
+        distill_temperature=2.5,
+        distill_weight=0.5,
+        shift_distribution="uniform",
+        coverage=0.95,
+        per_class_sets=True,
+        tta="shifts",
+    )
     for f in _fields():
         assert f.metadata["help"], f.name
         assert f"--{f.name.replace('_', '-')}" in train_help, f.name
@@ -171,8 +190,12 @@ def test_a_bad_config_file_is_one_line_exit_2_and_writes_nothing(case, tmp_path,
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "config" in err and str(path) in err
-    assert {"missing": "No such file", "not json": "not valid JSON", "unknown field": "'lr'",
-            "wrong type": "`steps` must be an int"}[case] in err  # fmt: skip
+    assert {
+        "missing": "No such file",
+        "not json": "not valid JSON",
+        "unknown field": "'lr'",
+        "wrong type": "`steps` must be an int",
+    }[case] in err
     assert not out.exists()
 
 
@@ -199,9 +222,17 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
     from helpers import f32_sum_atol, synthetic_arrays
 
     config = TrainConfig(
-        steps=20, schedule=schedule, grad_clip=grad_clip, warmup_steps=5, hidden_sizes=(8,),
-        batch_size=16, label_smoothing=0.0, shift=0, mirror=False,
-    )  # fmt: skip  (no augmentation: train_step would move the batch the plain loop uses)
+        steps=20,
+        schedule=schedule,
+        grad_clip=grad_clip,
+        warmup_steps=5,
+        hidden_sizes=(8,),
+        batch_size=16,
+        label_smoothing=0.0,
+        # No augmentation: train_step would move the batch the plain loop uses.
+        shift=0,
+        mirror=False,
+    )
     a = synthetic_arrays(n_train=16)
     data = ArrayDataset(a["train_images"], a["train_labels"])
 
@@ -243,8 +274,9 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
             rate, correction = float(plain_rate(c)(t)), 1 - 0.999 ** (t + 1)
             nu = optax.tree_utils.tree_get(opt, "nu")
             reach = jax.tree.map(
-                lambda r, e, v, rate=rate, k=correction: r
-                + rate * e / (np.sqrt(np.asarray(v) / k) + 1e-8),
+                lambda r, e, v, rate=rate, k=correction: (
+                    r + rate * e / (np.sqrt(np.asarray(v) / k) + 1e-8)
+                ),
                 reach,
                 rounding,
                 nu,
@@ -259,8 +291,9 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
     def assert_close(a, b_and_reach):
         b, reach = b_and_reach
         for x, y, r in zip(*map(jax.tree.leaves, (a, b, reach)), strict=True):
-            np.testing.assert_array_less(np.abs(np.asarray(x) - np.asarray(y)),
-                                         1e-6 + 1e-5 * np.abs(np.asarray(y)) + r)  # fmt: skip
+            np.testing.assert_array_less(
+                np.abs(np.asarray(x) - np.asarray(y)), 1e-6 + 1e-5 * np.abs(np.asarray(y)) + r
+            )
 
     assert_close(library(init_state(config, 16)), by_hand(config))
     other = config.with_changes(learning_rate=1e-2, weight_decay=0.2)

@@ -28,8 +28,13 @@ LEGAL = {
     "schedule": ["warmup_cosine", "cosine", "constant"],
     "warmup_steps": [None, 1, 5],
     "hidden_sizes": [(8,), (8, 4)],
-    "precision": ["float32", "bfloat16", "p=f32,c=bf16,o=f32", "p=f16,c=f16,o=f32",
-                  "p=f32,c=f16,o=f32"],  # fmt: skip
+    "precision": [
+        "float32",
+        "bfloat16",
+        "p=f32,c=bf16,o=f32",
+        "p=f16,c=f16,o=f32",
+        "p=f32,c=f16,o=f32",
+    ],
     "seed": [0, 3],
     "log_every": [None, 1, 2],
     "grad_clip": [None, 1.0],
@@ -49,14 +54,32 @@ LEGAL = {
     "tta": ["none", "mirror", "shifts"],
 }
 ILLEGAL = [
-    ("steps", 0), ("epochs", -1), ("batch_size", 0), ("learning_rate", 0.0),
-    ("learning_rate", float("nan")), ("weight_decay", -0.1), ("warmup_steps", 0),
-    ("hidden_sizes", (0,)), ("hidden_sizes", ()), ("precision", "p=f32,c=f8"),
-    ("log_every", 0), ("grad_clip", 0.0), ("label_smoothing", 1.5), ("validation_size", -1),
-    ("calibration_size", -5), ("shift", -1), ("shift", 28), ("erase", 2.0),
-    ("ema_decay", 1.0), ("distill_temperature", 0.0), ("distill_weight", 1.5),
-    ("devices", 0), ("coverage", 1.0), ("coverage", 0.0), ("tta", "flip"),
-]  # fmt: skip
+    ("steps", 0),
+    ("epochs", -1),
+    ("batch_size", 0),
+    ("learning_rate", 0.0),
+    ("learning_rate", float("nan")),
+    ("weight_decay", -0.1),
+    ("warmup_steps", 0),
+    ("hidden_sizes", (0,)),
+    ("hidden_sizes", ()),
+    ("precision", "p=f32,c=f8"),
+    ("log_every", 0),
+    ("grad_clip", 0.0),
+    ("label_smoothing", 1.5),
+    ("validation_size", -1),
+    ("calibration_size", -5),
+    ("shift", -1),
+    ("shift", 28),
+    ("erase", 2.0),
+    ("ema_decay", 1.0),
+    ("distill_temperature", 0.0),
+    ("distill_weight", 1.5),
+    ("devices", 0),
+    ("coverage", 1.0),
+    ("coverage", 0.0),
+    ("tta", "flip"),
+]
 
 
 def test_the_legal_values_cover_every_field():
@@ -112,9 +135,12 @@ def tiny_data():
 
 
 @pytest.mark.slow  # each draw compiles its own programs: about 4 s a draw
-@settings(max_examples=EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.fixed_dictionaries({k: st.sampled_from(v) for k, v in LEGAL.items()}))  # fmt: skip
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.fixed_dictionaries({k: st.sampled_from(v) for k, v in LEGAL.items()}))
 def test_every_accepted_config_trains_saves_loads_and_exports(tiny_data, tmp_path, fields):
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
     from eqx_fmnist.export import export_model
@@ -141,8 +167,11 @@ def test_every_accepted_config_trains_saves_loads_and_exports(tiny_data, tmp_pat
     assert dataclasses.asdict(loaded.config) == dataclasses.asdict(config)
     assert same_arrays(loaded.state, result.state)
     manifest = export_model(
-        result.state.eval_model, result.state.policy, config, tmp_path / "m.stablehlo",
+        result.state.eval_model,
+        result.state.policy,
+        config,
+        tmp_path / "m.stablehlo",
         check_images=np.asarray(test.images),
-    )  # fmt: skip
+    )
     assert (tmp_path / "m.stablehlo").is_file() and manifest["format"] == "stablehlo"
     assert manifest["tta"]["name"] == config.tta  # the config's views, inside the artifact

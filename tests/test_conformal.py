@@ -91,8 +91,11 @@ def held_out_model(real_data):
     cal, test = splits.calibration, splits.test
     cal_logits = np.asarray(ef.predict_logits(result.model, cal.images), np.float64)
     test_logits = np.asarray(ef.predict_logits(result.model, test.images), np.float64)
-    return result, splits, (cal_logits, np.asarray(cal.labels)), (
-        test_logits, np.asarray(test.labels)
+    return (
+        result,
+        splits,
+        (cal_logits, np.asarray(cal.labels)),
+        (test_logits, np.asarray(test.labels)),
     )
 
 
@@ -152,8 +155,9 @@ def test_calibrate_fits_the_sets_on_the_scaled_probabilities_and_they_are_saved(
     from eqx_fmnist.calibration import Calibration
 
     result, splits, (cal_z, cal_y), _ = held_out_model
-    calibration = ef.calibrate(result.model, splits.train, splits.calibration, coverage=0.95,
-                               per_class=True)  # fmt: skip
+    calibration = ef.calibrate(
+        result.model, splits.train, splits.calibration, coverage=0.95, per_class=True
+    )
     p = _softmax(cal_z / calibration.temperature)
     for k in range(10):
         scores = sorted(1 - p[cal_y == k, k])

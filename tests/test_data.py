@@ -365,7 +365,11 @@ def test_real_data_shapes_counts_and_checksums(real_data):
     }
     for name, digest in expected.items():
         path = real_data.source / f"{name}.gz"
-        raw = gzip.decompress(path.read_bytes()) if path.is_file() else (path.with_suffix("")).read_bytes()
+        raw = (
+            gzip.decompress(path.read_bytes())
+            if path.is_file()
+            else (path.with_suffix("")).read_bytes()
+        )
         assert hashlib.sha256(raw).hexdigest() == digest
 
 

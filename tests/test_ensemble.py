@@ -182,7 +182,7 @@ def test_a_sweep_is_one_compile_ranked_on_validation(small, tmp_path):
     assert len(result.test.members) == 2 and result.test.count == len(small)
     winner = result.best_point
     assert result.members.configs[result.best * 2].learning_rate == winner["learning_rate"]
-    written = result.write(tmp_path)
+    written = ef.runs.write_sweep(tmp_path, result)
     assert [p.name for p in written] == ["sweep.md", "sweep.json", "sweep_heatmap.png"]
     table = (tmp_path / "sweep.md").read_text()
     assert table.count("\n| ") == 4 and f"**{accs.mean(axis=1).max():.4f}**" in table
@@ -270,9 +270,10 @@ def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data
     with RunFolder(tmp_path, configs[0], num_train=len(small), members=configs) as run:
         test = ef.ArrayDataset(real_data.test_images[:256], real_data.test_labels[:256])
         data = dataclasses.replace(
-            real_data, test_images=real_data.test_images[:256],
+            real_data,
+            test_images=real_data.test_images[:256],
             test_labels=real_data.test_labels[:256],
-        )  # fmt: skip
+        )
         result = ef.fit(configs, ef.Splits(small, test), callback=run.callback)
         summary = run.finish(result, data)
     assert summary["test_accuracy"] == pytest.approx(result.test.accuracy)
@@ -289,9 +290,13 @@ def test_the_heatmap_writes_every_cell_and_outlines_the_best():
 
     values = np.array([[0.81, 0.83, np.nan], [0.85, 0.84, 0.80]])
     fig = plot_heatmap(
-        values, row_labels=["a", "b"], col_labels=["x", "y", "z"], row_name="r",
-        col_name="c", title="t",
-    )  # fmt: skip
+        values,
+        row_labels=["a", "b"],
+        col_labels=["x", "y", "z"],
+        row_name="r",
+        col_name="c",
+        title="t",
+    )
     ax = fig.axes[0]
     texts = sorted(t.get_text() for t in ax.texts)
     assert texts == sorted(f"{v:.4f}" for v in values[np.isfinite(values)])

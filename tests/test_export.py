@@ -60,8 +60,14 @@ def test_the_artifact_applies_a_calibrated_temperature(trained, test_images, tmp
     from eqx_fmnist.export import export_model, load_artifact
 
     path = tmp_path / "t.stablehlo"
-    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
-                            check_images=test_images[:200], temperature=0.5)  # fmt: skip
+    manifest = export_model(
+        trained.model,
+        trained.state.policy,
+        trained.config,
+        path,
+        check_images=test_images[:200],
+        temperature=0.5,
+    )
     assert manifest["temperature"] == 0.5
     logits, probs = load_artifact(path)(test_images[:200])
     z = logits.astype(np.float64) / 0.5
@@ -78,9 +84,12 @@ def test_an_ensemble_exports_its_mean_probability(real_data, test_images, tmp_pa
         ef.TrainConfig(steps=20, hidden_sizes=(32,)), ef.split_data(real_data), seeds=2
     )
     manifest = export_model(
-        ens.state.model, ens.state.policy, ens.config, tmp_path / "e.stablehlo",
+        ens.state.model,
+        ens.state.policy,
+        ens.config,
+        tmp_path / "e.stablehlo",
         check_images=test_images,
-    )  # fmt: skip
+    )
     assert manifest["members"] == 2 and manifest["parity"]["mismatches"] == 0
     _, probs = load_artifact(tmp_path / "e.stablehlo")(test_images[:500])
     ref = [numpy_logits(ef.select_members(ens.model, i), test_images[:500]) for i in range(2)]
@@ -94,8 +103,9 @@ def test_an_artifact_runs_without_equinox_or_this_library(trained, test_images, 
     from eqx_fmnist.export import export_model
 
     path = tmp_path / "model.stablehlo"
-    export_model(trained.model, trained.state.policy, trained.config, path,
-                 check_images=test_images)  # fmt: skip
+    export_model(
+        trained.model, trained.state.policy, trained.config, path, check_images=test_images
+    )
     np.save(tmp_path / "images.npy", test_images)
     expected = np.asarray(ef.predict(trained.model, jnp.asarray(test_images)))
     script = f"""
@@ -125,8 +135,14 @@ def test_safetensors_weights_are_named_and_carry_the_config(trained, test_images
     from eqx_fmnist.export import export_model
 
     path = tmp_path / "model.safetensors"
-    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
-                            check_images=test_images, format="safetensors")  # fmt: skip
+    manifest = export_model(
+        trained.model,
+        trained.state.policy,
+        trained.config,
+        path,
+        check_images=test_images,
+        format="safetensors",
+    )
     assert manifest["parity"]["mismatches"] == 0
     with safe_open(path, framework="numpy") as f:
         assert sorted(f.keys()) == [f"layers.{i}.{k}" for i in range(3) for k in ("bias", "weight")]
@@ -144,12 +160,21 @@ def test_safetensors_load_into_the_equivalent_pytorch_sequential(trained, test_i
     from eqx_fmnist.export import export_model, torch_state_dict
 
     path = tmp_path / "model.safetensors"
-    export_model(trained.model, trained.state.policy, trained.config, path,
-                 check_images=test_images, format="safetensors")  # fmt: skip
+    export_model(
+        trained.model,
+        trained.state.policy,
+        trained.config,
+        path,
+        check_images=test_images,
+        format="safetensors",
+    )
     net = torch.nn.Sequential(
-        torch.nn.Linear(784, 64), torch.nn.GELU(approximate="tanh"),
-        torch.nn.Linear(64, 32), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(32, 10),
-    )  # fmt: skip
+        torch.nn.Linear(784, 64),
+        torch.nn.GELU(approximate="tanh"),
+        torch.nn.Linear(64, 32),
+        torch.nn.GELU(approximate="tanh"),
+        torch.nn.Linear(32, 10),
+    )
     weights = {k: torch.from_numpy(v) for k, v in torch_state_dict(load_file(path)).items()}
     net.load_state_dict(weights)
     with torch.no_grad():
@@ -170,8 +195,13 @@ def test_an_export_that_fails_its_check_writes_nothing(trained, test_images, tmp
 
     monkeypatch.setattr(stablehlo, "run_stablehlo", wrong)
     with pytest.raises(export.ExportError, match=r"another class .* of 10,000 images"):
-        export.export_model(trained.model, trained.state.policy, trained.config,
-                            tmp_path / "m.stablehlo", check_images=test_images)  # fmt: skip
+        export.export_model(
+            trained.model,
+            trained.state.policy,
+            trained.config,
+            tmp_path / "m.stablehlo",
+            check_images=test_images,
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -181,8 +211,9 @@ def test_broken_artifacts_are_refused_by_name(trained, test_images, tmp_path):
     path = tmp_path / "m.stablehlo"
     with pytest.raises(ExportError, match="does not exist"):
         load_artifact(path)
-    export_model(trained.model, trained.state.policy, trained.config, path,
-                 check_images=test_images[:100])  # fmt: skip
+    export_model(
+        trained.model, trained.state.policy, trained.config, path, check_images=test_images[:100]
+    )
     with pytest.raises(ValueError, match=r"28 x 28 images .* got shape \(2, 100\)"):
         load_artifact(path)(np.zeros((2, 100), np.uint8))
     with pytest.raises(ValueError, match="uint8"):
@@ -197,8 +228,9 @@ def test_broken_artifacts_are_refused_by_name(trained, test_images, tmp_path):
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory, real_data):
     out = tmp_path_factory.mktemp("export") / "run"
-    result = run_cli_here("train", "--steps", "20", "--hidden", "32", "--out", out,
-                     "--data-dir", real_data.source)  # fmt: skip
+    result = run_cli_here(
+        "train", "--steps", "20", "--hidden", "32", "--out", out, "--data-dir", real_data.source
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -207,8 +239,9 @@ def cli_run(tmp_path_factory, real_data):
 def test_the_export_command_then_predict_with_the_artifact(cli_run, real_data, tmp_path):
     from PIL import Image
 
-    out = run_cli_here("export", cli_run, "--out", tmp_path / "m.stablehlo",
-                  "--data-dir", real_data.source)  # fmt: skip
+    out = run_cli_here(
+        "export", cli_run, "--out", tmp_path / "m.stablehlo", "--data-dir", real_data.source
+    )
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     assert "0 of 10,000 test images predicted differently" in text
@@ -229,8 +262,11 @@ def test_the_export_command_then_predict_with_the_artifact(cli_run, real_data, t
     [
         (("export", "RUN", "--format", "tflite"), "invalid choice: 'tflite'"),
         (("export", "no/such/run"), "no checkpoint"),
-        pytest.param(("export", "CLI_RUN", "--format", "onnx", "--out", "OUT"),
-                     "needs the optional extra 'onnx'", marks=pytest.mark.slow),
+        pytest.param(
+            ("export", "CLI_RUN", "--format", "onnx", "--out", "OUT"),
+            "needs the optional extra 'onnx'",
+            marks=pytest.mark.slow,
+        ),
         pytest.param(("predict", "ART", "IMG"), "SHA-256", marks=pytest.mark.slow),
     ],
 )
@@ -253,8 +289,13 @@ def test_bad_export_input_is_one_line_status_2(args, message, tmp_path, real_dat
             "raise ImportError(\"No module named 'onnx'\", name='onnx')\n"
         )
         env = {"PYTHONPATH": str(tmp_path / "blocked")}
-    swap = {"RUN": run, "CLI_RUN": run, "ART": art, "IMG": tmp_path / "i.png",
-            "OUT": tmp_path / "m.onnx"}  # fmt: skip
+    swap = {
+        "RUN": run,
+        "CLI_RUN": run,
+        "ART": art,
+        "IMG": tmp_path / "i.png",
+        "OUT": tmp_path / "m.onnx",
+    }
     before = sorted(p.name for p in run.iterdir())
     data = ("--data-dir", real_data.source) if args[0] == "export" else ()
     argv = [swap.get(a, a) for a in args] + list(data)
@@ -280,11 +321,20 @@ def test_the_stablehlo_artifact_carries_the_trust_flag(trained, calibrated, test
     from helpers import assert_sets_match, numpy_reference
 
     path = tmp_path / "t.stablehlo"
-    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
-                            check_images=test_images, calibration=calibrated)  # fmt: skip
+    manifest = export_model(
+        trained.model,
+        trained.state.policy,
+        trained.config,
+        path,
+        check_images=test_images,
+        calibration=calibrated,
+    )
     assert manifest["parity"]["flag_mismatches"] == 0
-    assert manifest["outputs"][-3:] == ["trust_score float32[b]", "unusual bool[b]",
-                                        "prediction_set bool[b, 10]"]  # fmt: skip
+    assert manifest["outputs"][-3:] == [
+        "trust_score float32[b]",
+        "unusual bool[b]",
+        "prediction_set bool[b, 10]",
+    ]
     assert manifest["prediction_sets"]["thresholds"] == list(calibrated.sets.thresholds)
     out = load_artifact(path).run(test_images)
     ref = numpy_reference(trained.model, test_images, calibration=calibrated)
@@ -293,13 +343,16 @@ def test_the_stablehlo_artifact_carries_the_trust_flag(trained, calibrated, test
     np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)
     assert np.array_equal(out["unusual"], ref["unusual"]) and 0 < ref["unusual"].sum() < 2000
     # Flat, blank and noise frames are flagged, as the library flags them.
-    odd = np.stack([np.zeros(784), np.full(784, 128), np.random.default_rng(0).integers(0, 256, 784)])
+    odd = np.stack(
+        [np.zeros(784), np.full(784, 128), np.random.default_rng(0).integers(0, 256, 784)]
+    )
     assert load_artifact(path).run(odd.astype(np.uint8))["unusual"].all()
 
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
-def test_a_trust_flag_fitted_on_moves_travels_with_all_its_centres(trained, real_data,
-                                                                    test_images, tmp_path):  # fmt: skip
+def test_a_trust_flag_fitted_on_moves_travels_with_all_its_centres(
+    trained, real_data, test_images, tmp_path
+):
     """A flag fitted on the augmentation's 6 moves has 60 class means: the artifact
     scores against all of them, as numpy does from the fitted means and precision."""
     import eqx_fmnist as ef
@@ -311,8 +364,14 @@ def test_a_trust_flag_fitted_on_moves_travels_with_all_its_centres(trained, real
     cal = calibrate_on_training_images(trained.model, real_data, moves=moves)
     assert cal.trust.means.shape == (60, 96)
     path = tmp_path / "moves.stablehlo"
-    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
-                            check_images=test_images, calibration=cal)  # fmt: skip
+    manifest = export_model(
+        trained.model,
+        trained.state.policy,
+        trained.config,
+        path,
+        check_images=test_images,
+        calibration=cal,
+    )
     assert manifest["parity"]["flag_mismatches"] == 0
     out = load_artifact(path).run(test_images[:2000])
     ref = numpy_reference(trained.model, test_images[:2000], calibration=cal)

@@ -150,8 +150,9 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_d
     assert proc.returncode == 130 and "--resume" in err
     cut_step = load_checkpoint(out / "checkpoint.eqx").step
     assert 10 <= cut_step < 120
-    resumed = run_cli_here("train", "--resume", out / "checkpoint.eqx", "--data-dir",
-                           real_data.source)  # fmt: skip
+    resumed = run_cli_here(
+        "train", "--resume", out / "checkpoint.eqx", "--data-dir", real_data.source
+    )
     assert resumed.returncode == 0, resumed.stderr
     a = load_checkpoint(out / "checkpoint.eqx")
     b = load_checkpoint(straight_run / "checkpoint.eqx")

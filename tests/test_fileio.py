@@ -35,7 +35,9 @@ def test_the_folder_lock_is_the_kernels_not_a_pid_check(tmp_path):
     path = tmp_path / ".lock"
     with FolderLock(path):
         assert f"pid {os.getpid()} on " in path.read_text()
-        with pytest.raises(FolderInUse, match=f"another run \\(pid {os.getpid()} on .*\\) is writing"):
+        with pytest.raises(
+            FolderInUse, match=f"another run \\(pid {os.getpid()} on .*\\) is writing"
+        ):
             FolderLock(path).__enter__()
     assert not path.exists()
     path.write_text(f"pid {os.getppid()} on elsewhere")  # alive, but it holds no lock

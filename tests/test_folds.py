@@ -22,8 +22,9 @@ def config(**kw):
 
 def max_diff(a, b) -> float:
     leaves = [jax.tree.leaves(eqx.filter(m, eqx.is_inexact_array)) for m in (a, b)]
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
-               for x, y in zip(*leaves, strict=True))  # fmt: skip
+    return max(
+        float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(*leaves, strict=True)
+    )
 
 
 @pytest.mark.parametrize("n, k", [(60, 5), (61, 5), (10, 3), (7, 7)])
@@ -69,8 +70,13 @@ def test_a_member_on_a_subset_is_the_single_run_on_those_rows(small):
         for i, c in enumerate(configs):
             alone = ef.fit(c, ef.Splits(small.take(subsets.train[i]), small))
             assert max_diff(ef.select_members(together.model, i), alone.model) < 1e-5
-        assert max_diff(ef.select_members(together.model, 0), ef.fit(
-            configs[0], ef.Splits(small, small)).model) > 1e-3  # not the run on every row
+        assert (
+            max_diff(
+                ef.select_members(together.model, 0),
+                ef.fit(configs[0], ef.Splits(small, small)).model,
+            )
+            > 1e-3
+        )  # not the run on every row
 
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
@@ -83,8 +89,7 @@ def test_fold_members_are_validated_on_their_own_folds(small):
     v = result.validation
     assert v.count == len(small) and len(v.members) == 4
     for i, fold in enumerate(subsets.held_out):  # numpy on each member's own fold
-        probs = np.asarray(ef.predict_proba(ef.select_members(result.model, i),
-                                            small.images[fold]))  # fmt: skip
+        probs = np.asarray(ef.predict_proba(ef.select_members(result.model, i), small.images[fold]))
         right = probs.argmax(1) == np.asarray(small.labels)[fold]
         assert v.members[i].accuracy == pytest.approx(right.mean())
         assert v.members[i].count == len(fold)
@@ -102,8 +107,11 @@ def test_subsets_are_refused_where_they_do_not_fit(small):
     with pytest.raises(ValueError, match="2 members' rows"):
         ef.fit([config(seed=s) for s in range(3)], ef.Splits(small, small), subsets=subsets)
     with pytest.raises(ValueError, match="validation split"):
-        ef.fit([config(seed=s) for s in range(2)], ef.Splits(small, small, validation=small),
-               subsets=subsets)  # fmt: skip
+        ef.fit(
+            [config(seed=s) for s in range(2)],
+            ef.Splits(small, small, validation=small),
+            subsets=subsets,
+        )
 
 
 def test_a_run_on_subsets_resumes_exactly(small, tmp_path):
@@ -119,8 +127,9 @@ def test_a_run_on_subsets_resumes_exactly(small, tmp_path):
 
     def keep(record, state):
         if record["step"] == 8:
-            saved["path"] = ef.save_checkpoint(tmp_path / "c.eqx", state, configs[0],
-                                               num_train=subsets.size, members=configs)  # fmt: skip
+            saved["path"] = ef.save_checkpoint(
+                tmp_path / "c.eqx", state, configs[0], num_train=subsets.size, members=configs
+            )
 
     ef.fit(configs, ef.Splits(small, small), subsets=subsets, callback=keep)
     loaded = ef.load_checkpoint(saved["path"])
@@ -142,8 +151,10 @@ def test_a_member_never_learns_a_class_it_never_saw(real_data):
     table = np.stack([rows, np.arange(48_000)]).astype(np.int32)
     c = ef.TrainConfig(steps=300, batch_size=256, hidden_sizes=(64,), log_every=100)
     result = ef.fit([c, c.with_changes(seed=1)], splits, subsets=Subsets(table, None, "rows"))
-    said = [np.asarray(ef.predict(ef.select_members(result.model, i), splits.test.images))
-            for i in range(2)]
+    said = [
+        np.asarray(ef.predict(ef.select_members(result.model, i), splits.test.images))
+        for i in range(2)
+    ]
     assert (said[0] == 3).mean() < 0.001 and (said[1] == 3).mean() > 0.05
 
 
@@ -190,8 +201,20 @@ def test_cv_then_audit_on_the_command_line(real_data, tmp_path):
     assert refused.returncode == 2 and "at least 2 folds" in refused.stderr
     assert not (tmp_path / "no").exists()
     out = tmp_path / "cv"
-    done = run_cli_here("cv", "--folds", "3", "--steps", "60", "--hidden", "32",
-                        "--log-every", "20", "--out", out, *data)  # fmt: skip
+    done = run_cli_here(
+        "cv",
+        "--folds",
+        "3",
+        "--steps",
+        "60",
+        "--hidden",
+        "32",
+        "--log-every",
+        "20",
+        "--out",
+        out,
+        *data,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / "cv.json").read_text())
     oof = np.load(out / "out_of_fold.npz")
@@ -218,7 +241,8 @@ def test_cv_then_audit_on_the_command_line(real_data, tmp_path):
     assert scores == sorted(scores)
     first = rows[0]
     assert first["score"] == pytest.approx(
-        oof["probabilities"][first["index"], oof["labels"][first["index"]]], rel=1e-6)
+        oof["probabilities"][first["index"], oof["labels"][first["index"]]], rel=1e-6
+    )
     for name in ("suspects_train.png", "suspects_test.png", "suspects_test_by_class.png"):
         assert (out / name).is_file()
 

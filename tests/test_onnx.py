@@ -38,8 +38,15 @@ def onnx_file(trained, calibrated, test_images, tmp_path_factory):
     from eqx_fmnist.export import export_model
 
     path = tmp_path_factory.mktemp("onnx") / "model.onnx"
-    manifest = export_model(trained.model, trained.state.policy, trained.config, path,
-                            check_images=test_images, format="onnx", calibration=calibrated)  # fmt: skip
+    manifest = export_model(
+        trained.model,
+        trained.state.policy,
+        trained.config,
+        path,
+        check_images=test_images,
+        format="onnx",
+        calibration=calibrated,
+    )
     return path, manifest
 
 
@@ -113,8 +120,9 @@ def test_an_ensemble_is_one_graph_with_each_member_and_the_mean(real_data, test_
         ef.TrainConfig(steps=20, hidden_sizes=(32,)), ef.split_data(real_data), seeds=3
     )
     path = tmp_path / "e.onnx"
-    manifest = export_model(ens.state.model, ens.state.policy, ens.config, path,
-                            check_images=test_images, format="onnx")  # fmt: skip
+    manifest = export_model(
+        ens.state.model, ens.state.policy, ens.config, path, check_images=test_images, format="onnx"
+    )
     assert manifest["members"] == 3 and manifest["parity"]["mismatches"] == 0
     out = run_onnx(path.read_bytes(), test_images[:1000])
     ref = numpy_reference(ens.state.model, test_images[:1000])
@@ -125,11 +133,21 @@ def test_an_ensemble_is_one_graph_with_each_member_and_the_mean(real_data, test_
     )
 
 
-def test_without_the_extra_one_clear_error_and_nothing_written(trained, test_images, tmp_path, monkeypatch):
+def test_without_the_extra_one_clear_error_and_nothing_written(
+    trained, test_images, tmp_path, monkeypatch
+):
     from eqx_fmnist.export import ExportError, export_model
 
     monkeypatch.setitem(sys.modules, "onnx", None)
-    with pytest.raises(ExportError, match=r"optional extra 'onnx'.*pip install 'eqx_fmnist\[onnx\]'"):
-        export_model(trained.model, trained.state.policy, trained.config, tmp_path / "m.onnx",
-                     check_images=test_images[:10], format="onnx")  # fmt: skip
+    with pytest.raises(
+        ExportError, match=r"optional extra 'onnx'.*pip install 'eqx_fmnist\[onnx\]'"
+    ):
+        export_model(
+            trained.model,
+            trained.state.policy,
+            trained.config,
+            tmp_path / "m.onnx",
+            check_images=test_images[:10],
+            format="onnx",
+        )
     assert list(tmp_path.iterdir()) == []

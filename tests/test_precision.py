@@ -233,10 +233,18 @@ def test_parameters_stored_in_a_low_precision_dtype_train(small, spec):
 
     def run(precision):
         config = ef.TrainConfig(
-            precision=precision, steps=96, batch_size=32, hidden_sizes=(32,), log_every=32,
-            schedule="constant", learning_rate=1e-2, label_smoothing=0.0, shift=0,
-            mirror=False, ema_decay=0.9,
-        )  # fmt: skip
+            precision=precision,
+            steps=96,
+            batch_size=32,
+            hidden_sizes=(32,),
+            log_every=32,
+            schedule="constant",
+            learning_rate=1e-2,
+            label_smoothing=0.0,
+            shift=0,
+            mirror=False,
+            ema_decay=0.9,
+        )
         return ef.fit(config, ef.Splits(small, small))
 
     low, full = run(spec), run("float32")
@@ -260,10 +268,13 @@ def test_a_state_built_directly_with_a_weight_average_trains(small):
     from eqx_fmnist.state import TrainState
 
     config = ef.TrainConfig(steps=4, batch_size=32, hidden_sizes=(16,), ema_decay=0.9)
-    numbers = {k: jnp.float32(v) for k, v in
-               {"learning_rate": 3e-3, "weight_decay": 0.0, "label_smoothing": 0.0}.items()}  # fmt: skip
+    numbers = {
+        k: jnp.float32(v)
+        for k, v in {"learning_rate": 3e-3, "weight_decay": 0.0, "label_smoothing": 0.0}.items()
+    }
     model = ef.MLP(hidden_sizes=(16,), key=jr.PRNGKey(0))
-    state = TrainState(model, make_optimizer(config), key=jr.PRNGKey(1),
-                       hyperparams=numbers, ema_decay=0.9)  # fmt: skip
+    state = TrainState(
+        model, make_optimizer(config), key=jr.PRNGKey(1), hyperparams=numbers, ema_decay=0.9
+    )
     state, metrics = ef.train_steps(state, small, batch_size=32, num_steps=2)
     assert np.isfinite(np.asarray(metrics["loss"])).all() and int(state.step) == 2

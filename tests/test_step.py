@@ -18,8 +18,9 @@ def small_config(**kw):
     from eqx_fmnist.config import TrainConfig
 
     # No augmentation: the hand-written references below gather plain batches.
-    base = dict(steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant", shift=0,
-                mirror=False)  # fmt: skip
+    base = dict(
+        steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant", shift=0, mirror=False
+    )
     return TrainConfig(**(base | kw))
 
 

@@ -103,7 +103,9 @@ def test_fit_takes_splits_and_refuses_other_data_or_other_sizes_before_training(
         _check_splits(small_config(), (small, small))
     # The config holds out 64 validation images; splits made without them are refused...
     held_out = small_config(validation_size=64)
-    with pytest.raises(ValueError, match="validation_size is 64, but the splits' validation set holds 0"):
+    with pytest.raises(
+        ValueError, match="validation_size is 64, but the splits' validation set holds 0"
+    ):
         ef.fit(held_out, ef.Splits(small, small))
     # ...and so are splits of another size.
     other = ef.split_data((small, small), validation_size=32)

@@ -50,8 +50,9 @@ def test_tta_is_the_mean_probability_over_the_views(model, images, views):
     np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
     # An image and its mirror get the same answer from the mirror's two views.
     if views == "TTA_MIRROR":
-        flipped = np.asarray(ef.predict_proba(model, jnp.asarray(_moved(images, 0, 0, True)),
-                                              tta=tta))  # fmt: skip
+        flipped = np.asarray(
+            ef.predict_proba(model, jnp.asarray(_moved(images, 0, 0, True)), tta=tta)
+        )
         np.testing.assert_allclose(flipped, got, atol=2e-6, rtol=0)
 
 
@@ -119,8 +120,15 @@ def test_every_export_computes_the_views_it_was_calibrated_on(fmt, images, tmp_p
     ds = ef.ArrayDataset(jnp.asarray(held), jnp.asarray(np.arange(400) % 10, jnp.int32))
     calibration = ef.calibrate(stack, ds, ds, tta=TTA_SHIFTS, coverage=0.8, per_class=True)
     path = tmp_path / f"m{FORMATS[fmt].suffix}"
-    manifest = export_model(stack, ef.FLOAT32, ef.TrainConfig(hidden_sizes=(16,)), path,
-                            check_images=images, format=fmt, calibration=calibration)  # fmt: skip
+    manifest = export_model(
+        stack,
+        ef.FLOAT32,
+        ef.TrainConfig(hidden_sizes=(16,)),
+        path,
+        check_images=images,
+        format=fmt,
+        calibration=calibration,
+    )
     assert manifest["tta"]["name"] == "shifts" and len(manifest["tta"]["views"]) == 6
     ref = numpy_reference(stack, images, calibration=calibration, tta=TTA_SHIFTS)
     if fmt == "stablehlo":
@@ -144,8 +152,16 @@ def test_every_export_computes_the_views_it_was_calibrated_on(fmt, images, tmp_p
     # Views other than the calibration's would void its temperature and sets.
     for other in (((0, 0, False), (0, 0, True)), ()):  # the mirror alone; no views at all
         with pytest.raises(ExportError, match="fitted on the views"):
-            export_model(stack, ef.FLOAT32, ef.TrainConfig(hidden_sizes=(16,)), tmp_path / "x",
-                         check_images=images, format=fmt, calibration=calibration, tta=other)  # fmt: skip
+            export_model(
+                stack,
+                ef.FLOAT32,
+                ef.TrainConfig(hidden_sizes=(16,)),
+                tmp_path / "x",
+                check_images=images,
+                format=fmt,
+                calibration=calibration,
+                tta=other,
+            )
     assert not (tmp_path / "x").exists()
 
 
@@ -182,8 +198,14 @@ def test_a_bfloat16_export_computes_the_views(precision, images, tmp_path):
     policy = ef.Policy.from_string(precision)
     m = ef.MLP(hidden_sizes=(16,), key=jax.random.PRNGKey(9))
     path = tmp_path / "m.stablehlo"
-    manifest = export_model(policy.cast_to_param(m), policy, ef.TrainConfig(hidden_sizes=(16,)),
-                            path, check_images=images, tta=TTA_SHIFTS)  # fmt: skip
+    manifest = export_model(
+        policy.cast_to_param(m),
+        policy,
+        ef.TrainConfig(hidden_sizes=(16,)),
+        path,
+        check_images=images,
+        tta=TTA_SHIFTS,
+    )
     assert manifest["parity"]["mismatches"] == 0
     want = np.mean([_probs64(m, _moved(images, dx, dy, f)) for dx, dy, f in TTA_SHIFTS], axis=0)
     out = ef.export.load_artifact(path).run(images)
@@ -204,8 +226,21 @@ def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(tmp
     from helpers import run_cli_here
 
     out = tmp_path / "run"
-    result = run_cli_here("train", "--steps", "40", "--hidden", "16", "--calibrate", "2000",
-                          "--tta", "mirror", "--out", out, "--data-dir", real_data.source)  # fmt: skip
+    result = run_cli_here(
+        "train",
+        "--steps",
+        "40",
+        "--hidden",
+        "16",
+        "--calibrate",
+        "2000",
+        "--tta",
+        "mirror",
+        "--out",
+        out,
+        "--data-dir",
+        real_data.source,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads((out / "config.json").read_text())["tta"] == "mirror"
     assert Calibration.load(out / "calibration.safetensors").tta == TTA_MIRROR
@@ -218,18 +253,23 @@ def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(tmp
     data = ("--data-dir", real_data.source)
     shown = run_cli_here("evaluate", out, "--out", tmp_path / "figs", *data)
     assert shown.returncode == 0 and "averaged over 2 views (mirror)" in shown.stdout
-    for argv in (("evaluate", out, "--tta", "shifts", "--out", tmp_path / "no", *data),
-                 ("export", out, "--tta", "none", "--out", tmp_path / "no" / "m.stablehlo", *data)):
+    for argv in (
+        ("evaluate", out, "--tta", "shifts", "--out", tmp_path / "no", *data),
+        ("export", out, "--tta", "none", "--out", tmp_path / "no" / "m.stablehlo", *data),
+    ):
         refused = run_cli_here(*argv)
         assert refused.returncode == 2 and "calibrated with --tta mirror" in refused.stderr
         assert not (tmp_path / "no").exists()
     artifact = tmp_path / "m.stablehlo"
     assert run_cli_here("export", out, "--out", artifact, *data).returncode == 0
     Image.fromarray(255 - real_data.test_images[0]).save(tmp_path / "item.png")
-    answers = [run_cli_here("predict", where, tmp_path / "item.png", "--json")
-               for where in (out, artifact)]
+    answers = [
+        run_cli_here("predict", where, tmp_path / "item.png", "--json") for where in (out, artifact)
+    ]
     first, second = (json.loads(a.stdout) for a in answers)
     assert first["top"][0]["class"] == second["top"][0]["class"]
-    assert first["top"][0]["probability"] == pytest.approx(second["top"][0]["probability"], abs=1e-5)
+    assert first["top"][0]["probability"] == pytest.approx(
+        second["top"][0]["probability"], abs=1e-5
+    )
     refused = run_cli_here("predict", artifact, tmp_path / "item.png", "--tta", "none")
     assert refused.returncode == 2 and "computes --tta mirror" in refused.stderr

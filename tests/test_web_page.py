@@ -17,8 +17,10 @@ from PIL import Image, ImageOps
 from helpers import assert_sets_match, numpy_reference, run_cli_here
 
 NODE = shutil.which("node")
-BROWSER = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
-                if shutil.which(n)), None)  # fmt: skip
+BROWSER = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
+    None,
+)
 needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
 
@@ -52,8 +54,15 @@ def page(trained, test_images, tmp_path_factory):
 
     result, calibration = trained
     path = tmp_path_factory.mktemp("page") / "model.html"
-    manifest = export_model(result.model, result.state.policy, result.config, path,
-                            check_images=test_images, format="html", calibration=calibration)  # fmt: skip
+    manifest = export_model(
+        result.model,
+        result.state.policy,
+        result.config,
+        path,
+        check_images=test_images,
+        format="html",
+        calibration=calibration,
+    )
     return path, manifest
 
 
@@ -67,8 +76,9 @@ const box = {{ Buffer }}; box.globalThis = box;
 vm.runInNewContext(grab('<script id="engine">'), box);
 const E = box.EqxFmnist;
 """
-    out = subprocess.run([NODE, "-e", prelude + script, *map(str, args)], capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [NODE, "-e", prelude + script, *map(str, args)], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -110,7 +120,9 @@ def photos(real_data, folder):
     sizes = [(300, 400), (1200, 900), (20, 15), (97, 31), (640, 640), (257, 1000), (28, 28)]
     for i in range(21):
         w, h = sizes[i % len(sizes)]
-        item = Image.fromarray(255 - real_data.test_images[i]).resize((w, h), Image.Resampling.BICUBIC)
+        item = Image.fromarray(255 - real_data.test_images[i]).resize(
+            (w, h), Image.Resampling.BICUBIC
+        )
         a = np.asarray(item.convert("RGB")).astype(int)
         a = np.clip(a + rng.integers(-12, 13, a.shape), 0, 255).astype(np.uint8)
         if i % 5 == 1:
@@ -177,8 +189,19 @@ def test_an_ensemble_too_large_for_a_page_is_refused_with_the_limit():
 def cli_page(tmp_path_factory, real_data):
     """A calibrated run trained by the command line, and its page, exported by it."""
     run = tmp_path_factory.mktemp("cli") / "run"
-    trained = run_cli_here("train", "--steps", "60", "--hidden", "64", "--calibrate", "2000",
-                      "--out", run, "--data-dir", real_data.source)  # fmt: skip
+    trained = run_cli_here(
+        "train",
+        "--steps",
+        "60",
+        "--hidden",
+        "64",
+        "--calibrate",
+        "2000",
+        "--out",
+        run,
+        "--data-dir",
+        real_data.source,
+    )
     assert trained.returncode == 0, trained.stderr
     exported = run_cli_here("export", run, "--format", "html", "--data-dir", real_data.source)
     assert exported.returncode == 0, exported.stderr
@@ -192,10 +215,20 @@ def open_in_browser(page_path, image_url: str, tmp_path) -> dict:
     (A command line holds at most 128 KiB: keep the image under about 90 KB.)"""
     address = page_path.resolve().as_uri() + "#image=" + urllib.parse.quote(image_url, safe="")
     out = subprocess.run(
-        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
-         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", address],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            BROWSER,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            address,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     dom = out.stdout
     start = dom.index('<pre id="result">') + len('<pre id="result">')
@@ -238,8 +271,9 @@ def test_chromium_gives_the_answer_predict_gives(cli_page, real_data, tmp_path):
         # The map it draws: the library's integrated gradients of the class it shows.
         shown = got["explained"]
         assert shown["class"] == got["class"]
-        e = ef.explain(model, np.asarray([got["pixels"]], np.uint8),
-                       target=CLASS_NAMES.index(got["class"]))  # fmt: skip
+        e = ef.explain(
+            model, np.asarray([got["pixels"]], np.uint8), target=CLASS_NAMES.index(got["class"])
+        )
         attributions = np.asarray(shown["attributions"])
         assert np.abs(attributions - e.attributions[0]).max() <= 1e-4 * np.abs(attributions).max()
 
@@ -261,8 +295,12 @@ def test_a_calibrated_stablehlo_artifact_flags_in_predict(cli_page, real_data, t
     Image.fromarray(real_data.test_images[0]).save(tmp_path / "item.png")
     Image.fromarray(np.full((28, 28), 128, np.uint8)).save(tmp_path / "grey.png")
     images = [tmp_path / "item.png", tmp_path / "grey.png"]
-    from_run = [json.loads(x) for x in run_cli_here("predict", run, *images, "--json").stdout.splitlines()]
-    from_art = [json.loads(x) for x in run_cli_here("predict", art, *images, "--json").stdout.splitlines()]
+    from_run = [
+        json.loads(x) for x in run_cli_here("predict", run, *images, "--json").stdout.splitlines()
+    ]
+    from_art = [
+        json.loads(x) for x in run_cli_here("predict", art, *images, "--json").stdout.splitlines()
+    ]
     assert [r["unusual"] for r in from_art] == [r["unusual"] for r in from_run] == [False, True]
     assert all(r["calibrated"] for r in from_art)
     for a, b in zip(from_art, from_run, strict=True):
@@ -271,7 +309,9 @@ def test_a_calibrated_stablehlo_artifact_flags_in_predict(cli_page, real_data, t
         assert a["top"][0]["probability"] == pytest.approx(b["top"][0]["probability"], abs=1e-5)
 
 
-def test_without_node_the_export_checks_the_pages_own_arrays(trained, test_images, tmp_path, monkeypatch):
+def test_without_node_the_export_checks_the_pages_own_arrays(
+    trained, test_images, tmp_path, monkeypatch
+):
     """The fallback check: the arrays decoded back from the page, run by numpy, against a
     reference written here."""
     from eqx_fmnist.export import export_model, html, numpy_serve
@@ -280,9 +320,15 @@ def test_without_node_the_export_checks_the_pages_own_arrays(trained, test_image
     result, calibration = trained
     monkeypatch.setattr(html, "node_version", lambda: None)
     path = tmp_path / "m.html"
-    manifest = export_model(result.model, result.state.policy, result.config, path,
-                            check_images=test_images[:2000], format="html",
-                            calibration=calibration)  # fmt: skip
+    manifest = export_model(
+        result.model,
+        result.state.policy,
+        result.config,
+        path,
+        check_images=test_images[:2000],
+        format="html",
+        calibration=calibration,
+    )
     assert manifest["checked_by"].startswith("numpy") and manifest["parity"]["mismatches"] == 0
     out = numpy_serve(portable_of_page(path.read_bytes()), test_images[:2000])
     ref = numpy_reference(result.model, test_images[:2000], calibration=calibration)
@@ -306,8 +352,15 @@ def test_the_javascript_of_an_ensemble_agrees_with_numpy(real_data, test_images,
     ensemble = ef.fit_ensemble(config, ef.split_data(real_data), seeds=2)
     calibration = calibrate_on_training_images(ensemble.model, real_data)
     images = test_images[:2000]
-    manifest = export_model(ensemble.model, ensemble.state.policy, config, tmp_path / "e.html",
-                            check_images=images, format="html", calibration=calibration)  # fmt: skip
+    manifest = export_model(
+        ensemble.model,
+        ensemble.state.policy,
+        config,
+        tmp_path / "e.html",
+        check_images=images,
+        format="html",
+        calibration=calibration,
+    )
     assert manifest["members"] == 2 and manifest["checked_by"].startswith("node v")
     out = run_page((tmp_path / "e.html").read_bytes(), images)
     ref = numpy_reference(ensemble.model, images, calibration=calibration)
@@ -333,8 +386,11 @@ def test_the_javascript_attributions_are_the_librarys(members, real_data, tmp_pa
     from eqx_fmnist.export.portable import to_portable
 
     keys = jax.random.split(jax.random.PRNGKey(11), members or 1)
-    model = (ef.MLP(hidden_sizes=(32, 16), key=keys[0]) if members is None else
-             eqx.filter_vmap(lambda k: ef.MLP(hidden_sizes=(32, 16), key=k))(keys))  # fmt: skip
+    model = (
+        ef.MLP(hidden_sizes=(32, 16), key=keys[0])
+        if members is None
+        else eqx.filter_vmap(lambda k: ef.MLP(hidden_sizes=(32, 16), key=k))(keys)
+    )
     path = tmp_path / "p.html"
     path.write_bytes(to_html(to_portable(model)))
     images = real_data.test_images[:12].reshape(12, -1)

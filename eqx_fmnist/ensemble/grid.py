@@ -3,10 +3,7 @@ a validation split."""
 
 import dataclasses
 import itertools
-import json
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,9 +11,7 @@ import numpy as np
 from ..config import TrainConfig
 from ..dataset import Splits
 from ..evaluation import EvalResult, evaluate
-from ..fileio import atomic_write
 from ..intervals import Callback
-from ..plots import plot_heatmap, save_figure
 from ..state import BATCHED, TrainState, select_members
 from ..train import TrainResult, fit
 from .members import check_memory, member_seeds
@@ -170,49 +165,6 @@ class SweepResult:
         ]
         return "\n".join(lines) + "\n"
 
-    def heatmap(self):
-        """A figure of the mean validation accuracy over the two swept fields with the
-        most values (the best over any others)."""
-        rows_name, *rest = sorted(self.grid, key=lambda n: -len(self.grid[n]))[:2]
-        cols_name = rest[0] if rest else None
-        rows = list(self.grid[rows_name])
-        cols: list[float | None] = list(self.grid[cols_name]) if cols_name else [None]
-        table = np.full((len(rows), len(cols)), np.nan)
-        accuracy = self.validation_accuracy
-        means = accuracy.mean(axis=1)
-        for i, p in enumerate(self.points):
-            r = rows.index(p[rows_name])
-            c = 0 if cols_name is None else cols.index(p[cols_name])
-            table[r, c] = np.fmax(table[r, c], means[i])
-        # Seed-to-seed spread: differences smaller than it are noise, so the colour scale
-        # spans at least four of it (and at least one point of accuracy).
-        spread = float(accuracy.std(axis=1, ddof=1).mean()) if len(self.seeds) > 1 else 0.0
-        return plot_heatmap(
-            table,
-            row_labels=[f"{v:g}" for v in rows],
-            col_labels=["" if v is None else f"{v:g}" for v in cols],
-            row_name=rows_name,
-            col_name=cols_name or "",
-            title=(
-                f"Sweep: mean validation accuracy over {len(self.seeds)} seeds"
-                + (f" (seed std {spread:.4f})" if spread else "")
-            ),
-            min_span=max(0.01, 4 * spread),
-        )
-
-    def write(self, folder: str | os.PathLike) -> list[Path]:
-        """Write `sweep.md`, `sweep.json` and `sweep_heatmap.png` into `folder`
-        (atomically each); return their paths."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = [folder / "sweep.md", folder / "sweep.json"]
-        for path, text in zip(
-            paths, (self.to_markdown(), json.dumps(self.to_dict(), indent=2) + "\n"), strict=True
-        ):
-            with atomic_write(path, "w") as f:
-                f.write(text)
-        return [*paths, save_figure(self.heatmap(), folder / "sweep_heatmap.png")]
-
 
 SWEEP_VALIDATION = 10_000
 """Training images a sweep holds out to rank on, unless told otherwise."""
@@ -250,7 +202,7 @@ def sweep(
 
     **Returns:**
 
-    A [`SweepResult`][eqx_fmnist.ensemble.SweepResult]; `result.write(folder)` writes
+    A [`SweepResult`][eqx_fmnist.ensemble.SweepResult]; `runs.write_sweep(folder, result)` writes
     its table, JSON and heatmap.
 
     !!! example

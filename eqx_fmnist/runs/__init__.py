@@ -6,25 +6,26 @@ stops, the summary and the figures), `report` (the test report a folder writes a
 [`RunError`][eqx_fmnist.runs.RunError]), `run` (the splits a config asks for, the
 training, and the calibration after it), `saved` (a run folder read back:
 [`Run.open`][eqx_fmnist.runs.Run.open], its model, calibration, views, answer and
-teacher) and `out_of_fold` (what `cv` and `audit` write). Nothing here prints.
+teacher) and `files` (what a sweep, `cv` and `audit` write beside the folder's own files). Nothing here prints.
 """
 
+from .files import (
+    OUT_OF_FOLD as OUT_OF_FOLD,
+    SWEEP_FILES as SWEEP_FILES,
+    read_out_of_fold as read_out_of_fold,
+    sweep_heatmap as sweep_heatmap,
+    write_cross_validation as write_cross_validation,
+    write_suspects as write_suspects,
+    write_sweep as write_sweep,
+)
 from .folder import (
     FIGURES as FIGURES,
     LOCK_NAME as LOCK_NAME,
     RESULT_FILES as RESULT_FILES,
-    SWEEP_FILES as SWEEP_FILES,
     CheckpointEvery as CheckpointEvery,
     Interrupted as Interrupted,
     RunFolder as RunFolder,
     default_folder as default_folder,
-    read_history as read_history,
-)
-from .out_of_fold import (
-    OUT_OF_FOLD as OUT_OF_FOLD,
-    read_out_of_fold as read_out_of_fold,
-    write_cross_validation as write_cross_validation,
-    write_suspects as write_suspects,
 )
 from .report import RunReport as RunReport, run_report as run_report
 from .run import RunResult as RunResult, run_splits as run_splits, train_run as train_run
@@ -38,6 +39,7 @@ from .summary import (
     CHECKPOINT_NAME as CHECKPOINT_NAME,
     TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,
     RunError as RunError,
+    read_history as read_history,
     summarise as summarise,
     tensorboard_writer as tensorboard_writer,
 )

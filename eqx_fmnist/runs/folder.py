@@ -54,9 +54,10 @@ from ..plots import (
 )
 from ..state import TrainState
 from ..train import TrainResult
+from .files import SWEEP_FILES, write_sweep
 from .report import run_report
 from .saved import TEACHER_FILE
-from .summary import CHECKPOINT_NAME, RunError, summarise, tensorboard_writer
+from .summary import CHECKPOINT_NAME, RunError, read_history, summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"
 FIGURES = (
@@ -68,7 +69,6 @@ FIGURES = (
     "robustness.png",
 )
 RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME, *FIGURES)
-SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
 
 
 class Interrupted(Exception):
@@ -115,14 +115,6 @@ class CheckpointEvery:
 def default_folder() -> Path:
     """`runs/<YYYYmmdd-HHMMSS>` under the working folder."""
     return Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
-def read_history(folder: str | os.PathLike) -> list[History]:
-    """The records of `folder/history.jsonl` (none if it does not exist)."""
-    path = Path(folder) / "history.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -357,7 +349,7 @@ class RunFolder:
         The summary, as written to `summary.json`.
         """
         self._save_final(result.members.state)
-        result.write(self.folder)
+        write_sweep(self.folder, result)
         summary = {**result.to_dict(), "checkpoint": CHECKPOINT_NAME}
         _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
         save_figure(self._curve(), self.folder / "training_curve.png")

@@ -19,12 +19,18 @@ from matplotlib.figure import Figure
 
 from ..answers import answer
 from ..augment import Move
-from ..calibration import Calibration, calibration_report
+from ..calibration import Calibration, CalibrationResult, calibration_report
 from ..conformal import SetReport, set_report
 from ..dataset import ArrayDataset
 from ..evaluation import Robustness, confusion_matrix, evaluate_robustness
 from ..model import MLP
-from ..plots import plot_confusion_matrix, plot_robustness, plot_sets, save_figure
+from ..plots import (
+    plot_confusion_matrix,
+    plot_reliability,
+    plot_robustness,
+    plot_sets,
+    save_figure,
+)
 from ..precision import Policy
 
 
@@ -86,6 +92,24 @@ class RunReport:
         }
 
 
+def reliability_figure(results: dict[str, CalibrationResult]) -> Figure:
+    """The reliability diagram of [`calibration_report`][eqx_fmnist.calibration.calibration_report]'s
+    metrics: the raw probabilities' curve and, if there, the calibrated one's."""
+    curves = {
+        (
+            f"raw, ECE {r.ece:.3f}"
+            if name == "raw"
+            else f"T = {r.temperature:.2f}, ECE {r.ece:.3f}"
+        ): (
+            r.bin_confidence,
+            r.bin_accuracy,
+            r.bin_count,
+        )
+        for name, r in results.items()
+    }
+    return plot_reliability(curves, title=f"Reliability on {results['raw'].count:,} images")
+
+
 def run_report(
     model: MLP,
     policy: Policy,
@@ -103,7 +127,12 @@ def run_report(
     tta = tta if calibration is None else calibration.tta
     said = answer(model, x, policy=policy, calibration=calibration, tta=tta, trust=False)
     cm = np.asarray(confusion_matrix(labels, said.logits.argmax(axis=-1)))
-    summary, reliability = calibration_report(said.logits, labels, calibration)
+    results = calibration_report(said.logits, labels, calibration)
+    summary = {
+        name: {"nll": r.nll, "brier": r.brier, "ece": r.ece, "temperature": r.temperature}
+        for name, r in results.items()
+    }
+    reliability = reliability_figure(results)
     data = ArrayDataset(x, jnp.asarray(labels))
     robust = evaluate_robustness(model, data, policy=policy, tta=tta)
     if said.prediction_set is None or said.coverage is None:

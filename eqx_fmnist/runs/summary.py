@@ -1,6 +1,9 @@
 """What a finished run folder reports: the summary's numbers, the TensorBoard writer, the
-folder's file name for its checkpoint, and the errors about run folders."""
+folder's file name for its checkpoint, its history read back, and the errors about run
+folders."""
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +12,7 @@ import numpy as np
 from ..calibration import Calibration
 from ..data import CLASS_NAMES
 from ..evaluation import per_class_accuracy
+from ..intervals import History
 from ..state import PER_MEMBER
 from ..train import TrainResult
 
@@ -71,3 +75,11 @@ def tensorboard_writer(folder: Path):
             "TensorBoard logging needs tensorboardX: pip install 'eqx_fmnist[tensorboard]'."
         ) from None
     return SummaryWriter(logdir=str(folder))
+
+
+def read_history(folder: str | os.PathLike) -> list[History]:
+    """The records of `folder/history.jsonl` (none if it does not exist)."""
+    path = Path(folder) / "history.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -23,8 +23,10 @@ out = Path(sys.argv[1])
 data = ef.load_fashion_mnist()
 common = ["--steps", "6", "--log-every", "3", "--hidden", "8", "--data-dir", str(data.source)]
 for name, extra in [("run", []), ("members", ["--seeds", "2"])]:
-    subprocess.run([sys.executable, "-m", "eqx_fmnist", "train", *common, *extra,
-                    "--out", str(out / name)], check=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "eqx_fmnist", "train", *common, *extra, "--out", str(out / name)],
+        check=True,
+    )
     for png in (out / name).glob("*.png"):
         png.unlink()
 

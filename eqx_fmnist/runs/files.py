@@ -1,6 +1,7 @@
-"""What a cross-validation run writes beside its run folder's files (the out-of-fold
-probabilities, `cv.json`, the folds' curves) and what a label audit writes from them
-(the suspects as CSV, JSON and two image grids)."""
+"""What a run writes beside its run folder's own files: a sweep's table, JSON and
+heatmap; a cross-validation's out-of-fold probabilities, `cv.json` and the folds'
+curves; and what a label audit writes from them (the suspects as CSV, JSON and two image
+grids)."""
 
 import io
 import json
@@ -11,15 +12,58 @@ import numpy as np
 
 from ..audit import LabelAudit
 from ..data import NUM_CLASSES
-from ..ensemble import CrossValidation
+from ..ensemble import CrossValidation, SweepResult
 from ..fileio import atomic_write
-from ..plots import plot_folds, plot_predictions, save_figure
-from .folder import read_history
-from .summary import RunError
+from ..plots import plot_folds, plot_heatmap, plot_predictions, save_figure
+from .summary import RunError, read_history
 
 OUT_OF_FOLD = "out_of_fold.npz"
 """A cv folder's out-of-fold probabilities (`probabilities`, `labels`, `fold`)."""
 CV_FILES = (OUT_OF_FOLD, "cv.json", "folds.png")
+SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
+
+
+def sweep_heatmap(result: SweepResult):
+    """A figure of a sweep's mean validation accuracy over the two swept fields with the
+    most values (the best over any others)."""
+    grid, seeds = result.grid, result.seeds
+    rows_name, *rest = sorted(grid, key=lambda n: -len(grid[n]))[:2]
+    cols_name = rest[0] if rest else None
+    rows = list(grid[rows_name])
+    cols: list[float | None] = list(grid[cols_name]) if cols_name else [None]
+    table = np.full((len(rows), len(cols)), np.nan)
+    accuracy = result.validation_accuracy
+    means = accuracy.mean(axis=1)
+    for i, p in enumerate(result.points):
+        r = rows.index(p[rows_name])
+        c = 0 if cols_name is None else cols.index(p[cols_name])
+        table[r, c] = np.fmax(table[r, c], means[i])
+    # Seed-to-seed spread: differences smaller than it are noise, so the colour scale
+    # spans at least four of it (and at least one point of accuracy).
+    spread = float(accuracy.std(axis=1, ddof=1).mean()) if len(seeds) > 1 else 0.0
+    title = f"Sweep: mean validation accuracy over {len(seeds)} seeds"
+    return plot_heatmap(
+        table,
+        row_labels=[f"{v:g}" for v in rows],
+        col_labels=["" if v is None else f"{v:g}" for v in cols],
+        row_name=rows_name,
+        col_name=cols_name or "",
+        title=title + (f" (seed std {spread:.4f})" if spread else ""),
+        min_span=max(0.01, 4 * spread),
+    )
+
+
+def write_sweep(folder: str | os.PathLike, result: SweepResult) -> list[Path]:
+    """`sweep.md`, `sweep.json` and `sweep_heatmap.png` in `folder` (created if needed,
+    each written atomically); their paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = (result.to_markdown(), json.dumps(result.to_dict(), indent=2) + "\n")
+    for name, text in zip(SWEEP_FILES, texts, strict=False):
+        with atomic_write(folder / name, "w") as f:
+            f.write(text)
+    save_figure(sweep_heatmap(result), folder / SWEEP_FILES[2])
+    return [folder / name for name in SWEEP_FILES]
 
 
 def write_cross_validation(folder: str | os.PathLike, cv: CrossValidation) -> list[Path]:
