@@ -414,3 +414,12 @@ def calibrate_on_training_images(model, real_data, **kwargs):
     train = ArrayDataset(flat[:8000], real_data.train_labels[:8000])
     held_out = ArrayDataset(flat[-2000:], real_data.train_labels[-2000:])
     return ef.calibrate(model, train, held_out, **kwargs)
+
+
+def small_config(**kw):
+    """The tiny run many tests train: 16 steps of batch 32, one hidden layer of 32, a
+    constant learning rate; `kw` changes fields."""
+    from eqx_fmnist.config import TrainConfig
+
+    base = dict(steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant")
+    return TrainConfig(**(base | kw))

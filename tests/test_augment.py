@@ -2,7 +2,6 @@
 their bounds and pure in (key, step), the step's batch is the augmented gather, the
 weight average against a hand-computed one, distillation's loss and its checks."""
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -130,72 +129,6 @@ def test_augmented_runs_do_not_depend_on_chunking(small):
     assert tree_allclose(one.model, two.model, rtol=0, atol=0)
 
 
-@pytest.mark.slow  # cold: compiles several programs or trains on the real data
-def test_the_weight_average_is_the_hand_computed_ema(small):
-    from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.state import init_state
-    from eqx_fmnist.step import train_step, train_steps
-
-    # ema_decay 0.2: the warm-up (1 + t) / (10 + t) rules steps 0 and 1, the cap 0.2
-    # steps 2 to 4 (with 0.5 the cap never bound in 5 steps).
-    config = TrainConfig(steps=5, batch_size=32, hidden_sizes=(16,), ema_decay=0.2)
-    state = init_state(config, len(small))
-    params = lambda m: [np.asarray(p) for p in jax.tree.leaves(eqx.filter(m, eqx.is_inexact_array))]  # noqa: E731
-    average = params(state.model)
-    x, y = small.images[:32], small.labels[:32]
-    for t in range(5):
-        state, _ = train_step(state, x, y)
-        d = min(0.2, (1 + t) / (10 + t))
-        average = [d * a + (1 - d) * p for a, p in zip(average, params(state.model), strict=True)]
-    for got, want in zip(params(state.average), average, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
-    assert state.eval_model is state.average
-    fused, _ = train_steps(init_state(config, len(small)), small, batch_size=32, num_steps=2)
-    assert fused.average is not None and not tree_allclose(fused.average, fused.model)
-    assert init_state(config.with_changes(ema_decay=0.0), len(small)).average is None
-
-
-def test_soft_cross_entropy_matches_numpy():
-    from eqx_fmnist.losses import soft_cross_entropy
-
-    rng = np.random.default_rng(1)
-    logits, t = rng.normal(size=(6, 10)), rng.normal(size=(6, 10))
-    p = np.exp(t) / np.exp(t).sum(1, keepdims=True)
-    log_q = logits - np.log(np.exp(logits).sum(1, keepdims=True))
-    got = soft_cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(np.log(p), jnp.float32))
-    assert float(got) == pytest.approx(-(p * log_q).sum(1).mean(), rel=1e-5)
-
-
-def test_a_student_that_is_its_teacher_gets_no_gradient(small):
-    """At weight 1 the loss is the cross-entropy against the teacher's probabilities,
-    whose gradient vanishes where the student's probabilities are the teacher's."""
-    from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.distill import Teacher
-    from eqx_fmnist.state import init_state, select_members
-    from eqx_fmnist.step import train_steps
-
-    config = TrainConfig(steps=2, batch_size=32, hidden_sizes=(16,), distill_temperature=2.0)
-    state = init_state(config, len(small))
-    twin = jax.tree.map(lambda a: a[None], state.model)  # the same model, as a stack of one
-    teacher = Teacher.for_student(select_members(twin, [0, 0]), config)
-    _, m = train_steps(state, small, batch_size=32, num_steps=1, teacher=teacher)
-    assert float(m["grad_norm"][0]) < 1e-5
-    other = init_state(config.with_changes(seed=1), len(small))
-    _, m = train_steps(other, small, batch_size=32, num_steps=1, teacher=teacher)
-    assert float(m["grad_norm"][0]) > 1e-3
-
-
-def test_a_teacher_of_another_architecture_is_refused():
-    from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.distill import Teacher
-    from eqx_fmnist.model import MLP
-
-    with pytest.raises(ValueError, match=r"hidden layers are \(8,\).*--hidden 8"):
-        Teacher.for_student(MLP(hidden_sizes=(8,), key=jr.PRNGKey(0)), TrainConfig())
-    with pytest.raises(ValueError, match="maps 784 inputs to 5 classes"):
-        Teacher(MLP(hidden_sizes=(8,), out_size=5, key=jr.PRNGKey(0)))
-
-
 def test_the_augmentation_stream_is_no_epochs_batch_order_stream():
     """JAX's rule: never reuse a key. Epoch `e`'s batch order folds `e` into the run's
     key; the augmentation's key must be none of those (with `jr.split(key)[1]` it was
@@ -208,41 +141,3 @@ def test_the_augmentation_stream_is_no_epochs_batch_order_stream():
     assert not (np.asarray(epochs) == ours).all(axis=-1).any()
     # ... nor one of the first keys a split of the run's key gives.
     assert not any(np.array_equal(np.asarray(k), ours) for k in jr.split(key, 4))
-
-
-@pytest.mark.slow  # cold: compiles several programs or trains on the real data
-def test_the_distillation_loss_is_its_formula(small):
-    """The step's loss with a teacher, against numpy: weight * T^2 * CE(the members' mean
-    probability at temperature T, softmax(student / T)) + (1 - weight) * CE(labels,
-    softmax(student)). A missing T^2, a temperature on only one side or a missing
-    label term each move it by far more than the tolerance."""
-    import jax.random as jr
-
-    import eqx_fmnist as ef
-    from eqx_fmnist.distill import Teacher
-    from eqx_fmnist.precision import FLOAT32, NoOpLossScale
-    from eqx_fmnist.step import _loss
-
-    t, w = 2.0, 0.7
-    student = ef.MLP(hidden_sizes=(16,), key=jr.PRNGKey(0))
-    configs = [ef.TrainConfig(hidden_sizes=(16,), batch_size=32, seed=s) for s in (1, 2)]
-    stack = ef.init_members(configs, len(small)).model
-    teacher = Teacher(stack, temperature=t, weight=w)
-    x, y = ef.normalize(small.images[:64]), small.labels[:64]
-    soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
-    _, (loss, _) = _loss(student, x, y, FLOAT32, jnp.float32(0.0), NoOpLossScale(), soft)
-
-    def log_softmax(z):
-        z = z - z.max(1, keepdims=True)
-        return z - np.log(np.exp(z).sum(1, keepdims=True))
-
-    s = np.asarray(jax.vmap(student)(x), np.float64)
-    members = [
-        np.asarray(ef.predict_logits(ef.select_members(stack, i), small.images[:64]), np.float64)
-        for i in range(2)
-    ]
-    target = np.mean([np.exp(log_softmax(z / t)) for z in members], axis=0)
-    labels = np.asarray(y)
-    soft_term = -(target * log_softmax(s / t)).sum(1).mean() * t**2
-    hard_term = -log_softmax(s)[np.arange(64), labels].mean()
-    np.testing.assert_allclose(float(loss), w * soft_term + (1 - w) * hard_term, rtol=1e-5)

@@ -371,18 +371,3 @@ def test_real_data_shapes_counts_and_checksums(real_data):
             else (path.with_suffix("")).read_bytes()
         )
         assert hashlib.sha256(raw).hexdigest() == digest
-
-
-@pytest.mark.figures
-def test_one_example_per_class_grid(real_data, tmp_path):
-    from eqx_fmnist.plots import plot_examples, save_figure
-
-    fig = plot_examples(real_data.train_images, real_data.train_labels)
-    path = save_figure(fig, tmp_path / "examples.png")
-    blob = path.read_bytes()
-    assert blob.startswith(b"\x89PNG\r\n\x1a\n") and len(blob) > 10_000
-    # Trousers are tall and narrow, bags wide: a check that images match their labels.
-    trousers = real_data.train_images[real_data.train_labels == 1].mean(0)
-    bags = real_data.train_images[real_data.train_labels == 8].mean(0)
-    assert trousers[16:, 13:15].mean() < trousers[16:, 8:11].mean()  # the gap between the legs
-    assert bags[20:26].mean() > trousers[20:26].mean()

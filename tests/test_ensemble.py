@@ -281,24 +281,3 @@ def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data
     lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert len(lines[-1]["members"]) == 2
     assert lines[-1]["loss"] == pytest.approx(np.mean([m["loss"] for m in lines[-1]["members"]]))
-
-
-def test_the_heatmap_writes_every_cell_and_outlines_the_best():
-    from matplotlib.patches import Rectangle
-
-    from eqx_fmnist.plots import plot_heatmap
-
-    values = np.array([[0.81, 0.83, np.nan], [0.85, 0.84, 0.80]])
-    fig = plot_heatmap(
-        values,
-        row_labels=["a", "b"],
-        col_labels=["x", "y", "z"],
-        row_name="r",
-        col_name="c",
-        title="t",
-    )
-    ax = fig.axes[0]
-    texts = sorted(t.get_text() for t in ax.texts)
-    assert texts == sorted(f"{v:.4f}" for v in values[np.isfinite(values)])
-    (box,) = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill()]
-    assert box.get_xy() == (-0.5, 0.5)  # column 0, row 1: the best, 0.85

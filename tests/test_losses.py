@@ -78,3 +78,14 @@ def test_label_smoothing_given_as_an_array_matches_numpy():
         np.testing.assert_allclose(
             f(jnp.float32(s)), np_cross_entropy(logits, labels, None, s), rtol=1e-5
         )
+
+
+def test_soft_cross_entropy_matches_numpy():
+    from eqx_fmnist.losses import soft_cross_entropy
+
+    rng = np.random.default_rng(1)
+    logits, t = rng.normal(size=(6, 10)), rng.normal(size=(6, 10))
+    p = np.exp(t) / np.exp(t).sum(1, keepdims=True)
+    log_q = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    got = soft_cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(np.log(p), jnp.float32))
+    assert float(got) == pytest.approx(-(p * log_q).sum(1).mean(), rel=1e-5)

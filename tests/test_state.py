@@ -1,6 +1,8 @@
 """The training state: one run, or members stacked on a leading axis; its numbers as
 arrays; taking members; what cannot share a program."""
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -114,3 +116,28 @@ def test_per_member_runs_a_function_on_each_member_of_a_stack_or_on_one_model():
     alone = per_member(first_layer, one, jnp.asarray(x), 2.0)
     assert alone["z"].shape == (1, 5, one.layers[0].weight.shape[0])
     assert jnp.array_equal(alone["z"][0], first_layer(one, jnp.asarray(x), 2.0)["z"])
+
+
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
+def test_the_weight_average_is_the_hand_computed_ema(small):
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_step, train_steps
+
+    # ema_decay 0.2: the warm-up (1 + t) / (10 + t) rules steps 0 and 1, the cap 0.2
+    # steps 2 to 4 (with 0.5 the cap never bound in 5 steps).
+    config = TrainConfig(steps=5, batch_size=32, hidden_sizes=(16,), ema_decay=0.2)
+    state = init_state(config, len(small))
+    params = lambda m: [np.asarray(p) for p in jax.tree.leaves(eqx.filter(m, eqx.is_inexact_array))]  # noqa: E731
+    average = params(state.model)
+    x, y = small.images[:32], small.labels[:32]
+    for t in range(5):
+        state, _ = train_step(state, x, y)
+        d = min(0.2, (1 + t) / (10 + t))
+        average = [d * a + (1 - d) * p for a, p in zip(average, params(state.model), strict=True)]
+    for got, want in zip(params(state.average), average, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert state.eval_model is state.average
+    fused, _ = train_steps(init_state(config, len(small)), small, batch_size=32, num_steps=2)
+    assert fused.average is not None and not tree_allclose(fused.average, fused.model)
+    assert init_state(config.with_changes(ema_decay=0.0), len(small)).average is None

@@ -9,19 +9,15 @@ import jaxtyping
 import numpy as np
 import pytest
 
+import helpers
 from helpers import f32_sum_atol, feistel_order, tree_allclose
 
 pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
 
 
 def small_config(**kw):
-    from eqx_fmnist.config import TrainConfig
-
     # No augmentation: the hand-written references below gather plain batches.
-    base = dict(
-        steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant", shift=0, mirror=False
-    )
-    return TrainConfig(**(base | kw))
+    return helpers.small_config(**({"shift": 0, "mirror": False} | kw))
 
 
 def test_train_step_does_one_adamw_step_by_hand(small):

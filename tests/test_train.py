@@ -1,19 +1,10 @@
 """`fit`, the one loop: reproducible, resumable, its history and callbacks, its
 schedules."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 
-from helpers import tree_allclose
-
-
-def small_config(**kw):
-    from eqx_fmnist.config import TrainConfig
-
-    base = dict(steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant")
-    return TrainConfig(**(base | kw))
+from helpers import small_config, tree_allclose
 
 
 def test_runs_are_reproducible(small):
@@ -59,18 +50,6 @@ def test_fit_resumes_from_a_state_exactly(small):
     resumed = fit(config, Splits(small, small), state=half)
     assert [h["step"] for h in resumed.history] == [8, 16]  # first to the epoch boundary
     assert tree_allclose(resumed.model, straight.model, rtol=1e-5, atol=1e-6)
-
-
-def test_schedules_reach_zero_and_warm_up():
-    from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.optim import make_optimizer, make_schedule
-
-    c = TrainConfig(steps=100, schedule="warmup_cosine", warmup_steps=10, learning_rate=1e-2)
-    unit = make_schedule(c, 100)
-    lrs = [c.learning_rate * float(unit(s)) for s in (0, 5, 10, 55, 100)]
-    assert lrs[0] == 0 and abs(lrs[1] - 5e-3) < 1e-9 and abs(lrs[2] - 1e-2) < 1e-9
-    assert abs(lrs[3] - 5e-3) < 1e-4 and lrs[4] == 0
-    assert make_optimizer(dataclasses.replace(c, grad_clip=1.0)) is not None
 
 
 def test_history_learning_rates_follow_the_schedule(small):

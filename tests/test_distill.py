@@ -1,0 +1,77 @@
+"""Distillation: a teacher's soft targets, the loss's formula, and the teachers refused."""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
+
+
+def test_a_student_that_is_its_teacher_gets_no_gradient(small):
+    """At weight 1 the loss is the cross-entropy against the teacher's probabilities,
+    whose gradient vanishes where the student's probabilities are the teacher's."""
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.distill import Teacher
+    from eqx_fmnist.state import init_state, select_members
+    from eqx_fmnist.step import train_steps
+
+    config = TrainConfig(steps=2, batch_size=32, hidden_sizes=(16,), distill_temperature=2.0)
+    state = init_state(config, len(small))
+    twin = jax.tree.map(lambda a: a[None], state.model)  # the same model, as a stack of one
+    teacher = Teacher.for_student(select_members(twin, [0, 0]), config)
+    _, m = train_steps(state, small, batch_size=32, num_steps=1, teacher=teacher)
+    assert float(m["grad_norm"][0]) < 1e-5
+    other = init_state(config.with_changes(seed=1), len(small))
+    _, m = train_steps(other, small, batch_size=32, num_steps=1, teacher=teacher)
+    assert float(m["grad_norm"][0]) > 1e-3
+
+
+def test_a_teacher_of_another_architecture_is_refused():
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.distill import Teacher
+    from eqx_fmnist.model import MLP
+
+    with pytest.raises(ValueError, match=r"hidden layers are \(8,\).*--hidden 8"):
+        Teacher.for_student(MLP(hidden_sizes=(8,), key=jr.PRNGKey(0)), TrainConfig())
+    with pytest.raises(ValueError, match="maps 784 inputs to 5 classes"):
+        Teacher(MLP(hidden_sizes=(8,), out_size=5, key=jr.PRNGKey(0)))
+
+
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
+def test_the_distillation_loss_is_its_formula(small):
+    """The step's loss with a teacher, against numpy: weight * T^2 * CE(the members' mean
+    probability at temperature T, softmax(student / T)) + (1 - weight) * CE(labels,
+    softmax(student)). A missing T^2, a temperature on only one side or a missing
+    label term each move it by far more than the tolerance."""
+    import jax.random as jr
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.distill import Teacher
+    from eqx_fmnist.precision import FLOAT32, NoOpLossScale
+    from eqx_fmnist.step import _loss
+
+    t, w = 2.0, 0.7
+    student = ef.MLP(hidden_sizes=(16,), key=jr.PRNGKey(0))
+    configs = [ef.TrainConfig(hidden_sizes=(16,), batch_size=32, seed=s) for s in (1, 2)]
+    stack = ef.init_members(configs, len(small)).model
+    teacher = Teacher(stack, temperature=t, weight=w)
+    x, y = ef.normalize(small.images[:64]), small.labels[:64]
+    soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
+    _, (loss, _) = _loss(student, x, y, FLOAT32, jnp.float32(0.0), NoOpLossScale(), soft)
+
+    def log_softmax(z):
+        z = z - z.max(1, keepdims=True)
+        return z - np.log(np.exp(z).sum(1, keepdims=True))
+
+    s = np.asarray(jax.vmap(student)(x), np.float64)
+    members = [
+        np.asarray(ef.predict_logits(ef.select_members(stack, i), small.images[:64]), np.float64)
+        for i in range(2)
+    ]
+    target = np.mean([np.exp(log_softmax(z / t)) for z in members], axis=0)
+    labels = np.asarray(y)
+    soft_term = -(target * log_softmax(s / t)).sum(1).mean() * t**2
+    hard_term = -log_softmax(s)[np.arange(64), labels].mean()
+    np.testing.assert_allclose(float(loss), w * soft_term + (1 - w) * hard_term, rtol=1e-5)

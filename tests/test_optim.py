@@ -1,0 +1,127 @@
+"""The one optimiser path: Optax's AdamW with its schedule, numbers injected as arrays of the state."""
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
+
+
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
+@pytest.mark.parametrize("schedule", ["constant", "cosine", "warmup_cosine"])
+@pytest.mark.parametrize("grad_clip", [None, 0.5])
+def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_clip):
+    """The library's step (numbers injected as arrays of the state, the rate of each step
+    written by the step) takes the steps Optax's own `adamw` takes with the schedule and
+    weight decay compiled in; and changing the state's numbers changes the steps as the
+    plain optimiser with those numbers would."""
+    import equinox as eqx
+    import jax
+    import optax
+
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.dataset import ArrayDataset, normalize
+    from eqx_fmnist.losses import cross_entropy
+    from eqx_fmnist.precision import optax_promotion
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_step
+
+    from helpers import f32_sum_atol, synthetic_arrays
+
+    config = TrainConfig(
+        steps=20,
+        schedule=schedule,
+        grad_clip=grad_clip,
+        warmup_steps=5,
+        hidden_sizes=(8,),
+        batch_size=16,
+        label_smoothing=0.0,
+        # No augmentation: train_step would move the batch the plain loop uses.
+        shift=0,
+        mirror=False,
+    )
+    a = synthetic_arrays(n_train=16)
+    data = ArrayDataset(a["train_images"], a["train_labels"])
+
+    def plain_rate(c):
+        return {
+            "constant": optax.constant_schedule(c.learning_rate),
+            "cosine": optax.cosine_decay_schedule(c.learning_rate, 20),
+            "warmup_cosine": optax.warmup_cosine_decay_schedule(
+                0.0, c.learning_rate, 5, 20, end_value=0.0
+            ),
+        }[schedule]
+
+    def plain(c):  # Optax as a user writes it: the schedule at the peak, compiled in
+        tx = optax.adamw(plain_rate(c), weight_decay=c.weight_decay)
+        return optax.chain(optax.clip_by_global_norm(grad_clip), tx) if grad_clip else tx
+
+    def by_hand(c, steps=6):
+        """The parameters after `steps` of Optax's own optimiser, and how far a rounding
+        of the gradients could move each one: Adam divides by sqrt(v) + eps, so where a
+        gradient is tiny a float32 rounding of it (a batch sum of per-example terms, on
+        their magnitudes) moves the update by lr * rounding / (sqrt(v) + eps)."""
+        params, static = eqx.partition(init_state(c, 16).model, eqx.is_inexact_array)
+        tx = plain(c)
+        opt = tx.init(params)
+
+        def loss(p, x=data.images, y=data.labels):
+            logits = jax.vmap(eqx.combine(p, static))(normalize(x))
+            return cross_entropy(logits, y)
+
+        per_example = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(
+            params, data.images[:, None], data.labels[:, None]
+        )
+        rounding = jax.tree.map(lambda g: f32_sum_atol(16 * 64, np.abs(g).mean(0)), per_example)
+        reach = jax.tree.map(np.zeros_like, rounding)
+        for t in range(steps):
+            with optax_promotion():
+                u, opt = tx.update(jax.grad(loss)(params), opt, params)
+            params = optax.apply_updates(params, u)
+            rate, correction = float(plain_rate(c)(t)), 1 - 0.999 ** (t + 1)
+            nu = optax.tree_utils.tree_get(opt, "nu")
+            reach = jax.tree.map(
+                lambda r, e, v, rate=rate, k=correction: (
+                    r + rate * e / (np.sqrt(np.asarray(v) / k) + 1e-8)
+                ),
+                reach,
+                rounding,
+                nu,
+            )
+        return params, reach
+
+    def library(state, steps=6):
+        for _ in range(steps):
+            state, _ = train_step(state, data.images, data.labels)
+        return eqx.filter(state.model, eqx.is_inexact_array)
+
+    def assert_close(a, b_and_reach):
+        b, reach = b_and_reach
+        for x, y, r in zip(*map(jax.tree.leaves, (a, b, reach)), strict=True):
+            np.testing.assert_array_less(
+                np.abs(np.asarray(x) - np.asarray(y)), 1e-6 + 1e-5 * np.abs(np.asarray(y)) + r
+            )
+
+    assert_close(library(init_state(config, 16)), by_hand(config))
+    other = config.with_changes(learning_rate=1e-2, weight_decay=0.2)
+    state = init_state(config, 16)
+    held = {
+        **state.hyperparams,
+        "learning_rate": jnp.float32(1e-2),
+        "weight_decay": jnp.float32(0.2),
+    }
+    assert_close(library(eqx.tree_at(lambda s: s.hyperparams, state, held)), by_hand(other))
+
+
+def test_schedules_reach_zero_and_warm_up():
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.optim import make_optimizer, make_schedule
+
+    c = TrainConfig(steps=100, schedule="warmup_cosine", warmup_steps=10, learning_rate=1e-2)
+    unit = make_schedule(c, 100)
+    lrs = [c.learning_rate * float(unit(s)) for s in (0, 5, 10, 55, 100)]
+    assert lrs[0] == 0 and abs(lrs[1] - 5e-3) < 1e-9 and abs(lrs[2] - 1e-2) < 1e-9
+    assert abs(lrs[3] - 5e-3) < 1e-4 and lrs[4] == 0
+    assert make_optimizer(dataclasses.replace(c, grad_clip=1.0)) is not None
