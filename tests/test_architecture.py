@@ -317,3 +317,11 @@ def test_the_sibling_checker_sees_both_forms(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from .evaluate import x\nfrom . import export\nfrom ..runs import Run\n")
     assert sibling_imports(probe) == {"evaluate", "export"}
+
+
+def test_every_module_has_a_test_file_of_its_own():
+    """`eqx_fmnist/x.py` (or the subpackage `x/`) is tested in `tests/test_x.py`, as
+    Optax pairs `transform.py` with `transform_test.py`: where to look is never a guess."""
+    tests = Path(__file__).parent
+    missing = [m for m in LAYERS if not (tests / f"test_{m}.py").is_file()]
+    assert not missing, f"no tests/test_<module>.py for {missing}"
