@@ -129,8 +129,8 @@ def main() -> None:
     splits = ef.split_data(data, **held_out)
     models = {"default recipe, seed 0": ef.fit(config, splits)}
     if args.seeds:
-        members = [config.with_changes(seed=s) for s in args.seeds]
-        models[f"ensemble of {len(members)}"] = ensemble = ef.fit(members, splits)
+        members = ef.ensemble.Seeds(tuple(args.seeds))
+        models[f"ensemble of {len(args.seeds)}"] = ensemble = ef.fit(config, splits, members=members)
         if args.distill:
             models["distilled from the ensemble"] = ef.fit(config, splits, teacher=ensemble.model)
     if args.best:

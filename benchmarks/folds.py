@@ -30,7 +30,6 @@ import eqx_fmnist as ef
 from eqx_fmnist.bench import machine_facts
 from eqx_fmnist.dataset import ArrayDataset
 from eqx_fmnist.step import compile_steps
-from eqx_fmnist.subsets import bootstrap
 
 
 def most_confused_with(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -71,10 +70,10 @@ def accuracy_lines(name, model, test) -> str:
 
 def best_ensembles(args, config, splits) -> None:
     """5 seeds, 5 bootstrap samples and 5 fold members of `config`, one program each."""
-    k, n = args.folds, len(splits.train)
-    members = [config.with_changes(seed=config.seed + i) for i in range(k)]
-    models = {f"{k} seeds, all the data": ef.fit(members, splits).model,
-              f"{k} bootstrap samples": ef.fit(members, splits, subsets=bootstrap(n, k)).model,
+    k = args.folds
+    seeds, samples = ef.ensemble.Seeds(k), ef.ensemble.Bootstrap(k)
+    models = {f"{k} seeds, all the data": ef.fit(config, splits, members=seeds).model,
+              f"{k} bootstrap samples": ef.fit(config, splits, members=samples).model,
               f"{k} fold members": ef.cross_validate(config, splits, k).result.model}  # fmt: skip
     first = ef.select_members(models[f"{k} seeds, all the data"], 0)
     facts = machine_facts()
@@ -116,8 +115,7 @@ def main() -> None:
             (layer.weight for layer in alone.state.model.layers), strict=True)))  # fmt: skip
     separate_wall = time.perf_counter() - t
     seeds = ef.fit_ensemble(config, splits, k)
-    boot = ef.fit([config.with_changes(seed=config.seed + i) for i in range(k)], splits,
-                  subsets=bootstrap(len(splits.train), k, seed=config.seed))  # fmt: skip
+    boot = ef.fit(config, splits, members=ef.ensemble.Bootstrap(k))
     per_step = {name: r.train_seconds / sum(h["steps"] for h in r.history)
                 for name, r in (("folds", cv.result), ("seeds", seeds))}  # fmt: skip
     memory = {"folds": chunk_memory(cv.result, splits, cv.subsets),

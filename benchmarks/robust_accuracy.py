@@ -101,9 +101,8 @@ def main() -> None:
     results = {}
 
     def report(name, configs, *, teacher=None, ensemble=False, seeds_shown=None):
-        r = ef.fit(
-            [c.with_changes(**quick) for c in configs], ef.Splits(train, test), teacher=teacher
-        )
+        listed = ef.ensemble.Listed([c.with_changes(**quick) for c in configs])
+        r = ef.fit(listed.members[0], ef.Splits(train, test), members=listed, teacher=teacher)
         records = robustness_rows(r, test, ensemble=ensemble)
         seconds = r.train_seconds / len(configs) if not ensemble else r.train_seconds
         seeds = seeds_shown or ",".join(str(c.seed) for c in configs)
@@ -119,9 +118,8 @@ def main() -> None:
     )
     report("the default, `TrainConfig()`", [ef.TrainConfig(seed=s) for s in seeds])
     best = ef.TrainConfig.best()
-    members = ef.fit(
-        [best.with_changes(seed=s, **quick) for s in ens_seeds], ef.Splits(train, test)
-    )
+    listed = ef.ensemble.Listed([best.with_changes(seed=s, **quick) for s in ens_seeds])
+    members = ef.fit(listed.members[0], ef.Splits(train, test), members=listed)
     each = robustness_rows(members, test, ensemble=False)
     per = members.train_seconds / len(ens_seeds)
     for name, recs in (

@@ -26,7 +26,7 @@ import importlib.metadata
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,13 @@ class Checkpoint:
     def step(self) -> int:
         return int(self.metadata["step"])
 
+    @property
+    def choice(self) -> dict[str, Any] | None:
+        """What the members are, as saved (`kind` and its numbers); `None` for one run,
+        or members saved before the choice was recorded."""
+        choice = self.metadata.get("members_choice")
+        return choice if isinstance(choice, dict) else None
+
 
 def _versions() -> dict[str, str]:
     try:
@@ -95,6 +102,7 @@ def save_checkpoint(
     *,
     num_train: int,
     members: Sequence[TrainConfig] | None = None,
+    choice: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write `state` and `config` to `path` atomically.
 
@@ -110,6 +118,9 @@ def save_checkpoint(
     - `num_train`: the size of its training set (the schedule's length depends on it).
     - `members`: for a stacked state, each member's config (`config` is then the one
         they share). Defaults to `None`: one run.
+    - `choice`: what the members are ([`Members.to_dict`][eqx_fmnist.train.Members.to_dict]:
+        seeds, a grid, folds, ...), so that a resume rebuilds the same choice. Defaults
+        to `None`.
 
     In a multi-process run every process holds the replicated state; call this on
     process 0 only (`jax.process_index() == 0`).
@@ -134,6 +145,7 @@ def save_checkpoint(
         "config": config.to_dict(),
         "num_train": int(num_train),
         **({} if members is None else {"members": [_member_fields(c) for c in members]}),
+        **({} if choice is None else {"members_choice": dict(choice)}),
         "versions": _versions(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "payload_bytes": len(payload),

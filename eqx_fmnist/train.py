@@ -14,8 +14,8 @@ the caller's ([`eqx_fmnist.runs`](runs.md), the command line).
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +30,7 @@ from .intervals import Callback, History, Plan, check_finite, interval_record, p
 from .model import MLP
 from .parallel import make_mesh, replicate, to_local
 from .precision import Policy
-from .state import TrainState, check_members, init_members, init_state, select_members
+from .state import TrainState, init_members, init_state
 from .step import compile_steps
 from .subsets import Subsets
 
@@ -97,6 +97,40 @@ class TrainResult:
         return k * steps * self.config.batch_size / max(self.train_seconds, 1e-9)
 
 
+class Members:
+    """A choice of members: which models train as one program, on which rows, and how
+    each is validated. [`fit`][eqx_fmnist.train.fit] takes one as `members`; the kinds
+    are in [`eqx_fmnist.ensemble`](ensemble.md) (`Seeds`, `Grid`, `Folds`, `Bootstrap`,
+    `Listed`), and a checkpoint records which (`to_dict`), so that a resume rebuilds it.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def configs(self, config: TrainConfig) -> tuple[TrainConfig, ...]:
+        """Each member's config, from the run's `config` (checked to train as one
+        program: [`check_members`][eqx_fmnist.state.check_members])."""
+        raise NotImplementedError
+
+    def rows(self, num_train: int, config: TrainConfig) -> Subsets | None:
+        """The rows of the training set each member trains on; `None`: all of them."""
+        return None
+
+    def validator(
+        self,
+        evaluated: Callable[[ArrayDataset | None, MLP], EvalResult | None],
+        train: ArrayDataset,
+        validation: ArrayDataset | None,
+        rows: Subsets | None,
+    ) -> Callable[[MLP], EvalResult | None]:
+        """What `fit` evaluates after each interval, given `evaluated(dataset, model)`:
+        by default the validation split."""
+        return lambda model: evaluated(validation, model)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a checkpoint records of the choice (`kind` and its numbers)."""
+        return {"kind": self.kind}
+
+
 def run_chunks(
     state: TrainState,
     train: ArrayDataset,
@@ -150,9 +184,15 @@ def run_chunks(
         yield state, step, metrics, elapsed
 
 
-def _check_splits(config: TrainConfig, splits: object) -> None:
-    """`splits` are what `fit` takes, made with the config's held-out sizes (anything is
-    taken here, so that the error names the fix even where a type checker is off)."""
+def _check_splits(config: object, splits: object) -> None:
+    """`config` is one config and `splits` are what `fit` takes, made with the config's
+    held-out sizes (anything is taken here, so that the error names the fix even where a
+    type checker is off)."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(
+            f"`fit` trains one config, not {type(config).__name__}; for members pass "
+            "`members=ef.ensemble.Listed(configs)` (or Seeds, Grid, Folds, Bootstrap)."
+        )
     if not isinstance(splits, Splits):
         raise TypeError(
             f"`fit` takes its data as `Splits`, not {type(splits).__name__}: pass "
@@ -171,27 +211,6 @@ def _check_splits(config: TrainConfig, splits: object) -> None:
                 "config's sizes (`ef.split_data(data, validation_size=..., "
                 "calibration_size=...)`, or `ef.runs.run_splits(config)`)."
             )
-
-
-def _check_subsets(
-    subsets: Subsets | None, members: int | None, n: int, validation: ArrayDataset | None
-) -> jax.Array | None:
-    """The members' row tables on the device, once checked against the run."""
-    if subsets is None:
-        return None
-    if members != subsets.num_members:
-        raise ValueError(
-            f"`subsets` holds {subsets.num_members} members' rows, but "
-            f"{members or 'one run, not members,'} trains: give one config per row."
-        )
-    if subsets.train.size and not 0 <= subsets.train.min() <= subsets.train.max() < n:
-        raise ValueError(f"`subsets` names rows outside the {n:,} training examples.")
-    if subsets.held_out is not None and validation is not None:
-        raise ValueError(
-            "members validated on their own folds take no validation split: "
-            "make the splits with validation_size=0."
-        )
-    return jnp.asarray(subsets.train, jnp.int32)
 
 
 _Trees = TypeVar("_Trees")
@@ -223,41 +242,52 @@ def _starting_state(
     return state
 
 
-def _validation(evaluated, valid, train: ArrayDataset, subsets: Subsets | None):
-    """What `fit` evaluates after each interval: the validation split, or, for fold
-    members, each member on its own fold, pooled (out-of-fold) with each fold's figures
-    in `members`."""
-    if subsets is None or subsets.held_out is None:
-        return lambda model: evaluated(valid, model)
-    folds = [train.take(h) for h in subsets.held_out]
+def _evaluator(policy: Policy, views, batch_size: int, mesh: Mesh | None):
+    """`evaluated(dataset, model)`: every example of `dataset` (`None` for none)."""
 
-    def pooled(model: MLP) -> EvalResult:
-        each = [e for i, f in enumerate(folds) if (e := evaluated(f, select_members(model, i)))]
-        n = sum(e.count for e in each)
-        loss, acc = (sum(getattr(e, k) * e.count for e in each) / n for k in ("loss", "accuracy"))
-        return EvalResult(loss, acc, n, tuple(each))
+    def evaluated(ds: ArrayDataset | None, model: MLP) -> EvalResult | None:
+        if ds is None:
+            return None
+        return evaluate(model, ds, policy=policy, batch_size=batch_size, mesh=mesh, tta=views)
 
-    return pooled
+    return evaluated
+
+
+def _intervals(chunks, plan: Plan, configs, validated, callbacks, state: TrainState):
+    """Check, validate, record and report each interval's chunk: `(state, history,
+    validation)` at the end (validated once more if no interval ran)."""
+    history, v = [], None
+    for state, step, metrics, elapsed in chunks:  # noqa: B020
+        check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
+        records = plan.records(step, metrics, elapsed)
+        if (v := validated(state.eval_model)) is not None:
+            for r, m in zip(records, v.members or (v,), strict=True):
+                r["valid_loss"], r["valid_accuracy"] = m.loss, m.accuracy
+        history.append(record := interval_record(records))
+        logger.info("step %d/%d loss %.4f", step, plan.total_steps, record["loss"])
+        for cb in callbacks:
+            cb(record, state)
+    if v is None:  # no interval ran (a state already at the end)
+        v = validated(state.eval_model)
+    return state, history, v
 
 
 def fit(
-    config: TrainConfig | Sequence[TrainConfig],
+    config: TrainConfig,
     splits: Splits,
     *,
+    members: Members | None = None,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
     teacher: MLP | None = None,
     eval_batch_size: int = 1000,
-    subsets: Subsets | None = None,
 ) -> TrainResult:
     """Train one model, or many members as one compiled program, and evaluate on the
     whole test set.
 
     **Arguments:**
 
-    - `config`: the run; or one config per member (they may differ only in `seed`,
-        `learning_rate`, `weight_decay` and `label_smoothing`, see
-        [`check_members`][eqx_fmnist.state.check_members]).
+    - `config`: the run (for members, the settings they share).
     - `splits`: the run's [`Splits`][eqx_fmnist.dataset.Splits], the one form `fit`
         takes its data in: from [`split_data`][eqx_fmnist.dataset.split_data] (a
         `FashionMNIST` or `(train, test)`, with the config's held-out sizes), or
@@ -265,6 +295,14 @@ def fit(
         on; the `validation` set, if any, is evaluated after every interval
         (`valid_loss`, `valid_accuracy` in the history) and at the end; `test` (or
         `None`) at the end.
+    - `members`: many models as one compiled program, a
+        [`Members`][eqx_fmnist.train.Members] choice: `ef.ensemble.Seeds(5)` (one per
+        seed), `Grid(values, seeds)` (a sweep's points x seeds), `Folds(k)` (member `i`
+        trains on every fold but fold `i` and is validated on it; `validation` pools
+        them, out-of-fold, each fold's figures in its `members`), `Bootstrap(n)`
+        (resampled rows) or `Listed(configs)`. Members may differ only in `seed`,
+        `learning_rate`, `weight_decay` and `label_smoothing`. Defaults to `None`: one
+        run.
     - `state`: a state to continue from, e.g. from
         [`load_checkpoint`][eqx_fmnist.checkpoint.load_checkpoint]; training resumes
         at its step and stops at the config's total steps. Its buffers are donated.
@@ -280,13 +318,6 @@ def fit(
         `distill_weight` (see [`Teacher`][eqx_fmnist.distill.Teacher]). It must have
         the student's architecture. Defaults to `None`: the labels alone.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
-    - `subsets`: for members, the rows of `splits.train` each trains on
-        ([`kfold`][eqx_fmnist.subsets.kfold] complements or
-        [`bootstrap`][eqx_fmnist.subsets.bootstrap] samples, in the same program); an
-        epoch is then `subsets.size // batch_size` steps. Folds are also the validation:
-        each member is evaluated on its own fold, and `validation` pools them
-        (out-of-fold), with each fold's figures in its `members`. Defaults to `None`:
-        every member trains on all of `train`.
 
     **Returns:**
 
@@ -297,7 +328,8 @@ def fit(
     [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] (with `on_nonfinite="raise"`,
     naming the member), before the bad interval is recorded; `ValueError` for a `state`
     past the run's end or of the wrong number of members, or splits whose held-out sets
-    are not the config's sizes; `TypeError` for data that are not `Splits`.
+    are not the config's sizes; `TypeError` for data that are not `Splits`, or configs
+    given where `members` is meant.
 
     !!! example
 
@@ -309,52 +341,24 @@ def fit(
         result.test.accuracy  # 0.88 here, on all 10,000 test images
         ```
     """
-    stacked = not isinstance(config, TrainConfig)
-    configs = tuple(config) if stacked else (config,)
-    if stacked:
-        check_members(configs)
     start = time.perf_counter()
-    _check_splits(configs[0], splits)
+    _check_splits(config, splits)
     train, test, valid = splits.train, splits.test, splits.validation
-    table = _check_subsets(subsets, len(configs) if stacked else None, len(train), valid)
-    num_train = len(train) if subsets is None else subsets.size
-    state = _starting_state(configs, stacked, state, num_train)
-    soft = (
-        None if teacher is None else Teacher.for_student(teacher, configs[0], policy=state.policy)
-    )
-    mesh, (train, valid, test, state, soft) = _place(configs[0], (train, valid, test, state, soft))
+    configs = (config,) if members is None else members.configs(config)
+    rows = None if members is None else members.rows(len(train), config)
+    num_train = len(train) if rows is None else rows.size
+    state = _starting_state(configs, members is not None, state, num_train)
+    soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
+    table = None if rows is None else jnp.asarray(rows.train, jnp.int32)
+    mesh, (train, valid, test, state, soft) = _place(config, (train, valid, test, state, soft))
     load_seconds = time.perf_counter() - start
-    plan = plan_run(configs[0], num_train)
+    plan = plan_run(config, num_train)
     callbacks = [callback] if callable(callback) else list(callback or ())
-    policy, views = state.policy, configs[0].views
 
-    def evaluated(ds: ArrayDataset | None, model: MLP) -> EvalResult | None:
-        if ds is None:
-            return None
-        return evaluate(model, ds, policy=policy, batch_size=eval_batch_size, mesh=mesh, tta=views)
-
-    validated = _validation(evaluated, valid, train, subsets)
-    history, seconds, v = [], {"compile": 0.0, "train": 0.0}, None
+    evaluated = _evaluator(state.policy, config.views, eval_batch_size, mesh)
+    validated = (members or Members()).validator(evaluated, train, valid, rows)
+    seconds = {"compile": 0.0, "train": 0.0}
     chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table)
-    for state, step, metrics, elapsed in chunks:  # noqa: B020
-        check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
-        records = plan.records(step, metrics, elapsed)
-        if (v := validated(state.eval_model)) is not None:
-            for r, m in zip(records, v.members or (v,), strict=True):
-                r["valid_loss"], r["valid_accuracy"] = m.loss, m.accuracy
-        history.append(record := interval_record(records))
-        logger.info("step %d/%d loss %.4f", step, plan.total_steps, record["loss"])
-        for cb in callbacks:
-            cb(record, state)
-    if v is None:  # no interval ran (a state already at the end)
-        v = validated(state.eval_model)
-    return TrainResult(
-        state,
-        configs,
-        history,
-        evaluated(test, state.eval_model),
-        v,
-        seconds["compile"],
-        seconds["train"],
-        load_seconds,
-    )
+    state, history, v = _intervals(chunks, plan, configs, validated, callbacks, state)
+    tested, (compiling, training) = evaluated(test, state.eval_model), seconds.values()
+    return TrainResult(state, configs, history, tested, v, compiling, training, load_seconds)

@@ -65,7 +65,7 @@ def test_members_that_differ_in_numbers_match_their_single_runs(small):
         config(learning_rate=1e-3, weight_decay=0.0, label_smoothing=0.0, schedule="cosine"),
         config(learning_rate=3e-3, weight_decay=0.1, label_smoothing=0.2, schedule="cosine"),
     ]
-    ens = ef.fit(configs, ef.Splits(small, small))
+    ens = ef.fit(configs[0], ef.Splits(small, small), members=ef.ensemble.Listed(configs))
     for i, c in enumerate(configs):
         single = ef.fit(c, ef.Splits(small, small))
         assert max_diff(ef.select_members(ens.model, i), single.model) < 1e-5
@@ -118,9 +118,9 @@ def test_the_ensemble_evaluation_against_numpy(small):
 def test_a_member_that_diverges_is_named(small):
     import eqx_fmnist as ef
 
-    configs = [config(seed=0), config(seed=1, learning_rate=1e30)]
+    members = ef.ensemble.Listed((config(seed=0), config(seed=1, learning_rate=1e30)))
     with pytest.raises(ef.NonFiniteError, match=r"member 1 \(seed=1, learning_rate=1e\+30"):
-        ef.fit(configs, ef.Splits(small, small))
+        ef.fit(config(), ef.Splits(small, small), members=members)
 
 
 def test_members_that_would_not_fit_in_memory_are_refused_before_compiling(small, monkeypatch):
@@ -232,29 +232,33 @@ def test_the_grid_comes_back_from_the_member_configs():
 def test_an_interrupted_ensemble_resumes_exactly(small, tmp_path):
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
     from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.ensemble import Listed, members_from
     from eqx_fmnist.runs import Interrupted, RunFolder
     from eqx_fmnist.train import fit
 
     configs = [config(seed=s, learning_rate=lr) for s, lr in ((0, 1e-3), (1, 3e-3))]
-    whole = fit(configs, Splits(small, small))
-    with RunFolder(tmp_path, configs[0], num_train=len(small), members=configs) as run:
+    members = Listed(tuple(configs))
+    whole = fit(configs[0], Splits(small, small), members=members)
+    with RunFolder(tmp_path, configs[0], num_train=len(small), members=members) as run:
 
         def stop_after_first(record, state):
             run.request_stop()
             run.callback(record, state)
 
         with pytest.raises(Interrupted):
-            fit(configs, Splits(small, small), callback=stop_after_first)
+            fit(configs[0], Splits(small, small), members=members, callback=stop_after_first)
     ckpt = load_checkpoint(tmp_path / "checkpoint.eqx")
     assert ckpt.step == 4 and ckpt.members == tuple(configs)
-    resumed = fit(ckpt.members, Splits(small, small), state=ckpt.state)
+    assert members_from(ckpt.choice, ckpt.members) == members  # the choice was recorded
+    resumed = fit(ckpt.config, Splits(small, small), members=members, state=ckpt.state)
     assert same_arrays(resumed.state.model, whole.state.model)
     assert [h["step"] for h in resumed.history] == [8, 12]
     # A stacked state needs its member configs, and the other way round.
     with pytest.raises(ValueError, match="stacked members"):
         save_checkpoint(tmp_path / "x.eqx", whole.state, configs[0], num_train=len(small))
     with pytest.raises(ValueError, match="holds 2 members, but 3"):
-        fit([*configs, config(seed=9)], Splits(small, small), state=ckpt.state)
+        three = Listed((*configs, config(seed=9)))
+        fit(configs[0], Splits(small, small), members=three, state=ckpt.state)
     with pytest.raises(ValueError, match="holds 2 members, but one config"):
         fit(configs[0], Splits(small, small), state=ckpt.state)
 
@@ -267,14 +271,15 @@ def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data
     from eqx_fmnist.runs import RunFolder
 
     configs = [config(seed=s) for s in (0, 1)]
-    with RunFolder(tmp_path, configs[0], num_train=len(small), members=configs) as run:
+    seeds = ef.ensemble.Seeds((0, 1))
+    with RunFolder(tmp_path, configs[0], num_train=len(small), members=seeds) as run:
         test = ef.ArrayDataset(real_data.test_images[:256], real_data.test_labels[:256])
         data = dataclasses.replace(
             real_data,
             test_images=real_data.test_images[:256],
             test_labels=real_data.test_labels[:256],
         )
-        result = ef.fit(configs, ef.Splits(small, test), callback=run.callback)
+        result = ef.fit(configs[0], ef.Splits(small, test), members=seeds, callback=run.callback)
         summary = run.finish(result, data)
     assert summary["test_accuracy"] == pytest.approx(result.test.accuracy)
     assert [m["seed"] for m in summary["members"]] == [0, 1]

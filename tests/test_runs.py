@@ -139,11 +139,12 @@ def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
 def test_tensorboard_shows_each_member_of_an_ensemble(small, tmp_path):
     pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
     from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.ensemble import Seeds
     from eqx_fmnist.runs import RunFolder
     from eqx_fmnist.train import fit
 
-    configs = [config(steps=4, seed=s) for s in (0, 1)]
-    with RunFolder(tmp_path, configs[0], num_train=256, tensorboard=True, members=configs) as run:
-        fit(configs, Splits(small, small), callback=run.callback)
+    c, seeds = config(steps=4), Seeds((0, 1))
+    with RunFolder(tmp_path, c, num_train=256, tensorboard=True, members=seeds) as run:
+        fit(c, Splits(small, small), members=seeds, callback=run.callback)
     blob = b"".join(p.read_bytes() for p in (tmp_path / "tensorboard").rglob("events.*"))
     assert b"train/loss" in blob and b"members/0/loss" in blob and b"members/1/accuracy" in blob

@@ -26,6 +26,7 @@ from ..data import FashionMNIST
 from ..intervals import NonFiniteError
 from ..runs import CheckpointEvery, Interrupted, RunFolder
 from ..runs.profile import IntervalProfiler
+from ..train import Members
 
 console = Console()
 err_console = Console(stderr=True)
@@ -129,7 +130,7 @@ def train_in_folder(
     *,
     data: FashionMNIST,
     num_train: int,
-    members: Sequence[TrainConfig] | None,
+    members: Members | None,
     start: int,
     command: str,
     describe: Callable[[int], str],

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..audit import audit_labels, require_cleanlab
-from ..ensemble import CrossValidation, cross_validate, member_seeds
+from ..ensemble import CrossValidation, Folds, cross_validate
 from ..evaluation import predict_proba
 from ..runs import (
     OUT_OF_FOLD,
@@ -20,7 +20,6 @@ from ..runs import (
     write_cross_validation,
     write_suspects,
 )
-from ..subsets import kfold
 from .common import UsageError, console, load_data, table, train_in_folder
 from .flags import (
     add_config_flags,
@@ -72,15 +71,18 @@ def cmd_cv(args: argparse.Namespace) -> int:
     if resume is not None:
         args.folds, args.out = len(resume.members or ()), args.out or resume.folder
     config = resume.config if resume else config_from_args(args)
-    if args.folds < 2:
-        raise UsageError(f"--folds {args.folds}: cross-validation needs at least 2 folds.")
+    try:
+        members = Folds(args.folds)
+    except ValueError as e:
+        raise UsageError(f"--folds {args.folds}: {e}") from None
     if config.validation_size:
         raise UsageError("cv validates each member on its own fold: drop --validation-size.")
     fm = load_data(args)
     splits = run_splits(config, fm)
-    subsets = kfold(len(splits.train), args.folds, seed=config.seed)  # checks the sizes
-    members = [config.with_changes(seed=s) for s in member_seeds(config, args.folds)]
-    if resume and (resume.saved.num_train != subsets.size or list(resume.members or ()) != members):
+    subsets = members.rows(len(splits.train), config)  # checks the sizes
+    if resume and (
+        resume.saved.num_train != subsets.size or resume.members != members.configs(config)
+    ):
         raise UsageError(f"{args.resume} was not written by `eqx-fmnist cv` on this data.")
     state, out = resume.state if resume else None, args.out or default_folder()
 

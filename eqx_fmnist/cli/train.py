@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 
 from ..config import TrainConfig
-from ..ensemble import grid_configs, grid_of, member_seeds, sweep
+from ..ensemble import Grid, Seeds, grid_of, member_seeds, sweep
 from ..ensemble.grid import SWEEP_VALIDATION
 from ..model import MLP
 from ..runs import (
@@ -86,29 +86,32 @@ def _teacher_of(
 def cmd_train(args: argparse.Namespace) -> int:
     resume = resumed(args, "run")
     if resume is not None:
-        config, members = resume.config, resume.members
-        out = args.out or resume.folder
+        config, members, out = resume.config, resume.choice, args.out or resume.folder
     else:
         config, out = config_from_args(args), args.out or default_folder()
-        seeds = None if args.seeds is None else member_seeds(config, args.seeds)
-        members = None if seeds is None else [config.with_changes(seed=s) for s in seeds]
+        members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
     teacher_path, teacher = _teacher_of(args, config, resume)
     fm = load_data(args)
     splits, state = run_splits(config, fm), resume.state if resume else None
+
+    def train(callbacks):
+        return train_run(
+            config, splits, members=members, state=state, callback=callbacks, teacher=teacher
+        )
+
+    configs = None if members is None else members.configs(config)
     run = train_in_folder(
         args,
         out,
         config,
-        lambda cbs: train_run(
-            members or config, splits, state=state, callback=cbs, teacher=teacher
-        ),
+        train,
         lambda folder, r: folder.finish(r.result, fm, r.calibration),
         data=fm,
         num_train=len(splits.train),
         members=members,
         start=resume.step if resume else 0,
         command="train",
-        describe=functools.partial(_describe_run, config, members, teacher_path),
+        describe=functools.partial(_describe_run, config, configs, teacher_path),
         teacher=teacher_path,
         tensorboard=args.tensorboard,
         profile=args.profile,
@@ -175,9 +178,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = {name: getattr(args, name) for name in BATCHED if getattr(args, name) is not None}
     resume = resumed(args, "sweep", members=True)
     if resume is not None:
-        config, configs = resume.config, list(resume.members or ())
-        grid, seeds = grid_of(configs)
-        out = args.out or resume.folder
+        config, out = resume.config, args.out or resume.folder
+        grid, seeds = grid_of(resume.members or ())
     else:
         if not grid:
             raise UsageError(
@@ -189,8 +191,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         if not config.validation_size:
             config = config.with_changes(validation_size=SWEEP_VALIDATION)
-        _, seeds, configs = grid_configs(config, grid, args.seeds or 2)
-        out = args.out or default_folder()
+        seeds, out = member_seeds(config, args.seeds or 2), args.out or default_folder()
+    members = Grid(grid, seeds)
+    configs = members.configs(config)
 
     def describe(total: int) -> str:
         shown = "; ".join(f"{k} {', '.join(f'{v:g}' for v in vs)}" for k, vs in grid.items())
@@ -210,7 +213,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         lambda folder, r: folder.finish_sweep(r),
         data=fm,
         num_train=len(splits.train),
-        members=configs,
+        members=members,
         start=resume.step if resume else 0,
         command="sweep",
         describe=describe,

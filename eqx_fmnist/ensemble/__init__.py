@@ -1,7 +1,9 @@
 """Many models in one compiled program: ensembles of seeds, and hyperparameter sweeps.
 
-The modules: `members` (`fit_ensemble`, the memory check), `grid` (`sweep`, grids,
-`SweepResult`). Both are thin wrappers: they build the members' configs and call
+The modules: `choice` (members as a choice: `Seeds`, `Grid`, `Folds`, `Bootstrap`,
+`Listed`, each knowing its configs, rows and validation; the seeds and grids they are
+made of), `members` (`fit_ensemble`, the memory check), `grid` (`sweep`, `SweepResult`),
+`cv` (`cross_validate`, `CrossValidation`). The wrappers choose the members and call
 [`fit`][eqx_fmnist.train.fit], whose stacked state
 ([`init_members`][eqx_fmnist.state.init_members]) runs every chunk of steps under
 `eqx.filter_vmap`: one compile for all members, one host read per interval, the
@@ -11,16 +13,22 @@ batched matrix products. [`sweep`][eqx_fmnist.ensemble.sweep] ranks on a validat
 split and touches the test set once, for the winner.
 """
 
-from .cv import CrossValidation as CrossValidation, cross_validate as cross_validate
-from .grid import (
-    SweepResult as SweepResult,
+from ..train import Members as Members
+from .choice import (
+    Bootstrap as Bootstrap,
+    Folds as Folds,
+    Grid as Grid,
+    Listed as Listed,
+    Seeds as Seeds,
     grid_configs as grid_configs,
     grid_of as grid_of,
-    sweep as sweep,
+    member_seeds as member_seeds,
+    members_from as members_from,
 )
+from .cv import CrossValidation as CrossValidation, cross_validate as cross_validate
+from .grid import SweepResult as SweepResult, sweep as sweep
 from .members import (
     MEMORY_FRACTION as MEMORY_FRACTION,
     check_memory as check_memory,
     fit_ensemble as fit_ensemble,
-    member_seeds as member_seeds,
 )

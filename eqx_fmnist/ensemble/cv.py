@@ -15,9 +15,9 @@ from ..dataset import Splits, split_data
 from ..evaluation import predict_proba
 from ..intervals import Callback
 from ..state import TrainState, select_members
-from ..subsets import Subsets, kfold
+from ..subsets import Subsets
 from ..train import TrainResult, fit
-from .members import member_seeds
+from .choice import Folds
 
 
 @dataclasses.dataclass
@@ -107,14 +107,9 @@ def cross_validate(
         if isinstance(data, Splits)
         else split_data(data, calibration_size=config.calibration_size)
     )
-    subsets = kfold(len(splits.train), k, seed=config.seed)
-    if subsets.size < config.batch_size:
-        raise ValueError(
-            f"{k} folds of {len(splits.train):,} images leave {subsets.size:,} to "
-            f"train on, fewer than a batch of {config.batch_size}."
-        )
-    configs = [config.with_changes(seed=s) for s in member_seeds(config, k)]
-    result = fit(configs, splits, subsets=subsets, callback=callback, state=state)
+    folds = Folds(k)
+    result = fit(config, splits, members=folds, callback=callback, state=state)
+    subsets = folds.rows(len(splits.train), config)  # dealt again: the same rows
     assert subsets.held_out is not None
     probs = np.zeros((len(splits.train), 10), np.float32)
     for i, fold in enumerate(subsets.held_out):

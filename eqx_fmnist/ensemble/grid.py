@@ -2,7 +2,6 @@
 a validation split."""
 
 import dataclasses
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,69 +11,10 @@ from ..config import TrainConfig
 from ..dataset import Splits
 from ..evaluation import EvalResult, evaluate
 from ..intervals import Callback
-from ..state import BATCHED, TrainState, select_members
+from ..state import TrainState, select_members
 from ..train import TrainResult, fit
-from .members import check_memory, member_seeds
-
-
-def grid_configs(
-    config: TrainConfig, grid: Mapping[str, Sequence[Any]], seeds: int | Sequence[int]
-) -> tuple[list[dict[str, float]], tuple[int, ...], list[TrainConfig]]:
-    """`(points, seeds, configs)` of a sweep: every grid point (a dict of the swept
-    values, in the grid's order), the seeds, and one config per point x seed, point-major.
-
-    **Raises:**
-
-    `ValueError` for a grid name that is not a `TrainConfig` field, one that cannot be
-    batched (it changes the program: hidden sizes, batch size, ...), or an empty or
-    invalid list of values.
-    """
-    if not grid:
-        raise ValueError(f"the grid is empty; sweep some of {', '.join(BATCHED)}.")
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    for name, values in grid.items():
-        if name not in fields:
-            raise ValueError(
-                f"{name!r} is not a TrainConfig field; a sweep's grid may hold "
-                f"{', '.join(BATCHED)}."
-            )
-        if name not in BATCHED:
-            how = "train one seeds ensemble per value" if name != "seed" else "use `seeds`"
-            raise ValueError(
-                f"{name!r} cannot be swept inside one program: it changes the program's "
-                f"shapes or structure (only {', '.join(BATCHED)} are arrays in the "
-                f"state); {how} instead."
-            )
-        if isinstance(values, str) or not isinstance(values, Sequence) or not values:
-            raise ValueError(f"grid[{name!r}] must be a non-empty list of numbers, got {values!r}.")
-    seeds = member_seeds(config, seeds)
-    names = list(grid)
-    points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())]
-    configs = [config.with_changes(**p, seed=s) for p in points for s in seeds]  # validates
-    return points, seeds, configs
-
-
-def grid_of(configs: Sequence[TrainConfig]) -> tuple[dict[str, list[float]], tuple[int, ...]]:
-    """`(grid, seeds)` of a sweep's member configs (as a checkpoint lists them), such that
-    [`grid_configs`][eqx_fmnist.ensemble.grid_configs] gives the same members back.
-
-    **Raises:**
-
-    `ValueError` when the members are not a grid x seeds in that order.
-    """
-    varying = [n for n in BATCHED if len({getattr(c, n) for c in configs}) > 1]
-
-    def first_change(name: str) -> int:  # the outermost grid axis changes last
-        return next(
-            i for i, c in enumerate(configs) if getattr(c, name) != getattr(configs[0], name)
-        )
-
-    names = sorted(varying, key=first_change, reverse=True) or [BATCHED[0]]
-    grid = {n: list(dict.fromkeys(getattr(c, n) for c in configs)) for n in names}
-    seeds = tuple(dict.fromkeys(c.seed for c in configs))
-    if grid_configs(configs[0], grid, seeds)[2] != list(configs):
-        raise ValueError("these members are not a sweep's grid x seeds; resume them as members.")
-    return grid, seeds
+from .choice import Grid, grid_configs
+from .members import check_memory
 
 
 @dataclasses.dataclass
@@ -223,7 +163,14 @@ def sweep(
     points, seeds, configs = grid_configs(config, grid, seeds)
     check_memory(configs, len(splits.train))
     unseen = dataclasses.replace(splits, test=None)  # the test set is not for choosing
-    members = fit(configs, unseen, state=state, callback=callback, eval_batch_size=eval_batch_size)
+    members = fit(
+        config,
+        unseen,
+        members=Grid(grid, seeds),
+        state=state,
+        callback=callback,
+        eval_batch_size=eval_batch_size,
+    )
     assert members.validation is not None and splits.test is not None
     accuracy = np.array([v.accuracy for v in members.validation.members]).reshape(len(points), -1)
     best = int(_ranking(accuracy)[0])

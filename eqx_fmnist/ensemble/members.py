@@ -11,26 +11,11 @@ from ..dataset import Splits
 from ..intervals import Callback
 from ..state import TrainState, state_bytes
 from ..train import TrainResult, fit
+from .choice import Seeds, member_seeds
 
 MEMORY_FRACTION = 0.8
 """Members may use at most this fraction of the device's memory (see
 [`check_memory`][eqx_fmnist.ensemble.check_memory])."""
-
-
-def member_seeds(config: TrainConfig, seeds: int | Sequence[int]) -> tuple[int, ...]:
-    """`seeds` as a tuple: a count `n` means `config.seed, ..., config.seed + n - 1`."""
-    if isinstance(seeds, bool):
-        raise ValueError(f"`seeds` must be a positive count or a list of seeds, got {seeds}.")
-    if isinstance(seeds, int):
-        if seeds <= 0:
-            raise ValueError(f"`seeds` must be a positive count or a list of seeds, got {seeds}.")
-        return tuple(range(config.seed, config.seed + seeds))
-    seeds = tuple(seeds)
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise ValueError(f"`seeds` must be a positive count or a list of ints, got {seeds!r}.")
-    if len(set(seeds)) < len(seeds):
-        raise ValueError(f"`seeds` repeats a seed ({seeds}): repeated members are identical.")
-    return seeds
 
 
 def _device_memory(device: jax.Device) -> tuple[int, str]:  # pyright: ignore[reportInvalidTypeForm]
@@ -118,6 +103,13 @@ def fit_ensemble(
         result.test.accuracy_mean, result.test.accuracy  # members' mean, the ensemble
         ```
     """
-    configs = [config.with_changes(seed=s) for s in member_seeds(config, seeds)]
-    check_memory(configs, len(splits.train))
-    return fit(configs, splits, state=state, callback=callback, eval_batch_size=eval_batch_size)
+    members = Seeds(member_seeds(config, seeds))
+    check_memory(members.configs(config), len(splits.train))
+    return fit(
+        config,
+        splits,
+        members=members,
+        state=state,
+        callback=callback,
+        eval_batch_size=eval_batch_size,
+    )

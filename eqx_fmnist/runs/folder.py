@@ -35,7 +35,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ from ..plots import (
     save_figure,
 )
 from ..state import TrainState
-from ..train import TrainResult
+from ..train import Members, TrainResult
 from .files import SWEEP_FILES, write_sweep
 from .report import run_report
 from .saved import TEACHER_FILE
@@ -147,7 +146,7 @@ class RunFolder:
         overwrite: bool = False,
         checkpoint_every: CheckpointEvery = CheckpointEvery(),
         tensorboard: bool = False,
-        members: Sequence[TrainConfig] | None = None,
+        members: Members | None = None,
         teacher: str | os.PathLike | None = None,
     ):
         """**Arguments:**
@@ -163,15 +162,18 @@ class RunFolder:
         - `checkpoint_every`: the checkpoint cadence. Defaults to every 60 seconds.
         - `tensorboard`: also write scalars and hyperparameters for TensorBoard into
             `folder/tensorboard` (needs `pip install 'eqx_fmnist[tensorboard]'`).
-        - `members`: the member configs of an ensemble or sweep trained as one program
-            (`config` is then the one they share). Defaults to `None`: one run.
+        - `members`: the [`Members`][eqx_fmnist.train.Members] choice of an ensemble,
+            sweep or cross-validation trained as one program (`config` is then the one
+            they share; the checkpoint records the choice). Defaults to `None`: one run.
         - `teacher`: the checkpoint of the teacher a distilled run learns from, named in
             `teacher.json` so that a resume finds it. Defaults to `None`.
         """
         # What would refuse the run refuses it before a file is written.
         self.plan = plan_run(config, num_train)
-        if members:
-            check_memory(members, num_train)
+        self.members = None if members is None else members.configs(config)
+        self._choice = None if members is None else members.to_dict()
+        if self.members:
+            check_memory(self.members, num_train)
         self.folder = Path(folder)
         existing = [n for n in (*RESULT_FILES, *SWEEP_FILES) if (self.folder / n).exists()]
         if existing and not overwrite and not start_step:
@@ -180,7 +182,6 @@ class RunFolder:
                 "choose another folder, or overwrite it (`overwrite=True`, `--overwrite`)."
             )
         self.config, self.num_train = config, num_train
-        self.members = None if members is None else tuple(members)
         self.checkpoint_every = checkpoint_every
         self.checkpoint = self.folder / CHECKPOINT_NAME
         self.saved_step = start_step if start_step else None
@@ -244,7 +245,12 @@ class RunFolder:
     def save(self, state: TrainState, step: int) -> Path:
         """Write the checkpoint of `state` at `step` (atomically)."""
         save_checkpoint(
-            self.checkpoint, state, self.config, num_train=self.num_train, members=self.members
+            self.checkpoint,
+            state,
+            self.config,
+            num_train=self.num_train,
+            members=self.members,
+            choice=self._choice,
         )
         self.saved_step, self._last_save = step, time.monotonic()
         return self.checkpoint

@@ -11,7 +11,7 @@ from ..dataset import Splits, split_data
 from ..intervals import Callback
 from ..model import MLP
 from ..state import TrainState
-from ..train import TrainResult, fit
+from ..train import Members, TrainResult, fit
 
 
 def run_splits(config: TrainConfig, data: FashionMNIST | None = None) -> Splits:
@@ -43,18 +43,19 @@ class RunResult:
 
 
 def train_run(
-    configs: TrainConfig | Sequence[TrainConfig],
+    config: TrainConfig,
     splits: Splits,
     *,
+    members: Members | None = None,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
     teacher: MLP | None = None,
 ) -> RunResult:
-    """Train on `splits` ([`fit`][eqx_fmnist.train.fit]: one run, or members) and then,
+    """Train on `splits` ([`fit`][eqx_fmnist.train.fit]: one run, or `members`) and then,
     if the splits hold a calibration set, calibrate the model or the ensemble on it
     ([`calibrate`][eqx_fmnist.calibration.calibrate]). A `teacher` is distilled (see
     `fit`)."""
-    result = fit(configs, splits, state=state, callback=callback, teacher=teacher)
+    result = fit(config, splits, members=members, state=state, callback=callback, teacher=teacher)
     calibration = None
     if splits.calibration is not None:
         config = result.config

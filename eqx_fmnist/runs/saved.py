@@ -15,9 +15,11 @@ from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
 from ..distill import Teacher
+from ..ensemble import members_from
 from ..model import MLP
 from ..precision import Policy
 from ..state import TrainState
+from ..train import Members
 from .summary import CHECKPOINT_NAME, RunError
 
 TEACHER_FILE = "teacher.json"
@@ -81,6 +83,14 @@ class Run:
     def members(self) -> tuple[TrainConfig, ...] | None:
         """The members' configs (an ensemble, a sweep or cv's folds), else `None`."""
         return self.saved.members
+
+    @property
+    def choice(self) -> Members | None:
+        """What its members are (`Seeds`, `Grid`, `Folds`, ...), as the checkpoint
+        recorded it, for a resume; `None` for one run."""
+        if self.saved.members is None:
+            return None
+        return members_from(self.saved.choice, self.saved.members)
 
     @property
     def step(self) -> int:
