@@ -261,3 +261,26 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.section(f"{len(skipped)} skipped, and why")
     for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{count:4d}  {reason}")
+
+
+@pytest.fixture(scope="session")
+def test_images(real_data):
+    """The 10,000 real test images, flattened to `(n, 784)` uint8."""
+    return real_data.test_images.reshape(len(real_data.test_images), -1)
+
+
+@pytest.fixture(scope="session")
+def trained(real_data):
+    """A model trained for 40 steps (hidden 64, 32) on the real training set: what the
+    export, ONNX and page tests carry out of the library."""
+    import eqx_fmnist as ef
+
+    return ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64, 32)), ef.split_data(real_data))
+
+
+@pytest.fixture(scope="session")
+def calibrated(trained, real_data):
+    """`trained`'s calibration (`helpers.calibrate_on_training_images`)."""
+    from helpers import calibrate_on_training_images
+
+    return calibrate_on_training_images(trained.model, real_data)

@@ -66,7 +66,7 @@ def test_the_temperature_minimises_the_nll_on_a_grid():
 
 
 @pytest.fixture(scope="module")
-def calibrated(real_data):
+def calibrated_run(real_data):
     """Trained on 55,000 images, then calibrated on the 5,000 held out: a step after
     training, as the command line does it."""
     import types
@@ -84,16 +84,19 @@ def calibrated(real_data):
 
 
 @pytest.mark.slow
-def test_a_run_holds_out_images_for_its_calibration(calibrated, real_data, tmp_path):
+def test_a_run_holds_out_images_for_its_calibration(calibrated_run, real_data, tmp_path):
     import eqx_fmnist as ef
     from eqx_fmnist.calibration import Calibration, evaluate_calibration
 
-    cal = calibrated.calibration
+    cal = calibrated_run.calibration
     assert cal.held_out == 5000 and 0.2 < cal.temperature < 5
-    assert len(calibrated.splits.train) == 55_000 and len(calibrated.splits.calibration) == 5000
+    assert (
+        len(calibrated_run.splits.train) == 55_000
+        and len(calibrated_run.splits.calibration) == 5000
+    )
     _, test = ef.to_datasets(real_data)
-    raw = evaluate_calibration(calibrated.model, test)
-    scaled = evaluate_calibration(calibrated.model, test, temperature=cal.temperature)
+    raw = evaluate_calibration(calibrated_run.model, test)
+    scaled = evaluate_calibration(calibrated_run.model, test, temperature=cal.temperature)
     assert scaled.nll < raw.nll and scaled.accuracy == raw.accuracy
     back = Calibration.load(cal.save(tmp_path / "c.safetensors"))
     assert back.temperature == cal.temperature and back.trust.threshold == cal.trust.threshold
@@ -103,12 +106,12 @@ def test_a_run_holds_out_images_for_its_calibration(calibrated, real_data, tmp_p
 
 
 @pytest.mark.slow
-def test_the_trust_flag_on_real_and_not_clothing_images(calibrated, real_data):
+def test_the_trust_flag_on_real_and_not_clothing_images(calibrated_run, real_data):
     from PIL import Image, ImageDraw
 
     from eqx_fmnist.trust import features
 
-    trust, model = calibrated.calibration.trust, calibrated.model
+    trust, model = calibrated_run.calibration.trust, calibrated_run.model
 
     def rate(images):
         images = np.asarray(images, np.uint8).reshape(len(images), -1)

@@ -7,7 +7,7 @@ from helpers import F32_U, f32_sum_atol, mlp_logits_atol
 
 
 @pytest.fixture(scope="module")
-def trained(real_splits):
+def codelab_run(real_splits):
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.train import fit
 
@@ -15,15 +15,15 @@ def trained(real_splits):
 
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
-def test_evaluation_counts_all_10000_and_matches_numpy(trained, real_datasets, real_data):
+def test_evaluation_counts_all_10000_and_matches_numpy(codelab_run, real_datasets, real_data):
     from eqx_fmnist.evaluation import evaluate, predict_logits
 
     _, test = real_datasets
     for batch_size in (1000, 512, 333):  # 333 leaves a ragged last batch
-        r = evaluate(trained.model, test, batch_size=batch_size)
+        r = evaluate(codelab_run.model, test, batch_size=batch_size)
         assert r.count == 10_000
         logits = np.asarray(
-            predict_logits(trained.model, test.images, batch_size=batch_size), np.float64
+            predict_logits(codelab_run.model, test.images, batch_size=batch_size), np.float64
         )
         labels = real_data.test_labels
         logp = logits - logits.max(1, keepdims=True)
@@ -32,11 +32,11 @@ def test_evaluation_counts_all_10000_and_matches_numpy(trained, real_datasets, r
         np.testing.assert_allclose(r.accuracy, (logits.argmax(1) == labels).mean(), rtol=1e-6)
 
 
-def test_confusion_matrix_matches_numpy(trained, real_datasets, real_data):
+def test_confusion_matrix_matches_numpy(codelab_run, real_datasets, real_data):
     from eqx_fmnist.evaluation import confusion_matrix, per_class_accuracy, predict
 
     _, test = real_datasets
-    pred = np.asarray(predict(trained.model, test.images))
+    pred = np.asarray(predict(codelab_run.model, test.images))
     cm = np.asarray(confusion_matrix(test.labels, pred))
     expected = np.zeros((10, 10), int)
     for t, p in zip(real_data.test_labels, pred, strict=True):
@@ -46,17 +46,17 @@ def test_confusion_matrix_matches_numpy(trained, real_datasets, real_data):
     np.testing.assert_allclose(
         per_class_accuracy(jnp.asarray(cm)), expected.diagonal() / 1000, rtol=1e-6
     )
-    assert trained.test.accuracy == pytest.approx(expected.trace() / 10_000, abs=1e-6)
+    assert codelab_run.test.accuracy == pytest.approx(expected.trace() / 10_000, abs=1e-6)
 
 
-def test_predict_accepts_floats_and_pixels_alike(trained):
+def test_predict_accepts_floats_and_pixels_alike(codelab_run):
     from eqx_fmnist.evaluation import predict, predict_proba
 
     pixels = jr.randint(jr.key(0), (7, 784), 0, 256).astype(jnp.uint8)
-    a = predict(trained.model, pixels)
-    b = predict(trained.model, pixels.astype(jnp.float32) / 255.0)
+    a = predict(codelab_run.model, pixels)
+    b = predict(codelab_run.model, pixels.astype(jnp.float32) / 255.0)
     np.testing.assert_array_equal(a, b)
-    p = predict_proba(trained.model, pixels)
+    p = predict_proba(codelab_run.model, pixels)
     np.testing.assert_allclose(p.sum(1), 1.0, rtol=1e-5)
     np.testing.assert_array_equal(p.argmax(1), a)
 
@@ -112,7 +112,7 @@ def test_one_evaluation_for_a_model_and_for_a_stack_of_members(small):
     assert result.accuracy_mean == pytest.approx(np.mean([m.accuracy for m in result.members]))
 
 
-def test_robustness_matches_a_numpy_forward_pass_on_numpy_moved_images(trained, real_data):
+def test_robustness_matches_a_numpy_forward_pass_on_numpy_moved_images(codelab_run, real_data):
     from test_model import reference_mlp, reference_params
 
     from eqx_fmnist.dataset import ArrayDataset
@@ -122,10 +122,12 @@ def test_robustness_matches_a_numpy_forward_pass_on_numpy_moved_images(trained, 
 
     n = 2000
     images, labels = real_data.test_images[:n].reshape(n, 784), real_data.test_labels[:n]
-    r = evaluate_robustness(trained.model, ArrayDataset(images, labels), shifts=(2,))
+    r = evaluate_robustness(codelab_run.model, ArrayDataset(images, labels), shifts=(2,))
 
     def acc(x):
-        logits = reference_mlp(reference_params(trained.model), jnp.asarray(x / 255.0, jnp.float32))
+        logits = reference_mlp(
+            reference_params(codelab_run.model), jnp.asarray(x / 255.0, jnp.float32)
+        )
         return float((np.asarray(logits).argmax(1) == labels).mean())
 
     assert r.clean == pytest.approx(acc(images), abs=1e-4)

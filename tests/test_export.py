@@ -12,19 +12,6 @@ import pytest
 from helpers import numpy_gelu, run_cli, run_cli_here
 
 
-@pytest.fixture(scope="module")
-def trained(real_data):
-    import eqx_fmnist as ef
-
-    result = ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64, 32)), ef.split_data(real_data))
-    return result
-
-
-@pytest.fixture(scope="module")
-def test_images(real_data):
-    return real_data.test_images.reshape(len(real_data.test_images), -1)
-
-
 def numpy_logits(model, images):
     """A reference forward pass written here from the model's definition."""
     x = images.astype(np.float64) / 255.0
@@ -305,13 +292,6 @@ def test_bad_export_input_is_one_line_status_2(args, message, tmp_path, real_dat
     assert len(out.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in run.iterdir()) == before
     assert not (tmp_path / "m.onnx").exists()
-
-
-@pytest.fixture(scope="module")
-def calibrated(trained, real_data):
-    from helpers import calibrate_on_training_images
-
-    return calibrate_on_training_images(trained.model, real_data)
 
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data

@@ -15,25 +15,6 @@ pytest.importorskip("onnxruntime", reason="the extra 'onnx' is not installed")
 
 
 @pytest.fixture(scope="module")
-def trained(real_data):
-    import eqx_fmnist as ef
-
-    return ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64, 32)), ef.split_data(real_data))
-
-
-@pytest.fixture(scope="module")
-def test_images(real_data):
-    return real_data.test_images.reshape(len(real_data.test_images), -1)
-
-
-@pytest.fixture(scope="module")
-def calibrated(trained, real_data):
-    from helpers import calibrate_on_training_images
-
-    return calibrate_on_training_images(trained.model, real_data)
-
-
-@pytest.fixture(scope="module")
 def onnx_file(trained, calibrated, test_images, tmp_path_factory):
     from eqx_fmnist.export import export_model
 

@@ -34,25 +34,10 @@ def require_browser():
 
 
 @pytest.fixture(scope="module")
-def trained(real_data):
-    import eqx_fmnist as ef
-
-    from helpers import calibrate_on_training_images
-
-    result = ef.fit(ef.TrainConfig(steps=60, hidden_sizes=(64, 32)), ef.split_data(real_data))
-    return result, calibrate_on_training_images(result.model, real_data)
-
-
-@pytest.fixture(scope="module")
-def test_images(real_data):
-    return real_data.test_images.reshape(len(real_data.test_images), -1)
-
-
-@pytest.fixture(scope="module")
-def page(trained, test_images, tmp_path_factory):
+def page(trained, calibrated, test_images, tmp_path_factory):
     from eqx_fmnist.export import export_model
 
-    result, calibration = trained
+    result, calibration = trained, calibrated
     path = tmp_path_factory.mktemp("page") / "model.html"
     manifest = export_model(
         result.model,
@@ -85,12 +70,14 @@ const E = box.EqxFmnist;
 
 @pytest.mark.slow
 @needs_node
-def test_the_javascript_forward_pass_agrees_on_every_test_image(page, trained, test_images):
+def test_the_javascript_forward_pass_agrees_on_every_test_image(
+    page, trained, calibrated, test_images
+):
     import eqx_fmnist as ef
     from eqx_fmnist.export import run_page
 
     path, manifest = page
-    result, calibration = trained
+    result, calibration = trained, calibrated
     assert manifest["checked_by"].startswith("node v")
     assert manifest["parity"]["mismatches"] == 0 and manifest["parity"]["flag_mismatches"] == 0
     out = run_page(path.read_bytes(), test_images)
@@ -310,14 +297,14 @@ def test_a_calibrated_stablehlo_artifact_flags_in_predict(cli_page, real_data, t
 
 
 def test_without_node_the_export_checks_the_pages_own_arrays(
-    trained, test_images, tmp_path, monkeypatch
+    trained, calibrated, test_images, tmp_path, monkeypatch
 ):
     """The fallback check: the arrays decoded back from the page, run by numpy, against a
     reference written here."""
     from eqx_fmnist.export import export_model, html, numpy_serve
     from eqx_fmnist.export.html import portable_of_page
 
-    result, calibration = trained
+    result, calibration = trained, calibrated
     monkeypatch.setattr(html, "node_version", lambda: None)
     path = tmp_path / "m.html"
     manifest = export_model(

@@ -5,7 +5,7 @@ one history line per logging interval, checkpoints on a cadence of their own, cl
 stops, the summary and the figures), `report` (the test report a folder writes and `evaluate` shows: [`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers, TensorBoard,
 [`RunError`][eqx_fmnist.runs.RunError]), `run` (the splits a config asks for, the
 training, and the calibration after it), `saved` (a run folder read back:
-[`Run.open`][eqx_fmnist.runs.Run.open], its model, calibration, views, answer and
+[`Run.open`][eqx_fmnist.runs.saved.Run.open], its model, calibration, views, answer and
 teacher) and `files` (what a sweep, `cv` and `audit` write beside the folder's own files). Nothing here prints.
 """
 

@@ -38,7 +38,7 @@ def checkpoint_path(where: str | os.PathLike) -> Path:
 @dataclasses.dataclass(frozen=True)
 class Run:
     """A run as its folder keeps it: open one with
-    [`Run.open`][eqx_fmnist.runs.Run.open].
+    [`Run.open`][eqx_fmnist.runs.saved.Run.open].
 
     **Fields:** `checkpoint` (its path), `saved` (the
     [`Checkpoint`][eqx_fmnist.checkpoint.Checkpoint]: state, config, members) and
@@ -138,7 +138,7 @@ class Run:
         attributions: bool = False,
     ) -> Answer:
         """[`answer`][eqx_fmnist.answers.answer] of the run's model on `uint8` images
-        `(n, 784)`, with its calibration and [`views`][eqx_fmnist.runs.Run.views]."""
+        `(n, 784)`, with its calibration and [`views`][eqx_fmnist.runs.saved.Run.views]."""
         return answer(
             self.model,
             images,
