@@ -57,6 +57,10 @@ _BEFORE_AUGMENTATION = {"shift": 0, "mirror": False}
 trained on the images as they are (today's defaults move and mirror them)."""
 
 
+HEADER_FIELDS = {"format_version": int, "step": int, "payload_bytes": int, "payload_sha256": str}
+"""The header fields every checkpoint format has, and their JSON types."""
+
+
 class CheckpointError(ValueError):
     """A checkpoint is missing, truncated, corrupt, or does not fit the config."""
 
@@ -185,13 +189,22 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
         header = json.loads(blob[start : start + length])
         if not isinstance(header, dict):
             raise ValueError("header is not a JSON object")
-        version = header["format_version"]
-        expected_bytes = header["payload_bytes"]
-        expected_sha = header["payload_sha256"]
-    except (ValueError, KeyError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: the header is truncated or corrupt ({e}).") from e
+    for name, kind in HEADER_FIELDS.items():
+        if type(header.get(name)) is not kind:
+            what = "missing" if name not in header else f"{header[name]!r}"
+            wanted = "an int" if kind is int else "a string"
+            raise CheckpointError(
+                f"{path}: the header's `{name}` is {what}, not {wanted}: the file is damaged; "
+                "use an earlier checkpoint."
+            )
+    version = header["format_version"]
+    expected_bytes, expected_sha = header["payload_bytes"], header["payload_sha256"]
     if version not in FORMATS:
-        wrote = header.get("versions", {}).get("eqx_fmnist", "an unknown version")
+        versions = header.get("versions")
+        wrote = versions.get("eqx_fmnist") if isinstance(versions, dict) else None
+        wrote = wrote or "an unknown version"
         raise CheckpointError(
             f"{path}: checkpoint format {version!r}, written by eqx_fmnist {wrote}; this "
             f"eqx_fmnist ({_versions()['eqx_fmnist']}) reads formats "

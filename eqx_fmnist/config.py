@@ -46,10 +46,12 @@ def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool 
     )
 
 
-def _positive_int(name: str, value: Any, *, low: int = 1) -> None:
+def _positive_int(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         kind = "a positive" if low else "a non-negative"
         raise ValueError(f"`{name}` must be {kind} int, but got {value!r}.")
+    if high is not None and value > high:
+        raise ValueError(f"`{name}` must be at most {high:,} (2**32 - 1), but got {value!r}.")
 
 
 def _number(name: str, value: Any, *, low: float, high: float = math.inf, low_open=False):
@@ -229,7 +231,7 @@ class TrainConfig:
                 f"`hidden_sizes` must be a non-empty tuple of positive ints such as "
                 f"(256, 128), but got {hidden!r}."
             )
-        _positive_int("seed", self.seed, low=0)
+        _positive_int("seed", self.seed, low=0, high=2**32 - 1)  # a PRNG key's seed
         _positive_int("devices", self.devices)
         if self.batch_size % self.devices:
             lower = self.batch_size - self.batch_size % self.devices

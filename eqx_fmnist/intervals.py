@@ -148,12 +148,25 @@ def check_finite(
 ) -> None:
     """Raise [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] for the first step whose
     loss or (unskipped) gradient is NaN or infinite, naming the member when there are
-    several. Skipped steps were not applied, so they are not errors; `metrics` have
-    shape `(members, steps)`."""
+    several. Skipped steps were not applied, so they are not errors, unless the
+    interval's last loss is not finite: then the parameters themselves give it and no
+    later step could be taken. `metrics` have shape `(members, steps)`."""
     for i, config in enumerate(configs):
-        if config.on_nonfinite != "raise":
-            continue
+        who = ""
+        if len(configs) > 1:
+            who = f"member {i} ({', '.join(f'{k}={getattr(config, k)}' for k in PER_MEMBER)}): "
         loss, grad, skipped = metrics["loss"][i], metrics["grad_norm"][i], metrics["skipped"][i]
+        if config.on_nonfinite != "raise":
+            if not np.isfinite(loss[-1]):  # the parameters themselves give it: no way back
+                last = first_step + len(loss) - 1
+                raise NonFiniteError(
+                    f"{who}step {last}: the loss is {loss[-1]} with on_nonfinite='skip': the "
+                    "parameters themselves now give a non-finite loss, so every later step "
+                    "would be skipped. Lower the learning rate or clip gradients (grad_clip).",
+                    step=last,
+                    metric="loss",
+                )
+            continue
         bad_loss, bad_grad = ~np.isfinite(loss), ~np.isfinite(grad) & ~skipped
         bad = bad_loss | bad_grad
         if not bad.any():
@@ -161,9 +174,6 @@ def check_finite(
         j = int(np.argmax(bad))
         metric = "loss" if bad_loss[j] else "gradient norm"
         value = loss[j] if bad_loss[j] else grad[j]
-        who = ""
-        if len(configs) > 1:
-            who = f"member {i} ({', '.join(f'{k}={getattr(config, k)}' for k in PER_MEMBER)}): "
         raise NonFiniteError(
             f"{who}step {first_step + j}: the {metric} is {value}; training stopped before "
             "this interval was reported or saved. Lower the learning rate, clip gradients "

@@ -167,3 +167,36 @@ def test_loading_builds_the_skeleton_from_shapes_alone(tmp_path, caplog):
     assert not any("init" in m for m in compiled), compiled
     assert int(loaded.state.step) == 0 and loaded.state.model.layers[0].weight.shape == (7, 784)
     assert bool(jnp.all(loaded.state.model.layers[0].weight == state.model.layers[0].weight))
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("format_version", None),
+        ("format_version", [3]),
+        ("step", "12"),
+        ("step", None),
+        ("payload_bytes", 1.5),
+        ("payload_sha256", 0),
+    ],
+)
+def test_a_header_field_of_the_wrong_type_or_missing_is_named(small, tmp_path, field, value):
+    """A header that parses but holds a field of the wrong type (or none, `None` here)
+    is one `CheckpointError` naming the file and the field, never a traceback."""
+    import json
+
+    from eqx_fmnist.checkpoint import MAGIC, CheckpointError, load_checkpoint
+
+    path = _saved(small, tmp_path)
+    blob = path.read_bytes()
+    start = len(MAGIC) + 8
+    length = int.from_bytes(blob[len(MAGIC) : start], "little")
+    header = json.loads(blob[start : start + length])
+    if value is None:
+        del header[field]
+    else:
+        header[field] = value
+    head = json.dumps(header).encode()
+    path.write_bytes(MAGIC + len(head).to_bytes(8, "little") + head + blob[start + length :])
+    with pytest.raises(CheckpointError, match=rf"{path.name}: the header's `{field}` is"):
+        load_checkpoint(path)

@@ -95,7 +95,10 @@ def test_a_run_folder_of_every_format_works_with_every_command(fmt, real_data, t
         exported = run_cli("export", run, "--out", tmp_path / f"{name}.stablehlo", *data)
         assert exported.returncode == 0, exported.stderr[-2000:]
         assert "0 of 10,000 test images predicted differently" in " ".join(exported.stdout.split())
-        resumed = run_cli("train", "--resume", run / "checkpoint.eqx", *data)
+        # A finished run is read-only to --resume; --overwrite finishes it again.
+        refused = run_cli("train", "--resume", run / "checkpoint.eqx", *data)
+        assert refused.returncode == 2 and "has finished" in refused.stderr
+        resumed = run_cli("train", "--resume", run / "checkpoint.eqx", "--overwrite", *data)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         config = json.loads((run / "config.json").read_text())
         if fmt < 3:  # written back in today's format, still without augmentation

@@ -196,6 +196,9 @@ def test_predict_explain_writes_the_attribution_figure_of_the_shown_class(traine
         "teacher not a run",
         "teacher missing",
         "explain an artifact",
+        "seed past 2**32",
+        "sweep of no seeds",
+        "config nested too deeply",
     ],
 )
 def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, trained_run):
@@ -207,6 +210,8 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
     (tmp_path / "model.stablehlo.manifest.json").write_text("{}")
     text = tmp_path / "image.png"
     text.write_text("this is not a PNG")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
     args = {
         "missing checkpoint": ["evaluate", str(tmp_path / "nope"), "--out", str(out_dir)],
         "not a checkpoint": ["evaluate", str(junk), "--out", str(out_dir)],
@@ -227,6 +232,9 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
         "teacher not a run": ["train", "--teacher", str(junk), "--out", str(out_dir)],
         "teacher missing": ["train", "--teacher", str(tmp_path / "nope"), "--out", str(out_dir)],
         "explain an artifact": ["predict", str(artifact), str(text), "--explain", str(out_dir)],
+        "seed past 2**32": ["train", "--seed", str(2**32), "--out", str(out_dir)],
+        "sweep of no seeds": ["sweep", "--lr", "1e-3,3e-3", "--seeds", "0", "--out", str(out_dir)],
+        "config nested too deeply": ["train", "--config", str(deep), "--out", str(out_dir)],
         "resume with flags": [
             "train",
             "--resume",
@@ -347,3 +355,20 @@ def test_a_resumed_distillation_finds_its_teacher_in_the_run_folder(trained_run,
     (folder / TEACHER_FILE).write_text("[]")  # damaged: one line naming the file
     with pytest.raises(Exception, match=f"{TEACHER_FILE} does not name a teacher"):
         _teacher_of(args, TrainConfig(), student)
+
+
+def test_a_finished_run_is_read_only_to_resume(trained_run, tmp_path):
+    """`train --resume` of a finished run, into its folder or into another run's, is one
+    line and changes nothing (it once rewrote the summary's timings as 0)."""
+    import shutil
+
+    run, _ = trained_run
+    summary = (run / "summary.json").read_bytes()
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    for out in ((), ("--out", str(other))):
+        result = run_cli_here("train", "--resume", str(run / "checkpoint.eqx"), *out)
+        assert result.returncode == 2, result.stdout
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert (run / "summary.json").read_bytes() == summary
+    assert (other / "summary.json").read_bytes() == summary

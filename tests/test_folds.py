@@ -175,10 +175,13 @@ def test_cv_then_audit_on_the_command_line(real_data, tmp_path):
         assert accuracy == pytest.approx(right.mean(), abs=1e-6)
     assert summary["accuracy_std"] == pytest.approx(np.std(summary["fold_accuracy"], ddof=1))
     assert (out / "folds.png").is_file() and (out / "checkpoint.eqx").is_file()
-    # Resumed from its checkpoint (at the end), the folds are dealt again: the same figures.
+    # Finished, it is read-only to --resume; finished again (--overwrite), the folds are
+    # dealt again: the same figures.
     refused = run_cli_here("cv", "--resume", out / "checkpoint.eqx", "--steps", "9", *data)
     assert refused.returncode == 2 and "drop --steps" in refused.stderr
-    again = run_cli_here("cv", "--resume", out / "checkpoint.eqx", *data)
+    finished = run_cli_here("cv", "--resume", out / "checkpoint.eqx", *data)
+    assert finished.returncode == 2 and "has finished" in finished.stderr
+    again = run_cli_here("cv", "--resume", out / "checkpoint.eqx", "--overwrite", *data)
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "cv.json").read_text())["fold_accuracy"] == summary["fold_accuracy"]
     audited = run_cli_here("audit", out, "--top", "10", *data)

@@ -98,3 +98,19 @@ def test_unreadable_images_name_the_file(case, tmp_path, monkeypatch):
         monkeypatch.setattr(images, "MAX_PIXELS", 1000)
     with pytest.raises(DataError, match="bad.png"):
         prepare_image(path)
+
+
+def test_an_image_pillow_calls_a_decompression_bomb_is_one_line(tmp_path, monkeypatch):
+    """Past Pillow's own limit (twice `MAX_IMAGE_PIXELS`, 179 megapixels by default: a
+    24 kB PNG can hold that many) Pillow raises before the size can be read; it is the
+    same one line as an image over `MAX_PIXELS`. The limit is lowered here, so that a
+    small file stands for the large one."""
+    from PIL import Image
+
+    from eqx_fmnist.data import DataError, prepare_image
+
+    path = tmp_path / "bomb.png"
+    Image.new("L", (300, 300)).save(path)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)
+    with pytest.raises(DataError, match=r"bomb.png is more than the 50 megapixels read here"):
+        prepare_image(path)

@@ -42,3 +42,17 @@ def test_skip_leaves_the_parameters_of_bad_steps_unchanged(small):
     new, metrics = train_steps(state, small, batch_size=32, num_steps=4)
     assert bool(metrics["skipped"].all()) and int(new.step) == 4
     np.testing.assert_array_equal(np.asarray(new.model.layers[0].weight), before)
+
+
+def test_skip_stops_when_the_parameters_themselves_give_a_nan(small):
+    """Skipping protects the parameters from a bad step, not from a bad start: once the
+    parameters give a non-finite loss, every later step would be skipped, and the run
+    stops (it once trained to the end, then failed drawing its figures)."""
+    from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.intervals import NonFiniteError
+    from eqx_fmnist.train import fit
+
+    config = small_config(log_every=4, on_nonfinite="skip", learning_rate=1e30)
+    with pytest.raises(NonFiniteError, match="the parameters themselves now give") as info:
+        fit(config, Splits(small, small))
+    assert info.value.metric == "loss" and info.value.step % 4 == 0

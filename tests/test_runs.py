@@ -119,6 +119,65 @@ def test_a_folder_in_use_or_with_results_is_refused(small, tmp_path):
                 pass
 
 
+def test_a_start_that_failed_leaves_a_folder_the_corrected_command_reuses(tmp_path):
+    """A folder with only the config and an empty history holds no results; a start
+    that would fail is refused before anything is written."""
+    from eqx_fmnist.runs import RunError, RunFolder
+
+    c = config()
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "config.json").write_text("{}")
+    (half / "history.jsonl").write_text("")
+    with RunFolder(half, c, num_train=256):
+        pass
+    assert (half / "config.json").read_text().startswith("{\n")  # the corrected run's
+    for bad, match in (
+        (config(devices=64, batch_size=64), "asked for 64 devices"),
+        (config(hidden_sizes=(2**16, 2**16)), "the model needs about"),
+    ):
+        with pytest.raises(RunError, match=match):
+            RunFolder(tmp_path / "never", bad, num_train=256)
+        assert not (tmp_path / "never").exists()
+
+
+def test_a_finished_run_is_not_resumed_and_a_resume_overwrites_no_other_run(tmp_path):
+    """A resume of a run whose summary is written is refused (`overwrite` finishes it
+    again); a resume written to another folder refuses that folder's results, and
+    with `overwrite` carries over the resumed run's history, not the folder's."""
+    import json
+
+    from eqx_fmnist.runs import RunError, RunFolder, read_history
+
+    c = config()  # 24 steps
+    done, other = tmp_path / "done", tmp_path / "other"
+    for folder, steps in ((done, (8, 16, 24)), (other, (2, 4))):
+        folder.mkdir()
+        (folder / "summary.json").write_text("{}")
+        lines = "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in steps)
+        (folder / "history.jsonl").write_text(lines)
+    with pytest.raises(RunError, match="has finished .step 24 of 24."):
+        RunFolder(done, c, num_train=256, start_step=24)
+    with RunFolder(done, c, num_train=256, start_step=24, overwrite=True):
+        pass
+    with RunFolder(done, c, num_train=256, start_step=16):  # a stop before the end
+        pass
+    with pytest.raises(RunError, match="already holds results"):
+        RunFolder(other, c, num_train=256, start_step=16, resume_from=done)
+    with RunFolder(other, c, num_train=256, start_step=16, resume_from=done, overwrite=True):
+        pass
+    assert [h["step"] for h in read_history(other)] == [8, 16]
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '"text"', '{"loss": 1.0}', '{"step": "4"}', "{"])
+def test_a_damaged_history_line_is_named(tmp_path, line):
+    from eqx_fmnist.runs import RunError, read_history
+
+    (tmp_path / "history.jsonl").write_text('{"step": 2}\n' + line + "\n")
+    with pytest.raises(RunError, match=r"history.jsonl, line 2, is not a history record"):
+        read_history(tmp_path)
+
+
 def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
     pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
     from eqx_fmnist.dataset import Splits

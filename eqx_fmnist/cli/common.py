@@ -135,6 +135,7 @@ def train_in_folder(
     command: str,
     describe: Callable[[int], str],
     teacher: Path | None = None,
+    resume_from: Path | None = None,
     tensorboard: bool = False,
     profile: bool = False,
 ) -> Any:
@@ -156,6 +157,7 @@ def train_in_folder(
         tensorboard=tensorboard,
         members=members,
         teacher=teacher,
+        resume_from=resume_from,
     )
     total = folder.plan.total_steps
     with folder as run, run.stop_on_signals():

@@ -116,6 +116,8 @@ def read_config_file(path: str | os.PathLike) -> TrainConfig:
         return TrainConfig.from_json(text)
     except ValueError as e:
         raise ValueError(f"config file {path}: {e}") from None
+    except RecursionError:  # JSON nested thousands deep
+        raise ValueError(f"config file {path}: nested too deeply to be a config.") from None
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -100,6 +100,7 @@ def cmd_cv(args: argparse.Namespace) -> int:
         num_train=subsets.size,
         members=members,
         start=resume.step if resume else 0,
+        resume_from=resume.folder if resume else None,
         command="cv",
         describe=lambda total: (
             f"{args.folds} folds of {len(splits.train):,} images "

@@ -113,6 +113,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         command="train",
         describe=functools.partial(_describe_run, config, configs, teacher_path),
         teacher=teacher_path,
+        resume_from=resume.folder if resume else None,
         tensorboard=args.tensorboard,
         profile=args.profile,
     )
@@ -163,6 +164,14 @@ def print_results(result: TrainResult, out: Path) -> None:
     name = "[bold]ensemble[/] (mean probability)" if test.members else "[bold]test[/]"
     rows.append((name, f"[bold]{test.accuracy:.4f}[/]", f"{test.loss:.4f}"))
     console.print(table(f"Test results ({test.count:,} images)", ("", "accuracy", "loss"), rows))
+    skipped = sum(int(h.get("skipped", 0)) for h in result.history)
+    if skipped:
+        steps = sum(int(h["steps"]) for h in result.history)
+        console.print(
+            f"[bold]{skipped:,} of {steps:,} steps were skipped[/] (a non-finite loss or "
+            "gradient, on_nonfinite='skip')",
+            highlight=False,
+        )
     per = "model-examples/sec" if result.num_members else "examples/sec"
     console.print(
         f"{eps:,.0f} {per}, {eps * TOKENS_PER_EXAMPLE:,.0f} tokens/sec projected "
@@ -191,7 +200,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         if not config.validation_size:
             config = config.with_changes(validation_size=SWEEP_VALIDATION)
-        seeds, out = member_seeds(config, args.seeds or 2), args.out or default_folder()
+        seeds, out = (
+            member_seeds(config, 2 if args.seeds is None else args.seeds),
+            args.out or default_folder(),
+        )
     members = Grid(grid, seeds)
     configs = members.configs(config)
 
@@ -215,6 +227,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         num_train=len(splits.train),
         members=members,
         start=resume.step if resume else 0,
+        resume_from=resume.folder if resume else None,
         command="sweep",
         describe=describe,
     )

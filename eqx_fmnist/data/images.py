@@ -108,6 +108,11 @@ def prepare_image(path: str | os.PathLike, *, invert: bool | None = None) -> Pre
         raise DataError(f"no image at {path}.") from None
     except IsADirectoryError:
         raise DataError(f"{path} is a folder, not an image.") from None
+    except Image.DecompressionBombError:  # Pillow refuses it before we see its size
+        raise DataError(
+            f"{path} is more than the {MAX_PIXELS // 1_000_000} megapixels read here; make "
+            "it smaller first."
+        ) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise DataError(f"{path} is not a readable image (PNG or JPEG): {e}") from None
     corners = gray[[0, 0, -1, -1], [0, -1, 0, -1]]

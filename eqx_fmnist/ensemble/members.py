@@ -56,6 +56,12 @@ def check_memory(
     have, kind = _device_memory(device)
     if need > MEMORY_FRACTION * have:
         fits = max(0, int((MEMORY_FRACTION * have - data_bytes) // per_member))
+        if len(configs) == 1:
+            raise ValueError(
+                f"the model needs about {need / 2**30:.1f} GiB on {device}, more than "
+                f"{MEMORY_FRACTION:.0%} of its {have / 2**30:.1f} GiB {kind}; make it smaller "
+                "(hidden_sizes, batch_size)."
+            )
         raise ValueError(
             f"{len(configs):,} members need about {need / 2**30:.1f} GiB on {device}, more "
             f"than {MEMORY_FRACTION:.0%} of its {have / 2**30:.1f} GiB {kind}; train at most "

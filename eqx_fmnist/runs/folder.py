@@ -45,6 +45,7 @@ from ..data import FashionMNIST
 from ..ensemble import SweepResult, check_memory
 from ..fileio import FolderInUse, FolderLock, atomic_write
 from ..intervals import History, plan_run
+from ..parallel import make_mesh
 from ..plots import (
     plot_examples,
     plot_predictions,
@@ -68,6 +69,9 @@ FIGURES = (
     "robustness.png",
 )
 RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME, *FIGURES)
+HOLDS_RESULTS = ("summary.json", CHECKPOINT_NAME, *FIGURES, *SWEEP_FILES)
+"""What makes a folder hold results: a checkpoint, a summary or a figure (a folder with
+only the config and the history of a start that failed does not)."""
 
 
 class Interrupted(Exception):
@@ -121,6 +125,25 @@ def _write_text(path: Path, text: str) -> None:
         f.write(text)
 
 
+def _refuse_results(folder: Path, own: bool, start_step: int, total_steps: int) -> None:
+    """`RunError` for a folder that holds results a run would overwrite: another run's
+    (a new run, or a resume written elsewhere), or its own finished summary."""
+    if own:
+        if start_step >= total_steps and (folder / "summary.json").is_file():
+            raise RunError(
+                f"the run in {folder} has finished (step {start_step:,} of {total_steps:,}): "
+                f"there is nothing to resume; `eqx-fmnist evaluate {folder}` shows its "
+                "results (`--overwrite` finishes it again)."
+            )
+        return
+    existing = [n for n in HOLDS_RESULTS if (folder / n).exists()]
+    if existing:
+        raise RunError(
+            f"run folder {folder} already holds results ({', '.join(existing)}); "
+            "choose another folder, or overwrite it (`overwrite=True`, `--overwrite`)."
+        )
+
+
 class RunFolder:
     """One training run's folder, written while [`fit`][eqx_fmnist.train.fit] runs.
 
@@ -148,6 +171,7 @@ class RunFolder:
         tensorboard: bool = False,
         members: Members | None = None,
         teacher: str | os.PathLike | None = None,
+        resume_from: str | os.PathLike | None = None,
     ):
         """**Arguments:**
 
@@ -167,20 +191,33 @@ class RunFolder:
             they share; the checkpoint records the choice). Defaults to `None`: one run.
         - `teacher`: the checkpoint of the teacher a distilled run learns from, named in
             `teacher.json` so that a resume finds it. Defaults to `None`.
+        - `resume_from`: the folder of the run a resume continues, when it is not
+            `folder`: its history is carried over, and `folder` must hold no results
+            (or `overwrite`). Defaults to `None`: a resume continues its own folder.
+
+        **Raises:**
+
+        `RunError` before anything is written: a folder that holds another run's results
+        (without `overwrite`), a resume of a run that has finished (its summary
+        written; `overwrite` finishes it again), or members or a model too large for
+        the device's memory.
         """
         # What would refuse the run refuses it before a file is written.
         self.plan = plan_run(config, num_train)
         self.members = None if members is None else members.configs(config)
         self._choice = None if members is None else members.to_dict()
-        if self.members:
-            check_memory(self.members, num_train)
+        try:
+            if config.devices > 1:
+                make_mesh(config.devices)  # as many devices as it asks for
+            check_memory(self.members or (config,), num_train)
+        except ValueError as e:
+            raise RunError(str(e)) from None
         self.folder = Path(folder)
-        existing = [n for n in (*RESULT_FILES, *SWEEP_FILES) if (self.folder / n).exists()]
-        if existing and not overwrite and not start_step:
-            raise RunError(
-                f"run folder {self.folder} already holds results ({', '.join(existing)}); "
-                "choose another folder, or overwrite it (`overwrite=True`, `--overwrite`)."
-            )
+        source = self.folder if resume_from is None else Path(resume_from)
+        own = bool(start_step) and source.resolve() == self.folder.resolve()
+        if not overwrite:
+            _refuse_results(self.folder, own, start_step, self.plan.total_steps)
+        self._history_from = source if start_step else self.folder
         self.config, self.num_train = config, num_train
         self.checkpoint_every = checkpoint_every
         self.checkpoint = self.folder / CHECKPOINT_NAME
@@ -200,7 +237,8 @@ class RunFolder:
             raise RunError(str(e)) from None
         try:
             _write_text(self.folder / "config.json", self.config.to_json() + "\n")
-            kept = [h for h in read_history(self.folder) if h["step"] <= self._start_step]
+            old = read_history(self._history_from)
+            kept = [h for h in old if h["step"] <= self._start_step]
             _write_text(self.folder / "history.jsonl", "".join(json.dumps(h) + "\n" for h in kept))
             if self._teacher is not None:
                 named = json.dumps({"teacher": str(self._teacher)})

@@ -4,6 +4,7 @@ folders."""
 
 import json
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +79,28 @@ def tensorboard_writer(folder: Path):
 
 
 def read_history(folder: str | os.PathLike) -> list[History]:
-    """The records of `folder/history.jsonl` (none if it does not exist)."""
+    """The records of `folder/history.jsonl` (none if it does not exist).
+
+    **Raises:**
+
+    `RunError` naming the file and line of a record that is not a JSON object with a
+    whole `step`.
+    """
     path = Path(folder) / "history.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records: list[History] = []
+    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or type(record.get("step")) is not int:
+            raise RunError(
+                f"{path}, line {i}, is not a history record (a JSON object with a whole "
+                "`step`): delete the line, or the file to start the history afresh."
+            )
+        records.append(typing.cast(History, record))
+    return records
