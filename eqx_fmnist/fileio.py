@@ -10,6 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+PART = ".part"
+"""The suffix of `atomic_write`'s temporary files."""
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = False) -> Iterator[IO]:
@@ -28,8 +31,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
     if mode not in ("w", "wb"):
         raise ValueError(f"`mode` must be 'w' or 'wb', but got {mode!r}.")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PART)
+    except OSError as e:
+        raise _naming(e, path) from None
     os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it (mkstemp makes it 0600)
     try:
         with os.fdopen(fd, mode) as f:
@@ -38,9 +44,25 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename in (None, tmp):
+            raise _naming(e, path) from None  # the file asked for, not the temporary one
         raise
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """`e` about `path` (the file the caller asked for), keeping its errno."""
+    return type(e)(e.errno, e.strerror or str(e), str(path))
+
+
+def remove_stale_parts(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files `atomic_write` leaves in `folder` when its process is
+    killed mid-write (`.NAME.*.part`); call it only while holding the folder's lock."""
+    stale = sorted(Path(folder).glob(f".*{PART}"))
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def _umask() -> int:

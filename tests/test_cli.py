@@ -199,6 +199,8 @@ def test_predict_explain_writes_the_attribution_figure_of_the_shown_class(traine
         "seed past 2**32",
         "sweep of no seeds",
         "config nested too deeply",
+        "out under a file",
+        "out empty",
     ],
 )
 def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, trained_run):
@@ -235,6 +237,8 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
         "seed past 2**32": ["train", "--seed", str(2**32), "--out", str(out_dir)],
         "sweep of no seeds": ["sweep", "--lr", "1e-3,3e-3", "--seeds", "0", "--out", str(out_dir)],
         "config nested too deeply": ["train", "--config", str(deep), "--out", str(out_dir)],
+        "out under a file": ["evaluate", str(trained_run[0]), "--out", str(text / "figures")],
+        "out empty": ["train", "--out", ""],
         "resume with flags": [
             "train",
             "--resume",
@@ -372,3 +376,11 @@ def test_a_finished_run_is_read_only_to_resume(trained_run, tmp_path):
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert (run / "summary.json").read_bytes() == summary
     assert (other / "summary.json").read_bytes() == summary
+
+
+def test_help_lists_the_exit_statuses():
+    result = run_cli_here("--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for status in ("0 done", "1 training stopped on a NaN", "2 bad input", "130 interrupted"):
+        assert status in text

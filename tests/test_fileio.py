@@ -43,3 +43,45 @@ def test_the_folder_lock_is_the_kernels_not_a_pid_check(tmp_path):
     path.write_text(f"pid {os.getppid()} on elsewhere")  # alive, but it holds no lock
     with FolderLock(path):
         assert f"pid {os.getpid()} on " in path.read_text()
+
+
+def test_a_failed_write_names_the_file_asked_for_not_the_temporary_one(tmp_path):
+    """A disk that fills during a write (the body's OSError carries no file name) is
+    reported against the path the caller gave; the temporary file goes."""
+    import errno
+
+    from eqx_fmnist.fileio import atomic_write
+
+    path = tmp_path / "summary.json"
+    with pytest.raises(OSError) as info:
+        with atomic_write(path, "w") as f:
+            f.write("{")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_writers_part_files_are_removed_when_a_run_takes_the_folder(tmp_path):
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.runs import RunFolder
+
+    stale = tmp_path / ".checkpoint.eqx.k3j2.part"
+    stale.write_bytes(b"half a checkpoint")
+    (tmp_path / "keep.part").write_text("not ours: no leading dot")
+    with RunFolder(tmp_path, TrainConfig(steps=4, batch_size=32), num_train=256):
+        pass
+    assert not stale.exists() and (tmp_path / "keep.part").exists()
+
+
+@pytest.mark.parametrize(
+    "code, hint",
+    [(28, "free some space"), (30, "read-only"), (13, "no permission"), (21, "a folder")],
+)
+def test_an_os_error_is_one_line_with_the_path_and_what_to_do(code, hint):
+    import os
+
+    from eqx_fmnist.cli.common import os_error_line
+
+    line = os_error_line(OSError(code, os.strerror(code), "runs/a/summary.json"))
+    assert line.startswith(os.strerror(code) + " (runs/a/summary.json); ") and hint in line
+    assert "\n" not in line

@@ -16,13 +16,19 @@ from .. import data as data_mod
 from ..cache import COMPILE_CACHE_ENV, compile_cache_dir, enable_compile_cache
 from ..checkpoint import CheckpointError
 from ..runs import RunError
-from .common import UsageError
+from .common import UsageError, os_error_line
 from .evaluate import add_evaluate_parser
 from .export import add_export_parser
 from .folds import add_audit_parser, add_cv_parser
 from .info import add_bench_parser, add_data_parser
 from .predict import add_predict_parser
 from .train import add_sweep_parser, add_train_parser
+
+EXIT_STATUSES = """exit status:
+  0    done
+  1    training stopped on a NaN or infinite loss (the last good checkpoint is kept)
+  2    bad input: a flag, a file, a folder or the data (one line on stderr; nothing written)
+  130  interrupted (Ctrl-C or SIGTERM; continue with --resume RUN/checkpoint.eqx)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,7 +40,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="eqx-fmnist", description="Train and inspect an Equinox MLP on Fashion-MNIST."
+        prog="eqx-fmnist",
+        description="Train and inspect an Equinox MLP on Fashion-MNIST.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     no_cache = f"do not keep or reuse compiled programs (see ${COMPILE_CACHE_ENV})"
@@ -63,7 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         enable_compile_cache(compile_cache_dir())
     try:
         return args.func(args)
-    except (UsageError, RunError, CheckpointError, data_mod.DataError, ValueError, OSError) as e:
+    except OSError as e:  # the disk, the permissions, a path: the path and what to do
+        if args.verbose:
+            raise
+        print(f"eqx-fmnist {args.command}: error: {os_error_line(e)}", file=sys.stderr)
+        return 2
+    except (UsageError, RunError, CheckpointError, data_mod.DataError, ValueError) as e:
         # Library errors name the thing and the fix; a traceback adds nothing (unless
         # asked for with --verbose). Anything else is a bug and keeps its traceback.
         if args.verbose:

@@ -2,7 +2,6 @@
 robustness to moved images, calibration and confusion matrix."""
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
@@ -19,14 +18,14 @@ from ..evaluation import (
 from ..runs import Run, RunReport, run_report
 from ..state import BATCHED
 from .common import console, load_data, table
-from .flags import add_data_args, add_tta_arg
+from .flags import add_data_args, add_tta_arg, out_path
 
 
 def add_evaluate_parser(sub) -> None:
     p = sub.add_parser("evaluate", help="test metrics, per-class table, confusion matrix")
     p.set_defaults(func=cmd_evaluate)
     p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
-    p.add_argument("--out", type=Path, help="folder for the figure (default: the run folder)")
+    p.add_argument("--out", type=out_path, help="folder for the figure (default: the run folder)")
     p.add_argument("--members", action="store_true", help="an ensemble's: report each member")
     add_tta_arg(p)
     add_data_args(p)

@@ -2,14 +2,13 @@
 library, checked on all 10,000 test images before it is written."""
 
 import argparse
-from pathlib import Path
 
 from ..dataset import to_datasets
 from ..evaluation import evaluate
 from ..export import FORMATS, export_model, manifest_path
 from ..runs import Run
 from .common import console, load_data
-from .flags import add_data_args, add_tta_arg
+from .flags import add_data_args, add_tta_arg, out_path
 
 
 def add_export_parser(sub) -> None:
@@ -31,7 +30,7 @@ def add_export_parser(sub) -> None:
         "(onnxruntime; pip install 'eqx_fmnist[onnx]') or html (one page that runs "
         "in a browser, offline)",
     )
-    p.add_argument("--out", type=Path, help="the artifact (default: RUN/model.<format>)")
+    p.add_argument("--out", type=out_path, help="the artifact (default: RUN/model.<format>)")
     add_tta_arg(p)
     add_data_args(p)
 

@@ -15,6 +15,13 @@ from ..runs import Run
 from .common import UsageError
 
 
+def out_path(text: str) -> Path:
+    """`--out`: a path, not an empty string (which would be the working folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a folder, not an empty string")
+    return Path(text)
+
+
 def add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="the folder with the four IDX files (no other is searched)")
     p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
@@ -34,7 +41,7 @@ def add_run_folder_flags(
 ) -> argparse._ArgumentGroup:
     """The flags every command that writes a run folder takes."""
     r = p.add_argument_group(f"{what} folder")
-    r.add_argument("--out", type=Path, help=f"{what} folder (default: runs/<timestamp>)")
+    r.add_argument("--out", type=out_path, help=f"{what} folder (default: runs/<timestamp>)")
     r.add_argument("--overwrite", action="store_true", help="reuse a folder that has results")
     r.add_argument("--resume", metavar="CHECKPOINT", help=f"continue a {what} from its checkpoint")
     every = "checkpoint cadence: 60s, 5m or 500steps; and at the end, and on Ctrl-C (60s)"

@@ -26,6 +26,7 @@ from .flags import (
     add_data_args,
     add_run_folder_flags,
     config_from_args,
+    out_path,
     resumed,
 )
 
@@ -62,7 +63,7 @@ def add_audit_parser(sub) -> None:
         help="the model for the test set (default: the folds' ensemble)",
     )
     p.add_argument("--top", type=int, default=20, help="suspects drawn per set (20)")
-    p.add_argument("--out", type=Path, help="folder for the files (default: CV_RUN_DIR)")
+    p.add_argument("--out", type=out_path, help="folder for the files (default: CV_RUN_DIR)")
     add_data_args(p)
 
 

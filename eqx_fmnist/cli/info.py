@@ -2,7 +2,6 @@
 `eqx-fmnist bench` (the training throughput of every path, in one process)."""
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
@@ -11,7 +10,7 @@ from ..dataset import to_datasets
 from ..fileio import atomic_write
 from ..plots import save_figure
 from .common import console, load_data, table
-from .flags import add_data_args
+from .flags import add_data_args, out_path
 
 
 def add_data_parser(sub) -> None:
@@ -27,7 +26,7 @@ def add_bench_parser(sub) -> None:
     p.set_defaults(func=cmd_bench)
     p.add_argument("--quick", action="store_true", help="tiny sizes, seconds not minutes")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per variant (3)")
-    p.add_argument("--out", type=Path, help="also write throughput.md and throughput.png here")
+    p.add_argument("--out", type=out_path, help="also write throughput.md and throughput.png here")
     add_data_args(p)
 
 

@@ -43,7 +43,7 @@ from ..checkpoint import save_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..ensemble import SweepResult, check_memory
-from ..fileio import FolderInUse, FolderLock, atomic_write
+from ..fileio import FolderInUse, FolderLock, atomic_write, remove_stale_parts
 from ..intervals import History, plan_run
 from ..parallel import make_mesh
 from ..plots import (
@@ -236,6 +236,7 @@ class RunFolder:
         except FolderInUse as e:
             raise RunError(str(e)) from None
         try:
+            remove_stale_parts(self.folder)  # a killed writer's: the lock is ours now
             _write_text(self.folder / "config.json", self.config.to_json() + "\n")
             old = read_history(self._history_from)
             kept = [h for h in old if h["step"] <= self._start_step]
