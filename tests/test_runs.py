@@ -207,3 +207,25 @@ def test_tensorboard_shows_each_member_of_an_ensemble(small, tmp_path):
         fit(c, Splits(small, small), members=seeds, callback=run.callback)
     blob = b"".join(p.read_bytes() for p in (tmp_path / "tensorboard").rglob("events.*"))
     assert b"train/loss" in blob and b"members/0/loss" in blob and b"members/1/accuracy" in blob
+
+
+@pytest.mark.parametrize("damage", ["not a zip", "truncated", "no labels", "wrong shape"])
+def test_damaged_out_of_fold_probabilities_are_named(tmp_path, damage):
+    import io
+
+    import numpy as np
+
+    from eqx_fmnist.runs import OUT_OF_FOLD, RunError, read_out_of_fold
+
+    good = {"probabilities": np.full((4, 10), 0.1, np.float32), "labels": np.arange(4)}
+    good["fold"] = np.zeros(4, np.int16)
+    if damage == "no labels":
+        del good["labels"]
+    if damage == "wrong shape":
+        good["probabilities"] = np.zeros((4, 3), np.float32)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **good)
+    blob = {"not a zip": b"hello", "truncated": buffer.getvalue()[:60]}.get(damage)
+    (tmp_path / OUT_OF_FOLD).write_bytes(blob if blob is not None else buffer.getvalue())
+    with pytest.raises(RunError, match=OUT_OF_FOLD):
+        read_out_of_fold(tmp_path)

@@ -109,8 +109,20 @@ def read_out_of_fold(folder: str | os.PathLike) -> dict[str, np.ndarray]:
     path = Path(folder) / OUT_OF_FOLD
     if not path.is_file():
         raise RunError(f"{folder} has no {OUT_OF_FOLD}: give a folder `eqx-fmnist cv` wrote.")
-    with np.load(path) as saved:
-        return {name: saved[name] for name in ("probabilities", "labels", "fold")}
+    try:
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as saved:
+            found = {name: saved[name] for name in ("probabilities", "labels", "fold")}
+    except Exception as e:  # numpy and zipfile raise several kinds for a damaged file
+        raise RunError(
+            f"{path} cannot be read ({type(e).__name__}: {e}); run `eqx-fmnist cv` again."
+        ) from None
+    p, labels = found["probabilities"], found["labels"]
+    if p.ndim != 2 or p.shape != (len(labels), NUM_CLASSES) or labels.ndim != 1:
+        raise RunError(
+            f"{path} holds probabilities of shape {p.shape} for {labels.shape} labels, not "
+            f"(n, {NUM_CLASSES}) for (n,); run `eqx-fmnist cv` again."
+        )
+    return found
 
 
 def write_suspects(
