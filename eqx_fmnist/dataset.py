@@ -188,6 +188,13 @@ def split_data(
         train, test = to_datasets(data, device=device)
     else:
         train, test = data
+    if validation_size + calibration_size >= len(train):
+        raise ValueError(
+            f"validation_size {validation_size:,} and calibration_size {calibration_size:,} "
+            f"hold out {validation_size + calibration_size:,} of the {len(train):,} training "
+            "images and leave none to train on: hold out fewer (--validation-size, "
+            "--calibrate)."
+        )
     validation = calibration = None
     if validation_size:
         train, validation = train.split(validation_size, key=jr.PRNGKey(VALIDATION_SEED))

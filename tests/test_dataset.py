@@ -147,3 +147,19 @@ def test_steps_per_epoch_refuses_bad_batch_sizes():
     for bad in (0, -3, 60_001):
         with pytest.raises(ValueError, match="batch_size"):
             steps_per_epoch(60_000, bad)
+
+
+@pytest.mark.parametrize("sizes", [(256, 0), (200, 56), (0, 300)])
+def test_held_out_sets_that_leave_nothing_to_train_on_name_the_fields(sizes):
+    """One line naming the config's fields and the flags, not the internal `n_valid`."""
+    from eqx_fmnist.dataset import ArrayDataset, split_data
+
+    a = synthetic_arrays(n_train=256)
+    train = ArrayDataset(a["train_images"], a["train_labels"])
+    validation_size, calibration_size = sizes
+    with pytest.raises(
+        ValueError, match=r"of the 256 training images and leave none .*--calibrate"
+    ):
+        split_data(
+            (train, train), validation_size=validation_size, calibration_size=calibration_size
+        )
