@@ -182,3 +182,145 @@ def test_checkpoints_load_or_raise_checkpoint_error(checkpoint_blob, tmp_path_fa
         load_checkpoint(path)
     except CheckpointError:
         pass
+
+
+# --------------------------------------------------------------------------- the files
+# Every file the library writes and reads back, mutated field by field (deleted, or
+# replaced by any JSON value): each is read or refused with the reader's own error,
+# which the command line prints as one line; never another exception.
+
+FIELD_EXAMPLES = 150
+fields = settings(
+    max_examples=FIELD_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def _mutated(obj: dict, data) -> dict:
+    """`obj` with one field (at the top, or one level down) deleted or replaced."""
+    obj = json.loads(json.dumps(obj))
+    target = obj
+    nested = [k for k, v in obj.items() if isinstance(v, dict) and v]
+    if nested and data.draw(st.booleans()):
+        target = obj[data.draw(st.sampled_from(sorted(nested)))]
+    key = data.draw(st.sampled_from(sorted(target)))
+    if data.draw(st.booleans()):
+        del target[key]
+    else:
+        target[key] = data.draw(json_values)
+    return obj
+
+
+def _dumps(obj) -> str | None:
+    try:
+        return json.dumps(obj)
+    except ValueError:
+        return None  # a value JSON cannot hold (an out-of-range float): nothing to write
+
+
+@fields
+@given(data=st.data())
+def test_a_checkpoint_header_mutated_field_by_field_loads_or_is_refused(
+    checkpoint_blob, tmp_path_factory, data
+):
+    from eqx_fmnist.checkpoint import MAGIC, CheckpointError, load_checkpoint
+
+    start = len(MAGIC) + 8
+    length = int.from_bytes(checkpoint_blob[len(MAGIC) : start], "little")
+    header = json.loads(checkpoint_blob[start : start + length])
+    if (text := _dumps(_mutated(header, data))) is None:
+        return
+    head = text.encode()
+    path = tmp_path_factory.mktemp("header") / "c.eqx"
+    path.write_bytes(
+        MAGIC + len(head).to_bytes(8, "little") + head + checkpoint_blob[start + length :]
+    )
+    try:
+        loaded = load_checkpoint(path)
+    except CheckpointError as e:
+        assert str(path) in str(e)
+        return
+    assert loaded.step == json.loads(head)["step"]
+
+
+@fields
+@given(data=st.data(), lines=st.lists(json_values, max_size=4))
+def test_a_history_of_any_lines_reads_or_is_refused_naming_the_line(tmp_path_factory, data, lines):
+    from eqx_fmnist.runs import RunError, read_history
+
+    folder = tmp_path_factory.mktemp("history")
+    good = [{"step": 4 * (i + 1), "loss": 1.0} for i in range(3)]
+    written = [_dumps(x) for x in (*good, *lines)]
+    (folder / "history.jsonl").write_text("".join(t + "\n" for t in written if t is not None))
+    try:
+        records = read_history(folder)
+    except RunError as e:
+        assert "history.jsonl, line " in str(e)
+        return
+    assert all(isinstance(r, dict) and type(r["step"]) is int for r in records)
+
+
+@fields
+@given(named=json_values)
+def test_a_teacher_file_of_any_json_names_a_teacher_or_is_refused(tmp_path_factory, named):
+    import shutil
+
+    from eqx_fmnist.runs import TEACHER_FILE, RunError
+    from eqx_fmnist.runs.saved import Run
+
+    if (text := _dumps(named)) is None:
+        return
+    folder = tmp_path_factory.mktemp("teacher")
+    (folder / TEACHER_FILE).write_text(text)
+    run = Run.__new__(Run)  # only the folder matters to `teacher()`
+    object.__setattr__(run, "checkpoint", folder / "checkpoint.eqx")
+    try:
+        found = run.teacher()
+    except RunError as e:
+        assert TEACHER_FILE in str(e)
+        return
+    finally:
+        shutil.rmtree(folder)
+    assert isinstance(named, dict) and isinstance(named["teacher"], str) and found.name
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory, real_data):
+    """A calibrated model's StableHLO artifact (manifest: trust, sets, views)."""
+    import jax.random as jr
+
+    import eqx_fmnist as ef
+
+    from helpers import calibrate_on_training_images
+
+    model = ef.MLP(hidden_sizes=(8,), key=jr.key(0))
+    calibration = calibrate_on_training_images(model, real_data, coverage=0.9)
+    path = tmp_path_factory.mktemp("artifact") / "m.stablehlo"
+    images = real_data.test_images[:50].reshape(50, -1)
+    config = ef.TrainConfig(hidden_sizes=(8,), calibration_size=5000, coverage=0.9)
+    ef.export.export_model(
+        model, ef.FLOAT32, config, path, check_images=images, calibration=calibration
+    )
+    return path, images
+
+
+@fields
+@given(data=st.data())
+def test_an_export_manifest_mutated_field_by_field_answers_or_is_refused(artifact, data):
+    from eqx_fmnist.export import ExportError, load_artifact, manifest_path, read_manifest
+
+    path, images = artifact
+    manifest_file = manifest_path(path)
+    original = manifest_file.read_text()
+    if (text := _dumps(_mutated(json.loads(original), data))) is None:
+        return
+    try:
+        manifest_file.write_text(text)
+        try:
+            read_manifest(path)
+            loaded = load_artifact(path)
+            said = loaded.answer(images)
+            assert isinstance(loaded.views, str) and said.probabilities.shape == (50, 10)
+        except ExportError as e:
+            assert path.name in str(e)
+    finally:
+        manifest_file.write_text(original)

@@ -131,6 +131,34 @@ def run_stablehlo(blob: bytes, images: np.ndarray) -> dict[str, np.ndarray]:
     return dict(zip(OUTPUTS, map(np.asarray, exported.call(jnp.asarray(images))), strict=False))
 
 
+TRUST_AND_SETS = {"trust": "threshold", "prediction_sets": "coverage"}
+"""The manifest's numbers an artifact's answer reports: `trust.threshold` and
+`prediction_sets.coverage`."""
+
+
+def _number_in(manifest: dict[str, Any], key: str, inner: str | None, where: Path) -> float | None:
+    """`manifest[key][inner]` (or `manifest[key]`) as a float; `None` when absent.
+
+    **Raises:**
+
+    `ExportError` for a value that is there but not a number.
+    """
+    value = manifest.get(key)
+    if inner is not None and isinstance(value, dict):
+        value = value.get(inner)
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError
+        return float(value)
+    except (TypeError, OverflowError):
+        raise ExportError(
+            f"{manifest_path(where)}: `{key}{'.' + inner if inner else ''}` is {value!r:.60}, "
+            "not a number: export the model again."
+        ) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Artifact:
     """A loaded StableHLO artifact and its manifest; call it on `uint8` images."""
@@ -166,7 +194,9 @@ class Artifact:
     @property
     def views(self) -> str:
         """The name of the views it averages over (fixed when it was exported)."""
-        return self.manifest.get("tta", {}).get("name", "none")  # absent before the views
+        tta = self.manifest.get("tta")  # absent before the views
+        name = tta.get("name", "none") if isinstance(tta, dict) else "none"
+        return name if isinstance(name, str) else "none"
 
     def answer(self, images: np.ndarray) -> Answer:
         """What it says of `images`, as the library's [`answer`][eqx_fmnist.answers.answer]
@@ -175,17 +205,19 @@ class Artifact:
         out = self.run(images)
         if out.get("probabilities") is None:  # every artifact returns them (export checks)
             raise ExportError(f"{self.path}: the artifact returned no probabilities.")
-        trust = self.manifest.get("trust") or {}
-        sets = self.manifest.get("prediction_sets") or {}  # absent before the sets
+        trust, sets = (
+            _number_in(self.manifest, k, v, self.path) for k, v in TRUST_AND_SETS.items()
+        )
+        temperature = _number_in(self.manifest, "temperature", None, self.path)
         return Answer(
             out["logits"],
             out["probabilities"],
-            float(self.manifest.get("temperature", 1.0)),
+            1.0 if temperature is None else temperature,
             trust_score=out.get("trust_score"),
             unusual=out.get("unusual"),
-            threshold=trust.get("threshold"),
+            threshold=trust,
             prediction_set=out.get("prediction_set"),
-            coverage=sets.get("coverage"),
+            coverage=sets,
         )
 
     def __call__(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

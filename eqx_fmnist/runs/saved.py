@@ -157,7 +157,9 @@ class Run:
             return None
         try:
             named = json.loads(file.read_text())["teacher"]
-        except (ValueError, KeyError, TypeError) as e:
+            if not isinstance(named, str) or not named:
+                raise TypeError(f"the teacher is {named!r}, not a path")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise RunError(
                 f"{file} does not name a teacher ({type(e).__name__}: {e}); write "
                 '{"teacher": "RUN_DIR"} into it, or delete it to resume without one.'
