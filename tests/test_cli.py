@@ -251,7 +251,7 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
     }[case]
     result = run_cli_here(*args)
     assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
+    lines = result.stderr.rstrip("\n").splitlines()  # no blank line before it either
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "error" in lines[0]
     assert not out_dir.exists() or not any(out_dir.iterdir())

@@ -38,19 +38,28 @@ class UsageError(Exception):
 
 
 def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
-    """Load the data, showing a download progress bar if a download happens."""
+    """Load the data, showing a download progress bar if a download happens (and
+    nothing otherwise: an idle bar would still leave a blank line on stderr)."""
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
-    with Progress(*columns, TimeRemainingColumn(), console=err_console, transient=True) as bar:
-        tasks: dict[str, TaskID] = {}
+    bar: Progress | None = None
+    tasks: dict[str, TaskID] = {}
 
-        def report(name: str, done: int, total: int | None) -> None:
-            if name not in tasks:
-                tasks[name] = bar.add_task(f"downloading {name}", total=total)
-            bar.update(tasks[name], completed=done)
+    def report(name: str, done: int, total: int | None) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = Progress(*columns, TimeRemainingColumn(), console=err_console, transient=True)
+            bar.start()
+        if name not in tasks:
+            tasks[name] = bar.add_task(f"downloading {name}", total=total)
+        bar.update(tasks[name], completed=done)
 
+    try:
         return data_mod.load_fashion_mnist(
             args.data_dir, download=not args.no_download, progress=report
         )
+    finally:
+        if bar is not None:
+            bar.stop()
 
 
 def stopped(e: BaseException, run: RunFolder, command: str = "train") -> int:
