@@ -194,6 +194,68 @@ def test_a_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(
     assert not (out / "summary.json").exists()
 
 
+TINY_RUN = ["--steps", "4", "--log-every", "2", "--hidden", "8", "--calibrate", "2000"]
+
+
+def _writes_of_a_run(tmp_path, real_data, monkeypatch) -> list[str]:
+    """The files a tiny calibrated run writes, in order (each through `os.replace`)."""
+    from eqx_fmnist import cli
+
+    names, real_replace, out = [], os.replace, tmp_path / "count"
+
+    def replace(src, dst):
+        if os.path.dirname(dst) == str(out):  # the run folder's, not the data cache's
+            names.append(os.path.basename(dst))
+        return real_replace(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", replace)
+        assert (
+            cli.main(["train", *TINY_RUN, "--out", str(out), "--data-dir", str(real_data.source)])
+            == 0
+        )
+    return list(dict.fromkeys(names))
+
+
+@pytest.mark.slow  # a run per file a run writes
+def test_a_full_disk_during_any_write_of_a_run_is_one_line_naming_that_file(
+    tmp_path, real_data, monkeypatch, capsys
+):
+    """Every file a run writes, in turn, finds the disk full: one line naming the file
+    (the path asked for, never a temporary name) and what to do, exit 2, no `.part`
+    file left, and what was written before it still whole."""
+    import errno
+
+    from eqx_fmnist import cli
+    from eqx_fmnist.checkpoint import load_checkpoint
+
+    names = _writes_of_a_run(tmp_path, real_data, monkeypatch)
+    assert {"config.json", "checkpoint.eqx", "summary.json", "calibration.safetensors"} <= set(
+        names
+    )
+    real_replace = os.replace
+    for name in names:
+        out = tmp_path / name.replace(".", "_")
+
+        def replace(src, dst, name=name):
+            if os.path.basename(dst) == name:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_replace(src, dst)
+
+        capsys.readouterr()
+        with monkeypatch.context() as m:
+            m.setattr(os, "replace", replace)
+            status = cli.main(
+                ["train", *TINY_RUN, "--out", str(out), "--data-dir", str(real_data.source)]
+            )
+        err = capsys.readouterr().err
+        assert status == 2, (name, err)
+        assert err.count("\n") == 1 and f"({out / name}); free some space" in err, (name, err)
+        assert not [p.name for p in out.iterdir() if p.name.endswith(".part")], name
+        if (out / "checkpoint.eqx").exists():
+            assert load_checkpoint(out / "checkpoint.eqx").step == 4
+
+
 def test_nothing_is_unpickled(tmp_path):
     """No pickle in the package, and a checkpoint carrying a pickled array is refused."""
     import hashlib
