@@ -9,6 +9,7 @@ training, and the calibration after it), `saved` (a run folder read back:
 teacher) and `files` (what a sweep, `cv` and `audit` write beside the folder's own files). Nothing here prints.
 """
 
+from .cadence import CheckpointEvery as CheckpointEvery, Interrupted as Interrupted
 from .files import (
     OUT_OF_FOLD as OUT_OF_FOLD,
     SWEEP_FILES as SWEEP_FILES,
@@ -22,8 +23,6 @@ from .folder import (
     FIGURES as FIGURES,
     LOCK_NAME as LOCK_NAME,
     RESULT_FILES as RESULT_FILES,
-    CheckpointEvery as CheckpointEvery,
-    Interrupted as Interrupted,
     RunFolder as RunFolder,
     default_folder as default_folder,
 )

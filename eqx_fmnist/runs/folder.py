@@ -28,11 +28,9 @@ This module never prints; its errors are [`RunError`][eqx_fmnist.runs.RunError]s
 """
 
 import contextlib
-import dataclasses
 import datetime
 import json
 import os
-import re
 import signal
 import time
 from pathlib import Path
@@ -54,6 +52,7 @@ from ..plots import (
 )
 from ..state import TrainState
 from ..train import Members, TrainResult
+from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
 from .files import SWEEP_FILES, write_sweep
 from .report import run_report
 from .saved import TEACHER_FILE
@@ -72,47 +71,6 @@ RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME,
 HOLDS_RESULTS = ("summary.json", CHECKPOINT_NAME, *FIGURES, *SWEEP_FILES)
 """What makes a folder hold results: a checkpoint, a summary or a figure (a folder with
 only the config and the history of a start that failed does not)."""
-
-
-class Interrupted(Exception):
-    """Training stopped on request, after the checkpoint at `step` was written."""
-
-    def __init__(self, message: str, *, step: int, checkpoint: Path):
-        super().__init__(message)
-        self.step, self.checkpoint = step, checkpoint
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointEvery:
-    """How often a run folder saves a checkpoint: after `seconds` of training, or after
-    `steps` steps, whichever is set, checked at the end of each logging interval. The
-    end of a run and a requested stop always save."""
-
-    seconds: float | None = 60.0
-    steps: int | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> "CheckpointEvery":
-        """`"60s"`, `"5m"` (or a bare `"60"`: seconds) or `"500steps"`."""
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|steps?)?\s*", str(text))
-        if not match or float(match.group(1)) <= 0:
-            raise RunError(
-                f"checkpoint_every must look like 60s, 5m or 500steps, but got {text!r}."
-            )
-        value, unit = float(match.group(1)), match.group(2) or "s"
-        if unit.startswith("step"):
-            if not value.is_integer():
-                raise RunError(f"checkpoint_every in steps must be whole, but got {text!r}.")
-            return cls(seconds=None, steps=int(value))
-        return cls(seconds=value * (60 if unit == "m" else 1), steps=None)
-
-    def due(self, *, steps_since: int, seconds_since: float) -> bool:
-        if self.steps is not None:
-            return steps_since >= self.steps
-        return self.seconds is not None and seconds_since >= self.seconds
-
-    def __str__(self) -> str:
-        return f"{self.steps} steps" if self.steps is not None else f"{self.seconds:g} s"
 
 
 def default_folder() -> Path:
@@ -167,7 +125,7 @@ class RunFolder:
         num_train: int,
         start_step: int = 0,
         overwrite: bool = False,
-        checkpoint_every: CheckpointEvery = CheckpointEvery(),
+        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
         tensorboard: bool = False,
         members: Members | None = None,
         teacher: str | os.PathLike | None = None,
