@@ -170,6 +170,12 @@ class Session:
         from eqx_fmnist.cli import main
 
         argv = self.quick(argv)
+        if "--resume" in argv:
+            # The pages resume an interrupted run; this session's runs finished, and a
+            # finished run is read-only to --resume. One stopped after its last
+            # checkpoint, before its summary, stands in: the resume finishes it.
+            resumed = self.folder / argv[argv.index("--resume") + 1]
+            (resumed if resumed.is_dir() else resumed.parent).joinpath("summary.json").unlink()
         if "--devices" in argv:  # more devices than this process has: a fresh one
             env = {
                 **os.environ,
