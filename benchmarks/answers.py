@@ -85,40 +85,56 @@ def tta_row(name, model, splits, tta) -> str:
     ef.predict_logits(model, test.images, tta=tta).block_until_ready()
     ms = 1000 * (time.perf_counter() - t)
     cells = [val, ece(validation), robust.clean, robust.mirrored, *robust.shifted.values()]
-    return (f"| {name} | {VIEWS[tta]} | " + " | ".join(f"{c:.4f}" for c in cells)
-            + f" | {ece(test):.4f} | {ms:.0f} |")  # fmt: skip
+    return (
+        f"| {name} | {VIEWS[tta]} | "
+        + " | ".join(f"{c:.4f}" for c in cells)
+        + f" | {ece(test):.4f} | {ms:.0f} |"
+    )
 
 
 def attribution_lines(model, random_model, images) -> list[str]:
-    lines = ["| steps | completeness error, median | 95th percentile | of the score change |",
-             "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| steps | completeness error, median | 95th percentile | of the score change |",
+        "|---|---|---|---|",
+    ]
     for steps in (4, 16, 64, 256):
         e = ef.explain(model, images, steps=steps)
         err, rel = e.completeness_error, e.completeness_error / np.abs(e.score_change)
-        lines.append(f"| {steps} | {np.median(err):.1e} | {np.quantile(err, 0.95):.1e} | "
-                     f"{np.median(rel):.1e} |")  # fmt: skip
+        lines.append(
+            f"| {steps} | {np.median(err):.1e} | {np.quantile(err, 0.95):.1e} | "
+            f"{np.median(rel):.1e} |"
+        )
     a = ef.explain(model, images, steps=64)
     b = ef.explain(random_model, images, target=a.target, steps=64).attributions
 
     def ranks(v):
         return np.argsort(np.argsort(v))
 
-    rho = [np.corrcoef(ranks(x[m]), ranks(y[m]))[0, 1]
-           for x, y, m in zip(a.attributions, b, images > 0, strict=True)]  # fmt: skip
-    return lines + ["", f"Randomisation check: Spearman's rank correlation of the trained "
-                    f"model's maps with a random model's, over each image's inked pixels: "
-                    f"median {np.median(rho):.3f} (5th-95th percentile {np.quantile(rho, 0.05):.3f}"
-                    f" to {np.quantile(rho, 0.95):.3f}) on {len(images)} test images."]  # fmt: skip
+    rho = [
+        np.corrcoef(ranks(x[m]), ranks(y[m]))[0, 1]
+        for x, y, m in zip(a.attributions, b, images > 0, strict=True)
+    ]
+    return lines + [
+        "",
+        f"Randomisation check: Spearman's rank correlation of the trained "
+        f"model's maps with a random model's, over each image's inked pixels: "
+        f"median {np.median(rho):.3f} (5th-95th percentile {np.quantile(rho, 0.05):.3f}"
+        f" to {np.quantile(rho, 0.95):.3f}) on {len(images)} test images.",
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/answers.md"))
-    parser.add_argument("--seeds", type=int, nargs="*", default=[],
-                        help="also an ensemble of these seeds")  # fmt: skip
+    parser.add_argument(
+        "--seeds", type=int, nargs="*", default=[], help="also an ensemble of these seeds"
+    )
     parser.add_argument("--best", action="store_true", help="also `best()`, seed 0")
-    parser.add_argument("--distill", action="store_true",
-                        help="also a default-recipe student of the ensemble (needs --seeds)")  # fmt: skip
+    parser.add_argument(
+        "--distill",
+        action="store_true",
+        help="also a default-recipe student of the ensemble (needs --seeds)",
+    )
     parser.add_argument("--steps", type=int, help="a quick check: train this many steps")
     args = parser.parse_args()
     data = ef.load_fashion_mnist()
@@ -130,38 +146,52 @@ def main() -> None:
     models = {"default recipe, seed 0": ef.fit(config, splits)}
     if args.seeds:
         members = ef.ensemble.Seeds(tuple(args.seeds))
-        models[f"ensemble of {len(args.seeds)}"] = ensemble = ef.fit(config, splits, members=members)
+        models[f"ensemble of {len(args.seeds)}"] = ensemble = ef.fit(
+            config, splits, members=members
+        )
         if args.distill:
             models["distilled from the ensemble"] = ef.fit(config, splits, teacher=ensemble.model)
     if args.best:
         models["`best()`, seed 0"] = ef.fit(ef.TrainConfig.best(**held_out, **quick), splits)
     facts = machine_facts()
-    lines = [f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
-             f"5,000 training images held out to calibrate, 5,000 to validate; the models train "
-             f"on 50,000; the test set is all 10,000.", "",
-             "## Prediction sets (score 1 - p, calibrated probabilities)", "",
-             "| model | coverage asked | thresholds | test coverage | worst class | "
-             "mean size | single classes | held-out halves: coverage, mean ± sd of 5 |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    tta_lines = ["## Test-time augmentation", "",
-                 "| model | views | validation | validation ECE | test: clean | mirrored | shift 1 | "
-                 "shift 2 | shift 3 | test ECE (calibrated) | ms per 10,000 images |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
+        f"5,000 training images held out to calibrate, 5,000 to validate; the models train "
+        f"on 50,000; the test set is all 10,000.",
+        "",
+        "## Prediction sets (score 1 - p, calibrated probabilities)",
+        "",
+        "| model | coverage asked | thresholds | test coverage | worst class | "
+        "mean size | single classes | held-out halves: coverage, mean ± sd of 5 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    tta_lines = [
+        "## Test-time augmentation",
+        "",
+        "| model | views | validation | validation ECE | test: clean | mirrored | shift 1 | "
+        "shift 2 | shift 3 | test ECE (calibrated) | ms per 10,000 images |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in models.items():
         cal, test = splits.calibration, splits.test
         cal_z = np.asarray(ef.predict_logits(r.model, cal.images), np.float32)
         test_z = np.asarray(ef.predict_logits(r.model, test.images), np.float32)
         t = fit_temperature(cal_z, np.asarray(cal.labels))
-        lines += sets_rows(name, cal_z, np.asarray(cal.labels), test_z,
-                           np.asarray(test.labels), t)  # fmt: skip
+        lines += sets_rows(name, cal_z, np.asarray(cal.labels), test_z, np.asarray(test.labels), t)
         for tta in VIEWS:
             tta_lines.append(tta_row(name, r.model, splits, tta))
         print(f"measured {name}", flush=True)
     single = models["default recipe, seed 0"].model
     random_model = ef.MLP(hidden_sizes=config.hidden_sizes, key=jax.random.PRNGKey(1))
     images = data.test_images[:100].reshape(100, -1)
-    lines += ["", *tta_lines, "", "## Attributions (integrated gradients, default recipe)", "",
-              *attribution_lines(single, random_model, images)]  # fmt: skip
+    lines += [
+        "",
+        *tta_lines,
+        "",
+        "## Attributions (integrated gradients, default recipe)",
+        "",
+        *attribution_lines(single, random_model, images),
+    ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -39,22 +39,44 @@ def not_clothing(rng: np.random.Generator) -> dict[str, np.ndarray]:
     for i in range(100):
         im = Image.new("L", (28, 28), 0)
         size = int(rng.integers(16, 30))
-        ImageDraw.Draw(im).text((int(rng.integers(0, 12)), int(rng.integers(-4, 6))),
-                                str(i % 10), fill=255, font_size=size)  # fmt: skip
+        ImageDraw.Draw(im).text(
+            (int(rng.integers(0, 12)), int(rng.integers(-4, 6))),
+            str(i % 10),
+            fill=255,
+            font_size=size,
+        )
         digits.append(np.asarray(im).reshape(-1))
     return {"uniform noise": noise, "blank frames": blank, "digits": np.stack(digits)}
 
 
 def photos(folder: Path) -> dict[str, Path]:
     shapes = {
-        "trouser": ((600, 900), [(200, 150), (420, 150), (440, 800), (340, 800), (310, 330),
-                                 (280, 800), (180, 800)]),
-        "sneaker": ((1000, 600), [(150, 300), (300, 250), (420, 300), (650, 330), (820, 360),
-                                  (850, 460), (150, 460)]),
-        "t-shirt": ((800, 700), [(250, 150), (350, 180), (450, 180), (550, 150), (700, 280),
-                                 (620, 360), (560, 320), (560, 620), (240, 620), (240, 320),
-                                 (180, 360), (100, 280)]),
-    }  # fmt: skip
+        "trouser": (
+            (600, 900),
+            [(200, 150), (420, 150), (440, 800), (340, 800), (310, 330), (280, 800), (180, 800)],
+        ),
+        "sneaker": (
+            (1000, 600),
+            [(150, 300), (300, 250), (420, 300), (650, 330), (820, 360), (850, 460), (150, 460)],
+        ),
+        "t-shirt": (
+            (800, 700),
+            [
+                (250, 150),
+                (350, 180),
+                (450, 180),
+                (550, 150),
+                (700, 280),
+                (620, 360),
+                (560, 320),
+                (560, 620),
+                (240, 620),
+                (240, 320),
+                (180, 360),
+                (100, 280),
+            ],
+        ),
+    }
     paths = {}
     for name, (size, polygon) in shapes.items():
         im = Image.new("RGB", size, (250, 249, 246))
@@ -157,18 +179,23 @@ def main() -> None:
     fig = Figure(figsize=(9, 7.5), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(3, 3)
-    lines += ["", "### Photo-like PNGs: a naive preparation against `prepare_image` (seed "
-              f"{args.seeds[0]}, calibrated)", "",
-              "| photo | padded + resized | padded + resized, inverted | `prepare_image` "
-              "(crop, frame, auto-invert) | flagged |",
-              "|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "### Photo-like PNGs: a naive preparation against `prepare_image` (seed "
+        f"{args.seeds[0]}, calibrated)",
+        "",
+        "| photo | padded + resized | padded + resized, inverted | `prepare_image` "
+        "(crop, frame, auto-invert) | flagged |",
+        "|---|---|---|---|---|",
+    ]
     for row, (name, path) in enumerate(photos(tmp).items()):
         x_old = [naive_pipeline(path, invert=False), naive_pipeline(path, invert=True)]
         new = prepare_image(path).pixels
         batch = np.stack([*x_old, new]).reshape(3, -1)
         probs = np.asarray(ef.predict_proba(r.model, jnp.asarray(batch)))
-        scaled = np.asarray(ef.predict_proba(r.model, jnp.asarray(batch),
-                                             temperature=calibrations[0].temperature))  # fmt: skip
+        scaled = np.asarray(
+            ef.predict_proba(r.model, jnp.asarray(batch), temperature=calibrations[0].temperature)
+        )
         shown = [probs[0], probs[1], scaled[2]]
         flagged = bool(
             calibrations[0].trust.flags(features(r.model, jnp.asarray(batch[2:])), batch[2:])[0]

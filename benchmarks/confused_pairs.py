@@ -28,7 +28,10 @@ def most_confused_pairs(cm: np.ndarray, count: int) -> list[tuple[int, int, int]
     off = cm.copy()
     np.fill_diagonal(off, -1)
     order = np.argsort(off, axis=None)[::-1][:count]
-    return [(int(i), int(j), int(off[i, j])) for i, j in zip(*np.unravel_index(order, cm.shape), strict=True)]
+    return [
+        (int(i), int(j), int(off[i, j]))
+        for i, j in zip(*np.unravel_index(order, cm.shape), strict=True)
+    ]
 
 
 def chosen(probs: np.ndarray, labels: np.ndarray, true: int, said: int) -> tuple[int, int]:
@@ -54,11 +57,15 @@ def draw(images, probs, pairs, maps, names, title):
         cells = [
             (images[right], None, f"right: {names[true]} {probs[right, true]:.0%}"),
             (images[right], maps[(right, true)], f"for {names[true]}"),
-            (images[wrong], None, f"wrong: {names[said]} {probs[wrong, said]:.0%}\n"
-                                  f"(is {names[true]}, {probs[wrong, true]:.0%})"),
+            (
+                images[wrong],
+                None,
+                f"wrong: {names[said]} {probs[wrong, said]:.0%}\n"
+                f"(is {names[true]}, {probs[wrong, true]:.0%})",
+            ),
             (images[wrong], maps[(wrong, said)], f"for {names[said]} (said)"),
             (images[wrong], maps[(wrong, true)], f"for {names[true]} (true)"),
-        ]  # fmt: skip
+        ]
         for ax, (image, amap, label) in zip(axes[row], cells, strict=True):
             ax.set_axis_off()
             if amap is None:
@@ -68,9 +75,15 @@ def draw(images, probs, pairs, maps, names, title):
                 ax.imshow(image.reshape(28, 28), cmap="gray_r", vmin=0, vmax=255, alpha=0.35)
                 ax.imshow(amap.reshape(28, 28), cmap="RdBu_r", vmin=-scale, vmax=scale, alpha=0.85)
             ax.set_title(label, fontsize=9)
-        axes[row, 0].text(-0.15, 0.5, f"{names[true]} -> {names[said]}\n{count} test images",
-                          transform=axes[row, 0].transAxes, ha="right", va="center",
-                          fontsize=10)  # fmt: skip
+        axes[row, 0].text(
+            -0.15,
+            0.5,
+            f"{names[true]} -> {names[said]}\n{count} test images",
+            transform=axes[row, 0].transAxes,
+            ha="right",
+            va="center",
+            fontsize=10,
+        )
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
@@ -92,30 +105,40 @@ def main() -> None:
     probs = np.asarray(ef.predict_proba(result.model, jnp.asarray(images)))
     cm = np.asarray(ef.confusion_matrix(labels, probs.argmax(axis=1)))
     pairs = [(p, chosen(probs, labels, p[0], p[1])) for p in most_confused_pairs(cm, args.pairs)]
-    wanted = sorted({(right, t) for (t, _, _), (right, _) in pairs}  # (image, class) maps
-                    | {(wrong, c) for (t, s, _), (_, wrong) in pairs for c in (s, t)})  # fmt: skip
+    wanted = sorted(
+        {(right, t) for (t, _, _), (right, _) in pairs}  # (image, class) maps
+        | {(wrong, c) for (t, s, _), (_, wrong) in pairs for c in (s, t)}
+    )
     index = np.array([i for i, _ in wanted])
     e = ef.explain(result.model, images[index], target=np.array([c for _, c in wanted]))
     maps = {key: e.attributions[k] for k, key in enumerate(wanted)}
     facts = machine_facts()
-    title = (f"Default recipe ({config.epochs or config.steps} {'epochs' if config.epochs else 'steps'}"
-             f", test accuracy {result.test.accuracy:.4f}): the most confused pairs; red pushed "
-             "towards the class named, blue away")  # fmt: skip
+    title = (
+        f"Default recipe ({config.epochs or config.steps} {'epochs' if config.epochs else 'steps'}"
+        f", test accuracy {result.test.accuracy:.4f}): the most confused pairs; red pushed "
+        "towards the class named, blue away"
+    )
     fig = draw(images, probs, pairs, maps, ef.CLASS_NAMES, title)
     for folder in (args.out.parent, args.figure.parent):
         folder.mkdir(parents=True, exist_ok=True)
     figure = args.figure
     fig.savefig(figure, dpi=90)
-    lines = [f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
-             f"`python benchmarks/confused_pairs.py`: {title}.", "",
-             "| true -> said | test images | right (index, p) | wrong (index, p said, p true) | "
-             "completeness error (largest of the pair's maps) |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
+        f"`python benchmarks/confused_pairs.py`: {title}.",
+        "",
+        "| true -> said | test images | right (index, p) | wrong (index, p said, p true) | "
+        "completeness error (largest of the pair's maps) |",
+        "|---|---|---|---|---|",
+    ]
     errors = dict(zip(wanted, e.completeness_error, strict=True))
     for (true, said, count), (right, wrong) in pairs:
         worst = max(errors[(right, true)], errors[(wrong, said)], errors[(wrong, true)])
-        lines.append(f"| {ef.CLASS_NAMES[true]} -> {ef.CLASS_NAMES[said]} | {count} "
-                     f"| {right}, {probs[right, true]:.3f} | {wrong}, {probs[wrong, said]:.3f}, "
-                     f"{probs[wrong, true]:.3f} | {worst:.1e} |")  # fmt: skip
+        lines.append(
+            f"| {ef.CLASS_NAMES[true]} -> {ef.CLASS_NAMES[said]} | {count} "
+            f"| {right}, {probs[right, true]:.3f} | {wrong}, {probs[wrong, said]:.3f}, "
+            f"{probs[wrong, true]:.3f} | {worst:.1e} |"
+        )
     args.out.write_text("\n".join(lines) + f"\n\nFigure: `{figure}`.\n")
     print("\n".join(lines))
     print(f"wrote {args.out} and {figure}")

@@ -32,12 +32,15 @@ def members_table(train: ef.ArrayDataset, ks: list[int], steps: int, repeats: in
         holder = {"state": init_members(configs, len(train))}
 
         def run(holder=holder):
-            holder["state"], m = ef.train_steps(holder["state"], train,
-                                                batch_size=config.batch_size, num_steps=steps)  # fmt: skip
+            holder["state"], m = ef.train_steps(
+                holder["state"], train, batch_size=config.batch_size, num_steps=steps
+            )
             return m["loss"].block_until_ready()
 
         runs[f"K={k}"], examples[f"K={k}"] = run, k * steps * config.batch_size
-    rows = measure_interleaved(runs, examples=examples, batch_size=config.batch_size, repeats=repeats)
+    rows = measure_interleaved(
+        runs, examples=examples, batch_size=config.batch_size, repeats=repeats
+    )
     base = rows[0].examples_per_sec / ks[0]
     lines = ["| members in one program | model-examples/sec | x one model |", "|---|---|---|"]
     for k, row in zip(ks, rows, strict=True):
@@ -57,29 +60,50 @@ def main() -> None:
     train, test = ef.to_datasets(data)
     if dry:
         train, test = train.take(jnp.arange(4096)), test.take(jnp.arange(1024))
-    lines = [f"Machine: {facts['cpu']}; {facts['backend']} backend, {facts['devices']}, "
-             f"matmul precision {facts['matmul_precision']}; jax {facts['jax']}.", ""]  # fmt: skip
+    lines = [
+        f"Machine: {facts['cpu']}; {facts['backend']} backend, {facts['devices']}, "
+        f"matmul precision {facts['matmul_precision']}; jax {facts['jax']}.",
+        "",
+    ]
     t0 = time.perf_counter()
     print("== throughput table", flush=True)
-    if dry:  # the whole table at smoke size is `benchmarks/throughput.py --quick`, tested on its own
-        rows = precision_rows(train, ef.TrainConfig(batch_size=512, shift=0, mirror=False),
-                              repeats=1)  # fmt: skip
+    if (
+        dry
+    ):  # the whole table at smoke size is `benchmarks/throughput.py --quick`, tested on its own
+        rows = precision_rows(
+            train, ef.TrainConfig(batch_size=512, shift=0, mirror=False), repeats=1
+        )
         bound = matmul_bound(512, min_seconds=0.01)
-        lines += ["## Throughput (dry run: the precision rows only)", "",
-                  "| fused path, precision | examples/sec |", "|---|---|",
-                  *(f"| {t.name} | {t.examples_per_sec:,.0f} |" for t in rows),
-                  "", f"Matmul bound at batch 512: {bound.examples_per_sec:,.0f} examples/sec "
-                  f"({', '.join(sorted(set(bound.backends)))}).", ""]  # fmt: skip
+        lines += [
+            "## Throughput (dry run: the precision rows only)",
+            "",
+            "| fused path, precision | examples/sec |",
+            "|---|---|",
+            *(f"| {t.name} | {t.examples_per_sec:,.0f} |" for t in rows),
+            "",
+            f"Matmul bound at batch 512: {bound.examples_per_sec:,.0f} examples/sec "
+            f"({', '.join(sorted(set(bound.backends)))}).",
+            "",
+        ]
     else:
         trainers, skipped = all_trainers()
-        report = run_benchmark((train, test), repeats=5, trainers=trainers, skipped=skipped,
-                               steps={"python_dispatch": 25},
-                               progress=lambda s: print("  " + s, flush=True))  # fmt: skip
+        report = run_benchmark(
+            (train, test),
+            repeats=5,
+            trainers=trainers,
+            skipped=skipped,
+            steps={"python_dispatch": 25},
+            progress=lambda s: print("  " + s, flush=True),
+        )
         lines += ["## Throughput", "", report.to_markdown(), ""]
     print(f"== K members in one program ({time.perf_counter() - t0:.0f} s so far)", flush=True)
     ks = [1, 2] if dry else [1, 8, 64]
-    lines += ["## Many models in one program (bfloat16)", "",
-              *members_table(train, ks, steps=4 if dry else 117, repeats=1 if dry else 3), ""]  # fmt: skip
+    lines += [
+        "## Many models in one program (bfloat16)",
+        "",
+        *members_table(train, ks, steps=4 if dry else 117, repeats=1 if dry else 3),
+        "",
+    ]
     print(f"== time to 0.90 ({time.perf_counter() - t0:.0f} s so far)", flush=True)
     config = ef.TrainConfig(precision="p=f32,c=bf16,o=f32")
     if dry:
@@ -87,10 +111,14 @@ def main() -> None:
     target = 0.5 if dry else 0.90
     reached, final = time_to_accuracy(data, config, targets=(target,))
     seconds = reached[target]
-    lines += ["## Time to accuracy (bfloat16)", "",
-              f"{target:.2f} test accuracy after "
-              + (f"{seconds:.1f} s" if seconds is not None else "never")
-              + f" (compiling and every evaluation included); final {final:.4f}.", ""]  # fmt: skip
+    lines += [
+        "## Time to accuracy (bfloat16)",
+        "",
+        f"{target:.2f} test accuracy after "
+        + (f"{seconds:.1f} s" if seconds is not None else "never")
+        + f" (compiling and every evaluation included); final {final:.4f}.",
+        "",
+    ]
     print(
         f"== a StableHLO artifact on the device ({time.perf_counter() - t0:.0f} s so far)",
         flush=True,
@@ -98,15 +126,20 @@ def main() -> None:
     small = ef.fit(ef.TrainConfig(steps=40, hidden_sizes=(64,)), ef.Splits(train, test))
     images = np.asarray(data.test_images).reshape(len(data.test_images), -1)
     path = args.out / "model.stablehlo"
-    manifest = export_model(small.model, small.state.policy, small.config, path,
-                            check_images=images)  # fmt: skip
+    manifest = export_model(
+        small.model, small.state.policy, small.config, path, check_images=images
+    )
     logits, _ = load_artifact(path)(images)
     device = jax.devices()[0]
-    lines += ["## An exported StableHLO artifact", "",
-              f"Lowered for {', '.join(manifest['platforms'])}; run on {device.platform} "
-              f"({device.device_kind}): {manifest['parity']['mismatches']} of "
-              f"{manifest['parity']['images']:,} predictions differ from the library; "
-              f"{int((logits.argmax(-1) == np.asarray(data.test_labels)).sum()):,} correct.", ""]  # fmt: skip
+    lines += [
+        "## An exported StableHLO artifact",
+        "",
+        f"Lowered for {', '.join(manifest['platforms'])}; run on {device.platform} "
+        f"({device.device_kind}): {manifest['parity']['mismatches']} of "
+        f"{manifest['parity']['images']:,} predictions differ from the library; "
+        f"{int((logits.argmax(-1) == np.asarray(data.test_labels)).sum()):,} correct.",
+        "",
+    ]
     (args.out / "device_check.md").write_text("\n".join(lines))
     print("\n".join(lines))
     print(f"wrote {args.out / 'device_check.md'} in {time.perf_counter() - t0:.0f} s")

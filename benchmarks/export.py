@@ -48,7 +48,9 @@ def photos(data, folder: Path, count: int = 70) -> list[Path]:
     for i in range(count):
         w, h = sizes[i % len(sizes)]
         item = Image.fromarray(255 - data.test_images[i]).resize((w, h), Image.Resampling.BICUBIC)
-        a = np.clip(np.asarray(item.convert("RGB")).astype(int) + rng.integers(-12, 13, (h, w, 3)), 0, 255)
+        a = np.clip(
+            np.asarray(item.convert("RGB")).astype(int) + rng.integers(-12, 13, (h, w, 3)), 0, 255
+        )
         a = a.astype(np.uint8)
         if i % 5 == 1:
             alpha = np.full((h, w), 255, np.uint8)
@@ -81,10 +83,13 @@ const items = JSON.parse(process.argv[1]);
 console.log(JSON.stringify(items.map(([f, w, h]) =>
   Array.from(box.EqxFmnist.prepare(new Uint8Array(fs.readFileSync(f)), w, h, null).pixels))));
 """
-    out = subprocess.run(["node", "-e", script, json.dumps(meta)], capture_output=True,
-                         text=True, check=True)  # fmt: skip
-    diffs = [int(np.abs(np.asarray(g) - prepare_image(p).pixels.reshape(-1).astype(int)).max())
-             for p, g in zip(paths, json.loads(out.stdout), strict=True)]  # fmt: skip
+    out = subprocess.run(
+        ["node", "-e", script, json.dumps(meta)], capture_output=True, text=True, check=True
+    )
+    diffs = [
+        int(np.abs(np.asarray(g) - prepare_image(p).pixels.reshape(-1).astype(int)).max())
+        for p, g in zip(paths, json.loads(out.stdout), strict=True)
+    ]
     return max(diffs), sum(d == 0 for d in diffs), len(diffs)
 
 
@@ -96,14 +101,24 @@ def browser(page: Path, image: Path, *, screenshot: Path | None = None) -> dict 
     url = f"data:image/{'jpeg' if image.suffix == '.jpg' else 'png'};base64,"
     url += base64.b64encode(image.read_bytes()).decode()
     address = page.resolve().as_uri() + "#image=" + urllib.parse.quote(url, safe="")
-    common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-              "--virtual-time-budget=10000"]  # fmt: skip
+    common = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--virtual-time-budget=10000",
+    ]
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([*common, "--window-size=1280,640", f"--screenshot={screenshot}", address],
-                       capture_output=True, check=True)  # fmt: skip
-    dom = subprocess.run([*common, "--dump-dom", address], capture_output=True, text=True,
-                         check=True).stdout  # fmt: skip
+        subprocess.run(
+            [*common, "--window-size=1280,640", f"--screenshot={screenshot}", address],
+            capture_output=True,
+            check=True,
+        )
+    dom = subprocess.run(
+        [*common, "--dump-dom", address], capture_output=True, text=True, check=True
+    ).stdout
     start = dom.index('<pre id="result">') + len('<pre id="result">')
     return json.loads(dom[start : dom.index("</pre>", start)].replace("&quot;", '"'))
 
@@ -127,12 +142,20 @@ def views_cost(single, splits, config, images, folder: Path) -> list[str]:
 
     rows, base = [], {}
     for name, views in TTA_VIEWS.items():
-        calibration = ef.calibrate(single.model, splits.train, splits.calibration,
-                                   policy=single.state.policy, tta=views)  # fmt: skip
+        calibration = ef.calibrate(
+            single.model, splits.train, splits.calibration, policy=single.state.policy, tta=views
+        )
         for fmt in ("stablehlo", "onnx", "html"):
             path = folder / f"views_{name}{FORMATS[fmt].suffix}"
-            m = export_model(single.model, single.state.policy, config, path, check_images=images,
-                             format=fmt, calibration=calibration)  # fmt: skip
+            m = export_model(
+                single.model,
+                single.state.policy,
+                config,
+                path,
+                check_images=images,
+                format=fmt,
+                calibration=calibration,
+            )
             if fmt == "stablehlo":
                 artifact = load_artifact(path)
                 artifact(images)  # compiled once
@@ -143,17 +166,25 @@ def views_cost(single, splits, config, images, folder: Path) -> list[str]:
                 seconds = _median_seconds(lambda p=path: run_page(p.read_bytes(), images), 1)
             base.setdefault(fmt, seconds)
             p = m["parity"]
-            rows.append(f"| {name} ({len(views or ((0, 0, False),))}) | {fmt} | {m['bytes']:,} "
-                        f"| {p['mismatches']} of {p['images']:,} "
-                        f"| {1000 * seconds * 10_000 / len(images):,.0f} "
-                        f"| {seconds / base[fmt]:.2f} |")  # fmt: skip
+            rows.append(
+                f"| {name} ({len(views or ((0, 0, False),))}) | {fmt} | {m['bytes']:,} "
+                f"| {p['mismatches']} of {p['images']:,} "
+                f"| {1000 * seconds * 10_000 / len(images):,.0f} "
+                f"| {seconds / base[fmt]:.2f} |"
+            )
             print(rows[-1], flush=True)
-    return ["", "Test-time augmentation inside the exports (`--tta`; the one model, calibrated "
-            "on each set of views): each view is one gather of the pixels. Checked and timed "
-            f"on {len(images):,} test images, median of 3 (the page: once, under node, start-up included); "
-            "StableHLO warm, ONNX with its session made each time.", "",
-            "| views (count) | format | bytes | mismatched predictions | ms per 10,000 images "
-            "| against no views |", "|---|---|---|---|---|---|", *rows]  # fmt: skip
+    return [
+        "",
+        "Test-time augmentation inside the exports (`--tta`; the one model, calibrated "
+        "on each set of views): each view is one gather of the pixels. Checked and timed "
+        f"on {len(images):,} test images, median of 3 (the page: once, under node, start-up included); "
+        "StableHLO warm, ONNX with its session made each time.",
+        "",
+        "| views (count) | format | bytes | mismatched predictions | ms per 10,000 images "
+        "| against no views |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def main() -> None:
@@ -161,12 +192,20 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=80)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/export.md"))
-    parser.add_argument("--screenshot", type=Path, default=SCREENSHOT,
-                        help="where the browser's screenshot of the page goes")  # fmt: skip
+    parser.add_argument(
+        "--screenshot",
+        type=Path,
+        default=SCREENSHOT,
+        help="where the browser's screenshot of the page goes",
+    )
     parser.add_argument("--no-browser", action="store_true", help="skip headless Chromium")
     parser.add_argument("--photos", type=int, default=70, help="synthetic photos to prepare")
-    parser.add_argument("--views-images", type=int, default=10_000,
-                        help="test images the exports with views are checked and timed on")  # fmt: skip
+    parser.add_argument(
+        "--views-images",
+        type=int,
+        default=10_000,
+        help="test images the exports with views are checked and timed on",
+    )
     args = parser.parse_args()
     facts = machine_facts()
     data = ef.load_fashion_mnist()
@@ -177,9 +216,13 @@ def main() -> None:
     ensemble = ef.fit_ensemble(config, splits, args.seeds)
     models = [
         ("one model", single.model, single.state.policy, single.test.accuracy),
-        (f"ensemble of {args.seeds}", ensemble.model, ensemble.state.policy,
-         ensemble.test.accuracy),
-    ]  # fmt: skip
+        (
+            f"ensemble of {args.seeds}",
+            ensemble.model,
+            ensemble.state.policy,
+            ensemble.test.accuracy,
+        ),
+    ]
     extra = installed_mb("onnx", "onnxruntime", "protobuf")
     lines = [
         f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
@@ -198,22 +241,34 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp())
     pages, calibrations = {}, {}
     for name, model, policy, accuracy in models:
-        calibration = calibrations[name] = ef.calibrate(model, splits.train, splits.calibration,
-                                                        policy=policy)  # fmt: skip
+        calibration = calibrations[name] = ef.calibrate(
+            model, splits.train, splits.calibration, policy=policy
+        )
         for fmt in FORMATS:
             path = folder / f"{name.replace(' ', '_')}{FORMATS[fmt].suffix}"
-            m = export_model(model, policy, config, path, check_images=images, format=fmt,
-                             calibration=calibration,
-                             extra={"test_accuracy": accuracy, "trained": f"{args.epochs} epochs"})  # fmt: skip
+            m = export_model(
+                model,
+                policy,
+                config,
+                path,
+                check_images=images,
+                format=fmt,
+                calibration=calibration,
+                extra={"test_accuracy": accuracy, "trained": f"{args.epochs} epochs"},
+            )
             run = ""
             if fmt in ("stablehlo", "onnx"):
                 t = time.perf_counter()
-                load_artifact(path)(images) if fmt == "stablehlo" else run_onnx(path.read_bytes(), images)
+                load_artifact(path)(images) if fmt == "stablehlo" else run_onnx(
+                    path.read_bytes(), images
+                )
                 run = f"{time.perf_counter() - t:.2f}"
             if fmt == "html":
                 pages[name] = path
             p = m["parity"]
-            flags = "" if p["flag_mismatches"] is None else f"{p['flag_mismatches']} of {p['images']:,}"
+            flags = (
+                "" if p["flag_mismatches"] is None else f"{p['flag_mismatches']} of {p['images']:,}"
+            )
             score = "" if p["max_score_difference"] is None else f"{p['max_score_difference']:.1e}"
             lines.append(
                 f"| {name} (test accuracy {accuracy:.4f}) | {fmt} | {m['bytes']:,} "
@@ -222,35 +277,49 @@ def main() -> None:
             )
             print(lines[-1], flush=True)
     lines += views_cost(single, splits, config, images[: args.views_images], folder)
-    lines += ["", "The `onnx` extra, installed (from each distribution's RECORD): "
-              + ", ".join(f"{k} {v:.1f} MB" for k, v in extra.items())
-              + f"; {sum(extra.values()):.1f} MB in all (three packages; protobuf is shared "
-              "with the `tensorboard` extra); the rest onnxruntime needs (numpy, ml_dtypes, "
-              "flatbuffers, packaging, typing_extensions) comes with jax, equinox and "
-              "matplotlib already."]  # fmt: skip
+    lines += [
+        "",
+        "The `onnx` extra, installed (from each distribution's RECORD): "
+        + ", ".join(f"{k} {v:.1f} MB" for k, v in extra.items())
+        + f"; {sum(extra.values()):.1f} MB in all (three packages; protobuf is shared "
+        "with the `tensorboard` extra); the rest onnxruntime needs (numpy, ml_dtypes, "
+        "flatbuffers, packaging, typing_extensions) comes with jax, equinox and "
+        "matplotlib already.",
+    ]
     paths = photos(data, folder, args.photos)
     worst, exact, count = preparation_parity(pages["one model"], paths, folder)
-    lines += ["", f"The page's photo preparation against `eqx_fmnist.data.prepare_image` on "
-              f"{count} synthetic photos (7 sizes from 20 x 15 to 1200 x 900, RGB, RGBA, gray, "
-              f"PNG and JPEG): {exact} of {count} identical, largest pixel difference {worst} "
-              "of 255."]  # fmt: skip
+    lines += [
+        "",
+        f"The page's photo preparation against `eqx_fmnist.data.prepare_image` on "
+        f"{count} synthetic photos (7 sizes from 20 x 15 to 1200 x 900, RGB, RGBA, gray, "
+        f"PNG and JPEG): {exact} of {count} identical, largest pixel difference {worst} "
+        "of 255.",
+    ]
     photo = folder / "photo.jpg"
     Image.open(paths[0]).convert("RGB").save(photo, quality=90)
-    got = None if args.no_browser else browser(pages["one model"], photo, screenshot=args.screenshot)
+    got = (
+        None if args.no_browser else browser(pages["one model"], photo, screenshot=args.screenshot)
+    )
     if got is not None:
         from eqx_fmnist.trust import features
 
         calibration = calibrations["one model"]
         pixels = prepare_image(photo).pixels.reshape(1, -1)
-        probs = np.asarray(ef.predict_proba(single.model, jnp.asarray(pixels),
-                                            temperature=calibration.temperature))[0]  # fmt: skip
-        unusual = bool(calibration.trust.flags(features(single.model, jnp.asarray(pixels)), pixels)[0])
-        lines += ["", f"Headless Chromium opening the page from disk with `#image=` (a 300 x 400 "
-                  f"JPEG photo): `{got['class']}` with {max(got['probabilities']):.4f}, unusual "
-                  f"{got['unusual']}; the library: `{ef.CLASS_NAMES[int(probs.argmax())]}` with "
-                  f"{probs.max():.4f}, unusual {unusual}; largest probability difference "
-                  f"{np.abs(np.asarray(got['probabilities']) - probs).max():.1e}. Screenshot: "
-                  f"`{args.screenshot}`."]  # fmt: skip
+        probs = np.asarray(
+            ef.predict_proba(single.model, jnp.asarray(pixels), temperature=calibration.temperature)
+        )[0]
+        unusual = bool(
+            calibration.trust.flags(features(single.model, jnp.asarray(pixels)), pixels)[0]
+        )
+        lines += [
+            "",
+            f"Headless Chromium opening the page from disk with `#image=` (a 300 x 400 "
+            f"JPEG photo): `{got['class']}` with {max(got['probabilities']):.4f}, unusual "
+            f"{got['unusual']}; the library: `{ef.CLASS_NAMES[int(probs.argmax())]}` with "
+            f"{probs.max():.4f}, unusual {unusual}; largest probability difference "
+            f"{np.abs(np.asarray(got['probabilities']) - probs).max():.1e}. Screenshot: "
+            f"`{args.screenshot}`.",
+        ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines[-5:]))

@@ -43,8 +43,13 @@ def chunk_memory(result, splits, subsets) -> float:
     """MB of XLA's memory analysis (arguments + temporaries) of one epoch's chunk."""
     n = subsets.size if subsets is not None else len(splits.train)
     table = None if subsets is None else jnp.asarray(subsets.train)
-    chunk = compile_steps(result.state, splits.train, batch_size=result.config.batch_size,
-                          num_steps=n // result.config.batch_size, subsets=table)  # fmt: skip
+    chunk = compile_steps(
+        result.state,
+        splits.train,
+        batch_size=result.config.batch_size,
+        num_steps=n // result.config.batch_size,
+        subsets=table,
+    )
     m = chunk.compiled.memory_analysis()
     return (m.argument_size_in_bytes + m.temp_size_in_bytes) / 2**20
 
@@ -72,16 +77,22 @@ def best_ensembles(args, config, splits) -> None:
     """5 seeds, 5 bootstrap samples and 5 fold members of `config`, one program each."""
     k = args.folds
     seeds, samples = ef.ensemble.Seeds(k), ef.ensemble.Bootstrap(k)
-    models = {f"{k} seeds, all the data": ef.fit(config, splits, members=seeds).model,
-              f"{k} bootstrap samples": ef.fit(config, splits, members=samples).model,
-              f"{k} fold members": ef.cross_validate(config, splits, k).result.model}  # fmt: skip
+    models = {
+        f"{k} seeds, all the data": ef.fit(config, splits, members=seeds).model,
+        f"{k} bootstrap samples": ef.fit(config, splits, members=samples).model,
+        f"{k} fold members": ef.cross_validate(config, splits, k).result.model,
+    }
     first = ef.select_members(models[f"{k} seeds, all the data"], 0)
     facts = machine_facts()
-    lines = [f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
-             f"`python benchmarks/folds.py --best`: members of `best()` ({config.epochs} epochs).",
-             "", "| members | test | test mirrored |", "|---|---|---|",
-             accuracy_lines("one model (seed 0, all data)", first, splits.test),
-             *(accuracy_lines(name, m, splits.test) for name, m in models.items())]  # fmt: skip
+    lines = [
+        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
+        f"`python benchmarks/folds.py --best`: members of `best()` ({config.epochs} epochs).",
+        "",
+        "| members | test | test mirrored |",
+        "|---|---|---|",
+        accuracy_lines("one model (seed 0, all data)", first, splits.test),
+        *(accuracy_lines(name, m, splits.test) for name, m in models.items()),
+    ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -92,58 +103,106 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=80)
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/folds.md"))
-    parser.add_argument("--best", action="store_true",
-                        help="only the ensembles, of `best()` members (400 epochs, or --epochs)")  # fmt: skip
+    parser.add_argument(
+        "--best",
+        action="store_true",
+        help="only the ensembles, of `best()` members (400 epochs, or --epochs)",
+    )
     args = parser.parse_args()
     k, data = args.folds, ef.load_fashion_mnist()
     config = ef.TrainConfig(epochs=args.epochs)
     splits = ef.split_data(data)
     if args.best:
-        return best_ensembles(args, ef.TrainConfig.best(**(
-            {"epochs": args.epochs} if args.epochs != 80 else {})), splits)  # fmt: skip
+        return best_ensembles(
+            args,
+            ef.TrainConfig.best(**({"epochs": args.epochs} if args.epochs != 80 else {})),
+            splits,
+        )
     t = time.perf_counter()
     cv = ef.cross_validate(config, splits, k)
     cv_wall = time.perf_counter() - t
     print(f"cv: {cv.accuracy_mean:.4f} ± {cv.accuracy_std:.4f} in {cv_wall:.0f} s", flush=True)
     t, gaps = time.perf_counter(), []
     for i in range(k):
-        alone = ef.fit(config.with_changes(seed=config.seed + i),
-                       ef.Splits(splits.train.take(cv.subsets.train[i]), splits.test))  # fmt: skip
+        alone = ef.fit(
+            config.with_changes(seed=config.seed + i),
+            ef.Splits(splits.train.take(cv.subsets.train[i]), splits.test),
+        )
         member = ef.select_members(cv.result.state.model, i)
-        gaps.append(max(float(jnp.abs(a - b).max()) for a, b in zip(
-            (layer.weight for layer in member.layers),
-            (layer.weight for layer in alone.state.model.layers), strict=True)))  # fmt: skip
+        gaps.append(
+            max(
+                float(jnp.abs(a - b).max())
+                for a, b in zip(
+                    (layer.weight for layer in member.layers),
+                    (layer.weight for layer in alone.state.model.layers),
+                    strict=True,
+                )
+            )
+        )
     separate_wall = time.perf_counter() - t
     seeds = ef.fit_ensemble(config, splits, k)
     boot = ef.fit(config, splits, members=ef.ensemble.Bootstrap(k))
-    per_step = {name: r.train_seconds / sum(h["steps"] for h in r.history)
-                for name, r in (("folds", cv.result), ("seeds", seeds))}  # fmt: skip
-    memory = {"folds": chunk_memory(cv.result, splits, cv.subsets),
-              "seeds": chunk_memory(seeds, splits, None)}  # fmt: skip
+    per_step = {
+        name: r.train_seconds / sum(h["steps"] for h in r.history)
+        for name, r in (("folds", cv.result), ("seeds", seeds))
+    }
+    memory = {
+        "folds": chunk_memory(cv.result, splits, cv.subsets),
+        "seeds": chunk_memory(seeds, splits, None),
+    }
     facts = machine_facts()
-    lines = [f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
-             f"`python benchmarks/folds.py`: the default recipe ({args.epochs} epochs), "
-             f"{k} folds of the 60,000 training images.", "", "## Cross-validation", "",
-             "| fold | accuracy on its held-out fold | loss |", "|---|---|---|"]  # fmt: skip
-    lines += [f"| {i} | {a:.4f} | {loss:.4f} |"
-              for i, (a, loss) in enumerate(zip(cv.fold_accuracy, cv.fold_loss, strict=True))]  # fmt: skip
-    lines += ["", f"Mean {cv.accuracy_mean:.4f} ± {cv.accuracy_std:.4f} (sd of {k} folds); "
-              f"out-of-fold accuracy over all 60,000: {(cv.probabilities.argmax(1) == cv.labels).mean():.4f}. "
-              f"Wall time: one program {cv_wall:.0f} s, {k} separate runs {separate_wall:.0f} s "
-              f"(ratio {separate_wall / cv_wall:.2f}); the largest weight difference between a "
-              f"member and its separate run: {max(gaps):.1e}.", "",
-              "## The cost of subsets (5 members each)", "",
-              "| members | train s per step | compiled chunk memory, MB |", "|---|---|---|",
-              *(f"| {name} | {per_step[name] * 1000:.1f} ms | {memory[name]:.1f} |"
-                for name in ("folds", "seeds")), ""]  # fmt: skip
-    lines += ["## Ensembles", "", "| members | test | test mirrored |", "|---|---|---|",
-              accuracy_lines("one model (seed 0, all data)", ef.select_members(seeds.model, 0), splits.test),
-              accuracy_lines(f"{k} seeds, all the data", seeds.model, splits.test),
-              accuracy_lines(f"{k} bootstrap samples", boot.model, splits.test),
-              accuracy_lines(f"{k} fold members", cv.result.model, splits.test), ""]  # fmt: skip
-    lines += ["## Planted label flips (1% of the training labels)", "",
-              "| flips to | planted | issues reported | precision at k | recall at k | "
-              "recall among all issues |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
+        f"`python benchmarks/folds.py`: the default recipe ({args.epochs} epochs), "
+        f"{k} folds of the 60,000 training images.",
+        "",
+        "## Cross-validation",
+        "",
+        "| fold | accuracy on its held-out fold | loss |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {i} | {a:.4f} | {loss:.4f} |"
+        for i, (a, loss) in enumerate(zip(cv.fold_accuracy, cv.fold_loss, strict=True))
+    ]
+    lines += [
+        "",
+        f"Mean {cv.accuracy_mean:.4f} ± {cv.accuracy_std:.4f} (sd of {k} folds); "
+        f"out-of-fold accuracy over all 60,000: {(cv.probabilities.argmax(1) == cv.labels).mean():.4f}. "
+        f"Wall time: one program {cv_wall:.0f} s, {k} separate runs {separate_wall:.0f} s "
+        f"(ratio {separate_wall / cv_wall:.2f}); the largest weight difference between a "
+        f"member and its separate run: {max(gaps):.1e}.",
+        "",
+        "## The cost of subsets (5 members each)",
+        "",
+        "| members | train s per step | compiled chunk memory, MB |",
+        "|---|---|---|",
+        *(
+            f"| {name} | {per_step[name] * 1000:.1f} ms | {memory[name]:.1f} |"
+            for name in ("folds", "seeds")
+        ),
+        "",
+    ]
+    lines += [
+        "## Ensembles",
+        "",
+        "| members | test | test mirrored |",
+        "|---|---|---|",
+        accuracy_lines(
+            "one model (seed 0, all data)", ef.select_members(seeds.model, 0), splits.test
+        ),
+        accuracy_lines(f"{k} seeds, all the data", seeds.model, splits.test),
+        accuracy_lines(f"{k} bootstrap samples", boot.model, splits.test),
+        accuracy_lines(f"{k} fold members", cv.result.model, splits.test),
+        "",
+    ]
+    lines += [
+        "## Planted label flips (1% of the training labels)",
+        "",
+        "| flips to | planted | issues reported | precision at k | recall at k | "
+        "recall among all issues |",
+        "|---|---|---|---|---|---|",
+    ]
     labels = np.asarray(splits.train.labels)
     confusable = most_confused_with(cv.probabilities, labels)
     for kind in ("confusable", "random"):
@@ -153,9 +212,11 @@ def main() -> None:
         top = set(found.indices[: len(planted)].tolist())
         hits = len(top & set(planted.tolist()))
         everywhere = len(set(found.indices.tolist()) & set(planted.tolist()))
-        lines.append(f"| {kind} | {len(planted)} | {len(found.indices):,} | "
-                     f"{hits / len(planted):.3f} | {hits / len(planted):.3f} | "
-                     f"{everywhere / len(planted):.3f} |")  # fmt: skip
+        lines.append(
+            f"| {kind} | {len(planted)} | {len(found.indices):,} | "
+            f"{hits / len(planted):.3f} | {hits / len(planted):.3f} | "
+            f"{everywhere / len(planted):.3f} |"
+        )
         print(lines[-1], flush=True)
     lines.append("")
     lines.append("At k = the number planted, precision and recall are the same number.")

@@ -61,8 +61,12 @@ def draw(results: dict, path: Path) -> Path:
     for name, r in results.items():
         if "all" in name:
             continue
-        line = ax.plot([0, 1, 2, 3], [r["clean"], r["shift1"], r["shift2"], r["shift3"]],
-                       marker="o", label=name.replace("`", ""))[0]  # fmt: skip
+        line = ax.plot(
+            [0, 1, 2, 3],
+            [r["clean"], r["shift1"], r["shift2"], r["shift3"]],
+            marker="o",
+            label=name.replace("`", ""),
+        )[0]
         ax.plot([-1], [r["mirrored"]], marker="s", fillstyle="none", color=line.get_color())
     ax.set_xticks([-1, 0, 1, 2, 3], ["mirrored", "as they are", "1 px", "2 px", "3 px"])
     ax.set_ylabel("test accuracy (all 10,000)")
@@ -114,7 +118,8 @@ def main() -> None:
 
     seeds, ens_seeds = args.seeds, list(range(args.ensemble))
     report(
-        "before augmentation (30 epochs, no augmentation)", [TODAY.with_changes(seed=s) for s in seeds]
+        "before augmentation (30 epochs, no augmentation)",
+        [TODAY.with_changes(seed=s) for s in seeds],
     )
     report("the default, `TrainConfig()`", [ef.TrainConfig(seed=s) for s in seeds])
     best = ef.TrainConfig.best()
@@ -131,8 +136,12 @@ def main() -> None:
         results[name] = {**mean, "train_seconds": per}
         print(line, flush=True)
     ensemble = robustness_rows(members, test, ensemble=True)
-    line, mean = row(f"ensemble of {len(ens_seeds)} `best()`", ensemble, members.train_seconds,
-                     f"0-{len(ens_seeds) - 1}")  # fmt: skip
+    line, mean = row(
+        f"ensemble of {len(ens_seeds)} `best()`",
+        ensemble,
+        members.train_seconds,
+        f"0-{len(ens_seeds) - 1}",
+    )
     lines.append(line)
     results["ensemble"] = {**mean, "train_seconds": members.train_seconds}
     print(line, flush=True)

@@ -28,10 +28,14 @@ def main() -> None:
     # The un-jitted loop is about ten times slower: it runs a sixth of the steps.
     steps = {"python_dispatch": 25}
     report = run_benchmark(
-        ef.to_datasets(ef.load_fashion_mnist()), quick=args.quick, repeats=args.repeats,
+        ef.to_datasets(ef.load_fashion_mnist()),
+        quick=args.quick,
+        repeats=args.repeats,
         progress=lambda what: print(f"measuring {what} ...", flush=True),
-        trainers=trainers, steps=steps, skipped=skipped,
-    )  # fmt: skip
+        trainers=trainers,
+        steps=steps,
+        skipped=skipped,
+    )
     print(report.to_markdown())
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

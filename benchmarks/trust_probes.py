@@ -38,8 +38,9 @@ def drawn(rng, texts, n=200) -> np.ndarray:
         size = int(rng.integers(14, 27))
         font = ImageFont.truetype(FONT, size) if Path(FONT).is_file() else None
         at = (int(rng.integers(0, 10)), int(rng.integers(-2, 6)))
-        ImageDraw.Draw(im).text(at, texts[i % len(texts)], fill=int(rng.integers(150, 256)),
-                                font=font, font_size=size)  # fmt: skip
+        ImageDraw.Draw(im).text(
+            at, texts[i % len(texts)], fill=int(rng.integers(150, 256)), font=font, font_size=size
+        )
         out.append(np.asarray(im).reshape(-1))
     return np.stack(out)
 
@@ -78,9 +79,12 @@ def probes(data) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
         "shapes": (shapes(rng), None),
         "items turned 90°": (np.rot90(x, 1, axes=(1, 2)).reshape(-1, 784), y),
         "items upside down": (np.rot90(x, 2, axes=(1, 2)).reshape(-1, 784), y),
-        "mirrored shoes": (data.test_images[shoes][:1000, :, ::-1].reshape(-1, 784), data.test_labels[shoes][:1000]),
+        "mirrored shoes": (
+            data.test_images[shoes][:1000, :, ::-1].reshape(-1, 784),
+            data.test_labels[shoes][:1000],
+        ),
         "noise": (rng.integers(0, 256, (200, 784)).astype(np.uint8), None),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -91,9 +95,12 @@ def main() -> None:
     data = ef.load_fashion_mnist()
     kinds = probes(data)
     test_x, test_y = jnp.asarray(data.test_images.reshape(-1, 784)), data.test_labels
-    moved = {"test: mirrored": [ef.move_images(test_x, mirror=True)],
-             "test: shifted 2 px": [ef.move_images(test_x, dx=dx, dy=dy)
-                                    for dx, dy in ((2, 0), (-2, 0), (0, 2), (0, -2))]}  # fmt: skip
+    moved = {
+        "test: mirrored": [ef.move_images(test_x, mirror=True)],
+        "test: shifted 2 px": [
+            ef.move_images(test_x, dx=dx, dy=dy) for dx, dy in ((2, 0), (-2, 0), (0, 2), (0, -2))
+        ],
+    }
     facts = machine_facts()
     lines = [
         f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. Seed 0, 5,000 "
@@ -101,10 +108,12 @@ def main() -> None:
         f"given with probability >= {CONFIDENT} (calibrated), of its images.",
         "",
         "| model | trust fitted on | test: flagged | test: right answers flagged | "
-        + " | ".join(moved) + " | "
-        + " | ".join(f"{k} ({len(v[0])})" for k, v in kinds.items()) + " |",
+        + " | ".join(moved)
+        + " | "
+        + " | ".join(f"{k} ({len(v[0])})" for k, v in kinds.items())
+        + " |",
         "|---|---|---|---|" + "---|" * (len(moved) + len(kinds)),
-    ]  # fmt: skip
+    ]
     recipes = {
         "before: no augmentation, 30 epochs": ef.TrainConfig(shift=0, mirror=False, epochs=30),
         "after: the default (moves, mirrors)": ef.TrainConfig(),
