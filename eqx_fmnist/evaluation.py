@@ -169,7 +169,7 @@ def scaled_softmax(
 ) -> Float[Array, "*n classes"]:
     """`softmax(logits / temperature)` in float32: the probabilities the library and its
     StableHLO artifact return (the numpy artifacts' twin is
-    `eqx_fmnist.export.portable.scaled_softmax`)."""
+    `eqx_fmnist.export.portable.numpy_softmax`)."""
     return jax.nn.softmax(logits.astype(jnp.float32) / jnp.float32(temperature), axis=-1)
 
 

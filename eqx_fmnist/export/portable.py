@@ -165,7 +165,7 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
-def scaled_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+def numpy_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """`softmax(logits / temperature)` over the last axis, in numpy: the probabilities
     every artifact returns."""
     z = np.asarray(logits) / temperature
@@ -220,7 +220,7 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
         logits = _log_mean_prob(np.stack(log_probs))
     else:  # one model: its own logits, or the log of its mean probability over the views
         logits = x if portable.views is None else log_probs[0]
-    out = {"logits": logits, "probabilities": scaled_softmax(logits, portable.temperature)}
+    out = {"logits": logits, "probabilities": numpy_softmax(logits, portable.temperature)}
     if portable.trust is not None:
         t = portable.trust
         score, sums = np.mean(scores, 0), pixels.sum(1, dtype=np.int64)
