@@ -103,21 +103,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
     for i, (path, p) in enumerate(zip(args.images, ans.probabilities, strict=True)):
-        top = np.argsort(p)[::-1][: args.top]
-        record = {
-            "path": str(path),
-            "top": [{"class": data_mod.CLASS_NAMES[c], "probability": float(p[c])} for c in top],
-            "calibrated": ans.calibrated,
-            "unusual": None if ans.unusual is None else bool(ans.unusual[i]),
-            "score": None if ans.trust_score is None else float(ans.trust_score[i]),
-            "threshold": ans.threshold,
-            "inverted": prepared[i].inverted,
-            "set": None
-            if ans.prediction_set is None
-            # most probable first
-            else [data_mod.CLASS_NAMES[c] for c in np.argsort(p)[::-1] if ans.prediction_set[i, c]],
-            "set_coverage": ans.coverage,
-        }
+        record = _record(ans, i, p, str(path), args.top, prepared[i].inverted)
         if args.show is not None:
             shown = args.show / f"{Path(path).stem}.prepared.png"
             save_pixels(prepared[i].pixels, shown)
@@ -130,27 +116,50 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(record))
             continue
-        guesses = ", ".join(f"{t['class']} {t['probability']:.1%}" for t in record["top"])
-        notes = [f"members: {members[i]}"] if members else []
-        if record["set"] is not None:
-            notes.append(f"{ans.coverage:.0%} set: {', '.join(record['set']) or 'empty'}")
-        if record["unusual"]:
-            notes.append("UNUSUAL INPUT: unlike the training images, do not trust this answer")
-        notes += (
-            ["inverted"] * prepared[i].inverted
-            + ([f"saw {record['prepared']}"] if args.show else [])
-            + ([f"why: {record['explained']}"] if ans.explained is not None else [])
-        )
-        # One line per image whatever the terminal's width: scripts read it line by line.
-        console.print(
-            f"{path}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        _print_line(record, members[i] if members else None, ans.coverage)
     if not args.json and not ans.calibrated and not is_export(args.checkpoint):
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
+
+
+def _record(ans: Answer, i: int, p: np.ndarray, path: str, top: int, inverted: bool) -> dict:
+    """Image `i`'s answer as `--json` prints it: the top classes, the flag, the set."""
+    order = np.argsort(p)[::-1]
+    in_set = None
+    if ans.prediction_set is not None:  # most probable first
+        in_set = [data_mod.CLASS_NAMES[c] for c in order if ans.prediction_set[i, c]]
+    return {
+        "path": path,
+        "top": [
+            {"class": data_mod.CLASS_NAMES[c], "probability": float(p[c])} for c in order[:top]
+        ],
+        "calibrated": ans.calibrated,
+        "unusual": None if ans.unusual is None else bool(ans.unusual[i]),
+        "score": None if ans.trust_score is None else float(ans.trust_score[i]),
+        "threshold": ans.threshold,
+        "inverted": inverted,
+        "set": in_set,
+        "set_coverage": ans.coverage,
+    }
+
+
+def _print_line(record: dict, members: str | None, coverage: float | None) -> None:
+    """One line per image whatever the terminal's width: scripts read it line by line."""
+    guesses = ", ".join(f"{t['class']} {t['probability']:.1%}" for t in record["top"])
+    notes = [f"members: {members}"] if members else []
+    if record["set"] is not None:
+        notes.append(f"{coverage:.0%} set: {', '.join(record['set']) or 'empty'}")
+    if record["unusual"]:
+        notes.append("UNUSUAL INPUT: unlike the training images, do not trust this answer")
+    notes += ["inverted"] * record["inverted"]
+    notes += [f"saw {record['prepared']}"] if "prepared" in record else []
+    notes += [f"why: {record['explained']}"] if "explained" in record else []
+    console.print(
+        f"{record['path']}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _save_explanation(e: Explanation, i: int, pixels, probs, path, folder: Path) -> Path:
