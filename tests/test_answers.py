@@ -47,7 +47,8 @@ def test_a_calibrated_answer_is_the_reference_s(models, images, real_data, which
     assert got.coverage == 0.9
     assert_sets_match(got.prediction_set, ref, calibration.sets.thresholds)
     k = 1 if which == "one model" else 2
-    each = [numpy_reference(m, images)["probabilities"] for m in _members(model, k)]
+    members = [model] if k == 1 else [ef.select_members(model, i) for i in range(k)]
+    each = [numpy_reference(m, images)["probabilities"] for m in members]
     np.testing.assert_allclose(got.member_probabilities, np.stack(each), atol=1e-5)
     assert set(got.outputs()) == {
         "logits",
@@ -56,14 +57,6 @@ def test_a_calibrated_answer_is_the_reference_s(models, images, real_data, which
         "unusual",
         "prediction_set",
     }
-
-
-def _members(stack, k):
-    import jax.tree_util as jtu
-
-    if k == 1:
-        return [stack]
-    return [jtu.tree_map(lambda x, i=i: x[i] if eqx.is_array(x) else x, stack) for i in range(k)]
 
 
 def test_an_uncalibrated_answer_has_no_flag_and_no_set(models, images):

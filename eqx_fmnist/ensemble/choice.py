@@ -124,11 +124,11 @@ def _on_own_rows(
     evaluated: Callable[[ArrayDataset | None, MLP], EvalResult | None],
     train: ArrayDataset,
     validation: ArrayDataset | None,
-    rows: Subsets,
+    rows: Subsets | None,
 ) -> Callable[[MLP], EvalResult | None]:
     """Each member evaluated on the rows it never trained on, pooled (out-of-fold) with
     each member's figures in `members`; without held-out rows, the validation split."""
-    if rows.held_out is None:
+    if rows is None or rows.held_out is None:
         return lambda model: evaluated(validation, model)
     if validation is not None:
         raise ValueError(
@@ -146,6 +146,20 @@ def _on_own_rows(
         return EvalResult(loss, accuracy, n, tuple(each))
 
     return pooled
+
+
+class _OnTheirRows(Members):
+    """Members that may train on rows of their own: each is validated on the rows it
+    held out (folds), else on the validation split."""
+
+    def validator(
+        self,
+        evaluated: Callable[[ArrayDataset | None, MLP], EvalResult | None],
+        train: ArrayDataset,
+        validation: ArrayDataset | None,
+        rows: Subsets | None,
+    ) -> Callable[[MLP], EvalResult | None]:
+        return _on_own_rows(evaluated, train, validation, rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +205,7 @@ class Grid(Members):
 
 
 @dataclasses.dataclass(frozen=True)
-class Folds(Members):
+class Folds(_OnTheirRows):
     """K-fold cross-validation: member `i` (seed `config.seed + i`) trains on every fold
     but fold `i` and is validated on fold `i`; the folds are dealt by `config.seed`."""
 
@@ -214,22 +228,12 @@ class Folds(Members):
             )
         return subsets
 
-    def validator(
-        self,
-        evaluated: Callable[[ArrayDataset | None, MLP], EvalResult | None],
-        train: ArrayDataset,
-        validation: ArrayDataset | None,
-        rows: Subsets | None,
-    ) -> Callable[[MLP], EvalResult | None]:
-        assert rows is not None, "folds have rows"
-        return _on_own_rows(evaluated, train, validation, rows)
-
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "k": self.k}
 
 
 @dataclasses.dataclass(frozen=True)
-class Bootstrap(Members):
+class Bootstrap(_OnTheirRows):
     """`n` members (seeds `config.seed` on), each trained on its own resample of the
     training rows (drawn with replacement, by `config.seed`)."""
 
@@ -250,7 +254,7 @@ class Bootstrap(Members):
 
 
 @dataclasses.dataclass(frozen=True)
-class Listed(Members):
+class Listed(_OnTheirRows):
     """The member configs given (say, a sweep's best points retrained): they must agree
     with the run's config on every field but `seed` and the batched numbers. `rows`:
     a row table of one's own ([`Subsets`][eqx_fmnist.subsets.Subsets]: each member's
@@ -277,17 +281,6 @@ class Listed(Members):
         if t is not None and t.train.size and not 0 <= t.train.min() <= t.train.max() < num_train:
             raise ValueError(f"`table` names rows outside the {num_train:,} training examples.")
         return t
-
-    def validator(
-        self,
-        evaluated: Callable[[ArrayDataset | None, MLP], EvalResult | None],
-        train: ArrayDataset,
-        validation: ArrayDataset | None,
-        rows: Subsets | None,
-    ) -> Callable[[MLP], EvalResult | None]:
-        if rows is None:
-            return lambda model: evaluated(validation, model)
-        return _on_own_rows(evaluated, train, validation, rows)
 
 
 def members_from(record: Mapping[str, Any] | None, configs: Sequence[TrainConfig]) -> Members:

@@ -33,6 +33,7 @@ from .saved import (
     Run as Run,
     checkpoint_path as checkpoint_path,
     open_teacher as open_teacher,
+    read_teacher as read_teacher,
 )
 from .summary import (
     CHECKPOINT_NAME as CHECKPOINT_NAME,

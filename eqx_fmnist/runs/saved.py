@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from jaxtyping import Array, Shaped
 
 from ..answers import Answer, answer
 from ..augment import TTA_VIEWS, Move, tta_name
@@ -131,7 +132,7 @@ class Run:
 
     def answer(
         self,
-        images: np.ndarray,
+        images: Shaped[Array | np.ndarray, "n 784"],
         *,
         tta: str | None = None,
         members: bool = False,
@@ -151,20 +152,8 @@ class Run:
 
     def teacher(self) -> Path | None:
         """The checkpoint of the teacher a distilled run learnt from (`teacher.json`),
-        else `None`."""
-        file = self.folder / TEACHER_FILE
-        if not file.is_file():
-            return None
-        try:
-            named = json.loads(file.read_text())["teacher"]
-            if not isinstance(named, str) or not named:
-                raise TypeError(f"the teacher is {named!r}, not a path")
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-            raise RunError(
-                f"{file} does not name a teacher ({type(e).__name__}: {e}); write "
-                '{"teacher": "RUN_DIR"} into it, or delete it to resume without one.'
-            ) from None
-        return Path(named)
+        else `None` ([`read_teacher`][eqx_fmnist.runs.saved.read_teacher])."""
+        return read_teacher(self.folder)
 
 
 def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, MLP]:
@@ -187,3 +176,25 @@ def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, M
     except ValueError as e:
         raise RunError(str(e)) from None
     return run.checkpoint, run.model
+
+
+def read_teacher(folder: str | os.PathLike) -> Path | None:
+    """The teacher `folder/teacher.json` names (a distilled run's), else `None`.
+
+    **Raises:**
+
+    `RunError` naming the file when it names no teacher.
+    """
+    file = Path(folder) / TEACHER_FILE
+    if not file.is_file():
+        return None
+    try:
+        named = json.loads(file.read_text())["teacher"]
+        if not isinstance(named, str) or not named:
+            raise TypeError(f"the teacher is {named!r}, not a path")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise RunError(
+            f"{file} does not name a teacher ({type(e).__name__}: {e}); write "
+            '{"teacher": "RUN_DIR"} into it, or delete it to resume without one.'
+        ) from None
+    return Path(named)
