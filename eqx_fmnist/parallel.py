@@ -12,18 +12,19 @@ after `jax.distributed.initialize()` in every process, on many machines.
     Every process runs the same program. Before anything else touches JAX:
 
     ```python
-    import jax
-    jax.distributed.initialize(
+    from eqx_fmnist.parallel import initialize
+
+    initialize(
         coordinator_address="10.0.0.1:1234",  # process 0's host and a free port
         num_processes=4,
         process_id=int(os.environ["RANK"]),
     )
     ```
 
-    Under SLURM, Open MPI or on Cloud TPU, `jax.distributed.initialize()` with no
-    arguments reads all three from the environment. Then `fit(config, splits)` with
-    `config.devices` equal to `jax.device_count()` trains over every device of every
-    process; only process 0 should write files (`jax.process_index() == 0`).
+    Under Slurm, Open MPI or on Cloud TPU, `initialize()` with no arguments reads all
+    three from the environment. Then `fit(config, splits)` with `config.devices` equal
+    to `jax.device_count()` trains over every device of every process; only process 0
+    should write files (`jax.process_index() == 0`).
 """
 
 import os
@@ -47,7 +48,8 @@ def make_mesh(devices: int | Sequence[jax.Device] | None = None) -> Mesh:  # pyr
 
     **Raises:**
 
-    `ValueError` when more devices are asked for than exist, or none.
+    `ValueError` when more devices are asked for than exist, or none, or (in a
+    multi-process run) fewer than all.
     """
     available = jax.devices()
     if devices is None:
@@ -61,6 +63,12 @@ def make_mesh(devices: int | Sequence[jax.Device] | None = None) -> Mesh:  # pyr
                 f"({available[0].platform}); choose 1..{len(available)}. For simulated CPU "
                 "devices set XLA_FLAGS=--xla_force_host_platform_device_count=N before "
                 "importing JAX."
+            )
+        if jax.process_count() > 1 and devices != len(available):
+            raise ValueError(
+                f"asked for {devices} devices, but a run over {jax.process_count()} "
+                f"processes trains on all {len(available)} devices of all of them: "
+                f"devices={len(available)} (--devices {len(available)})."
             )
         chosen = available[:devices]
     else:
@@ -128,6 +136,62 @@ def to_local(tree):
         return x
 
     return jax.tree.map(local, tree)
+
+
+HEARTBEAT_S = 10
+
+
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    heartbeat_s: int = HEARTBEAT_S,
+    timeout_s: int = 300,
+) -> tuple[int, int]:
+    """Join a multi-process run: `jax.distributed.initialize` with what a CPU needs and
+    a short heartbeat. Call it in every process before anything else runs on JAX.
+
+    With no arguments, JAX reads the three from a job scheduler's environment (Slurm's
+    `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_STEP_NODELIST` and `SLURM_JOB_ID`; Open MPI;
+    Cloud TPU). On CPUs the processes' collectives run over Gloo.
+
+    **Arguments:**
+
+    - `coordinator_address`: process 0's `host:port`.
+    - `num_processes`, `process_id`: how many processes, and this one's index.
+    - `heartbeat_s`: a process that stops answering for this long (its host lost, the
+        process frozen) fails the run. A process that dies outright fails it at once:
+        the next collective of the others raises `jax.errors.JaxRuntimeError`.
+    - `timeout_s`: how long to wait for every process to join.
+
+    **Returns:**
+
+    `(process_index, process_count)`.
+
+    **Raises:**
+
+    `ValueError` when no argument is given and no scheduler is found.
+    """
+    # CPU devices reach each other over Gloo (a GPU's collectives are not affected).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(
+            coordinator_address,
+            num_processes,
+            process_id,
+            initialization_timeout=timeout_s,
+            heartbeat_timeout_seconds=heartbeat_s,
+        )
+    except ValueError as e:  # JAX's words: "coordinator_address should be defined."
+        if None in (coordinator_address, num_processes, process_id):
+            raise ValueError(
+                "no job scheduler found to start a multi-process run (Slurm's SLURM_* or "
+                "Open MPI's OMPI_* variables): start every process under srun or mpirun, "
+                f"or pass coordinator_address, num_processes and process_id ({e})"
+            ) from e
+        raise
+    return jax.process_index(), jax.process_count()
 
 
 PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"

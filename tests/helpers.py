@@ -423,3 +423,30 @@ def small_config(**kw):
 
     base = dict(steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant")
     return TrainConfig(**(base | kw))
+
+
+def slurm_job() -> int:
+    """A Slurm job id whose coordinator port is free here: JAX's Slurm support puts
+    process 0's coordinator on port 61440 + job id % 4096 of the first node listed."""
+    import random
+    import socket
+
+    while True:
+        job = random.randrange(10**6)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", 61440 + job % 4096))
+            except OSError:
+                continue
+        return job
+
+
+def slurm_env(job: int, rank: int, tasks: int = 2) -> dict[str, str]:
+    """What `srun --ntasks=2` sets for task `rank`, set by hand on one machine."""
+    return {
+        "SLURM_JOB_ID": str(job),
+        "SLURM_STEP_NODELIST": "127.0.0.1",
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank),
+    }

@@ -42,10 +42,15 @@ def shown_commands(page: Path) -> list[list[str]]:
 PAGES_WITH_COMMANDS = [p for p in PAGES if shown_commands(p)]
 
 
+def subcommand(argv: list[str]) -> str:
+    """The command of a command line (`train` in `--distributed train ...`)."""
+    return next(a for a in argv if not a.startswith("-"))
+
+
 def alone(argv: list[str]) -> bool:
     """A command that needs no earlier one and takes a while: its own test case, so the
     suite's workers share the page's commands."""
-    return argv[0] == "bench" or "--devices" in argv
+    return subcommand(argv) == "bench" or "--devices" in argv
 
 
 def _makes(argv: list[str]) -> str | None:
@@ -53,7 +58,7 @@ def _makes(argv: list[str]) -> str | None:
     of folder a placeholder names (`<run>`, `<sweep>`, `<cv>`)."""
     if "--out" in argv:
         return argv[argv.index("--out") + 1]
-    return {"train": "<run>", "sweep": "<sweep>", "cv": "<cv>"}.get(argv[0])
+    return {"train": "<run>", "sweep": "<sweep>", "cv": "<cv>"}.get(subcommand(argv))
 
 
 def _needed(commands: list[list[str]], shown_before: set[str]) -> list[list[str]]:
@@ -154,7 +159,7 @@ class Session:
 
     def quick(self, argv: list[str]) -> list[str]:
         argv = [self.resolve(a) for a in argv]
-        if argv[0] in ("train", "sweep", "cv") and "--resume" not in argv:
+        if subcommand(argv) in ("train", "sweep", "cv") and "--resume" not in argv:
             for flag in ("--epochs", "--steps"):
                 while flag in argv:
                     i = argv.index(flag)
@@ -162,7 +167,7 @@ class Session:
             argv += QUICK
             if "--out" not in argv:
                 argv += ["--out", f"runs/quick-{len(self.runs) + len(self.sweeps) + len(self.cvs)}"]
-        if argv[0] == "bench" and "--out" not in argv:
+        if subcommand(argv) == "bench" and "--out" not in argv:
             argv += ["--out", "bench"]  # and the table and chart, to look at
         return argv
 
@@ -176,7 +181,11 @@ class Session:
             # checkpoint, before its summary, stands in: the resume finishes it.
             resumed = self.folder / argv[argv.index("--resume") + 1]
             (resumed if resumed.is_dir() else resumed.parent).joinpath("summary.json").unlink()
-        if "--devices" in argv:  # more devices than this process has: a fresh one
+        if "--distributed" in argv:  # `srun --ntasks=2 ...`: Slurm's variables by hand
+            done = run_under_slurm(argv, self.folder)
+            assert all(d.returncode == 0 for d in done), (argv, [d.stderr[-2000:] for d in done])
+            printed = done[0].stdout
+        elif "--devices" in argv:  # more devices than this process has: a fresh one
             env = {
                 **os.environ,
                 "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
@@ -198,23 +207,51 @@ class Session:
                 status = main(["--no-compile-cache", *argv])
             printed = out.getvalue()
             assert status == 0, (argv, printed[-2000:])
-        if argv[0] == "cv":
+        if subcommand(argv) == "cv":
             folder = self.folder / argv[argv.index("--out") + 1]
             assert (folder / "cv.json").is_file() and (folder / "out_of_fold.npz").is_file()
             self.cvs.append(folder)
-        if argv[0] in ("train", "sweep"):
+        if subcommand(argv) in ("train", "sweep"):
             if "--out" in argv:
                 folder = self.folder / argv[argv.index("--out") + 1]
             else:  # --resume RUN or RUN/checkpoint.eqx
                 resumed = self.folder / argv[argv.index("--resume") + 1]
                 folder = resumed if resumed.is_dir() else resumed.parent
             assert (folder / "summary.json").is_file() and (folder / "checkpoint.eqx").is_file()
-            (self.sweeps if argv[0] == "sweep" else self.runs).append(folder)
+            (self.sweeps if subcommand(argv) == "sweep" else self.runs).append(folder)
             if "--profile" in argv:
                 assert list((folder / "profile").rglob("*.trace.json.gz")), "no trace"
             if "--calibrate" in argv:
                 assert (folder / "calibration.safetensors").is_file()
         return printed
+
+
+def run_under_slurm(argv: list[str], folder: Path, tasks: int = 2):
+    """`srun --ntasks=TASKS eqx-fmnist ARGV` on this machine: each process with its own
+    CPU device and the variables Slurm would set; their completed processes."""
+    from helpers import slurm_env, slurm_job
+
+    job = slurm_job()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "eqx_fmnist", "--no-compile-cache", *argv],
+            cwd=folder,
+            env={**os.environ, "JAX_PLATFORMS": "cpu", **slurm_env(job, rank, tasks)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(tasks)
+    ]
+    try:
+        outputs = [p.communicate(timeout=600) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [
+        subprocess.CompletedProcess(p.args, p.returncode, out, err)
+        for p, (out, err) in zip(procs, outputs, strict=True)
+    ]
 
 
 @pytest.mark.slow
@@ -240,7 +277,7 @@ def test_every_shown_command_runs(page, group, real_data, tmp_path, monkeypatch)
     assert commands
     for argv in commands:
         printed = session.run(list(argv))
-        command = argv[0]
+        command = subcommand(argv)
         if command == "data":
             assert "checksums verified" in printed and "60,000" in printed
         elif command == "evaluate":

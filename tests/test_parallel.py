@@ -127,3 +127,73 @@ def test_the_suite_sets_how_jax_allocates_before_jax_starts():
     import os
 
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" in os.environ
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed", [1, 0])
+def test_slurm_starts_two_processes_and_a_killed_one_stops_the_other(killed, real_data, tmp_path):
+    """`--distributed` finds both processes from Slurm's variables alone; killing one
+    makes the other exit non-zero at its next collective, and the checkpoint holds."""
+    import signal
+    import time
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.parallel import HEARTBEAT_S
+
+    from helpers import slurm_env, slurm_job, wait_for
+
+    out, job = tmp_path / "run", slurm_job()
+    # Steps enough that the run is still training when the kill comes.
+    flags = ["--steps", 100000, "--log-every", 10, "--hidden", 8, "--batch-size", 64]
+    flags += ["--devices", 2, "--checkpoint-every", "20steps", "--data-dir", real_data.source]
+    command = [sys.executable, "-m", "eqx_fmnist", "--distributed", "train", "--out", out]
+    procs = [
+        subprocess.Popen(
+            list(map(str, command + flags)),
+            env={**os.environ, **slurm_env(job, rank)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    survivor = procs[1 - killed]
+    try:
+        assert wait_for(out / "checkpoint.eqx", timeout=240), procs[0].stderr
+        procs[killed].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = survivor.communicate(timeout=4 * HEARTBEAT_S)
+        took = time.monotonic() - killed_at
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stderr.close()
+    # Within a heartbeat, not the minutes of JAX's defaults, and never a success.
+    assert survivor.returncode != 0 and took < 2 * HEARTBEAT_S, (took, err)
+    if killed == 1:  # process 0 (the coordinator, the writer) says it in one line
+        assert survivor.returncode == 1
+        (line,) = err.strip().splitlines()
+        assert "another process of this 2-process run was lost" in line
+        assert f"--resume {out / 'checkpoint.eqx'}" in line
+    # The last checkpoint stays loadable: what process 0 saved, whole.
+    run = ef.runs.Run.open(out)
+    assert run.config.devices == 2 and run.step > 0 and run.step % 20 == 0
+    assert np.isfinite(np.asarray(run.model.layers[0].weight)).all()
+
+
+def test_distributed_without_a_scheduler_is_one_line(monkeypatch):
+    import jax
+
+    from helpers import run_cli_here, slurm_env
+
+    for name in [*slurm_env(0, 0), "OMPI_MCA_orte_hnp_uri", "PMIX_SERVER_URI"]:
+        monkeypatch.delenv(name, raising=False)
+    before = jax.config.jax_cpu_collectives_implementation
+    try:
+        r = run_cli_here("--distributed", "data")
+    finally:
+        jax.config.update("jax_cpu_collectives_implementation", before)
+    assert r.returncode == 2 and not r.stdout
+    (line,) = r.stderr.splitlines()
+    assert "no job scheduler found" in line and "srun or mpirun" in line

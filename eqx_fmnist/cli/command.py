@@ -9,14 +9,18 @@ generated from [`TrainConfig`][eqx_fmnist.config.TrainConfig]'s fields (`cli/fla
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
+
+import jax
 
 from .. import data as data_mod
 from ..cache import COMPILE_CACHE_ENV, compile_cache_dir, enable_compile_cache
 from ..checkpoint import CheckpointError
+from ..parallel import HEARTBEAT_S, initialize
 from ..runs import RunError
-from .common import UsageError, os_error_line
+from .common import UsageError, is_lost_process, lost_process, os_error_line
 from .evaluate import add_evaluate_parser
 from .export import add_export_parser
 from .folds import add_audit_parser, add_cv_parser
@@ -26,7 +30,8 @@ from .train import add_sweep_parser, add_train_parser
 
 EXIT_STATUSES = """exit status:
   0    done
-  1    training stopped on a NaN or infinite loss (the last good checkpoint is kept)
+  1    training stopped on a NaN or infinite loss, or on a lost process of a
+       multi-process run (--distributed); the last good checkpoint is kept
   2    bad input: a flag, a file, a folder or the data (one line on stderr; nothing written)
   130  interrupted (Ctrl-C or SIGTERM; continue with --resume RUN/checkpoint.eqx)"""
 
@@ -48,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     no_cache = f"do not keep or reuse compiled programs (see ${COMPILE_CACHE_ENV})"
     parser.add_argument("--no-compile-cache", action="store_true", help=no_cache)
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="one process of a multi-process run, started by Slurm (srun) or Open MPI "
+        "(mpirun): every process runs the same command with --devices equal to all "
+        f"devices; a process silent for {HEARTBEAT_S} s fails the run",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     add_data_parser(sub)
     add_train_parser(sub)
@@ -71,19 +83,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_compile_cache:
         enable_compile_cache(compile_cache_dir())
     try:
-        return args.func(args)
+        if args.distributed:
+            initialize()
+        status = args.func(args)
+    except jax.errors.JaxRuntimeError as e:
+        if not is_lost_process(e):
+            raise
+        print(f"eqx-fmnist {args.command}: error: {lost_process(e)}", file=sys.stderr)
+        status = 1
     except OSError as e:  # the disk, the permissions, a path: the path and what to do
         if args.verbose:
             raise
         print(f"eqx-fmnist {args.command}: error: {os_error_line(e)}", file=sys.stderr)
-        return 2
+        status = 2
     except (UsageError, RunError, CheckpointError, data_mod.DataError, ValueError) as e:
         # Library errors name the thing and the fix; a traceback adds nothing (unless
         # asked for with --verbose). Anything else is a bug and keeps its traceback.
         if args.verbose:
             raise
         print(f"eqx-fmnist {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        status = 2
     except KeyboardInterrupt:
         print("eqx-fmnist: interrupted", file=sys.stderr)
-        return 130
+        status = 130
+    if status and jax.process_count() > 1:
+        # JAX's shutdown waits for every process at a barrier; one that failed alone (or
+        # whose peer is gone) would wait there, then abort with a page of log: leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status

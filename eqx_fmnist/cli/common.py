@@ -3,6 +3,7 @@ training progress bar and what to say when training stops, tables."""
 
 import argparse
 import errno
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -64,6 +65,9 @@ def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
 
 def stopped(e: BaseException, run: RunFolder, command: str = "train") -> int:
     """Say why training stopped and what was kept; the exit status."""
+    if is_lost_process(e):
+        print(f"eqx-fmnist {command}: error: {lost_process(e, run)}", file=sys.stderr)
+        return 1
     if isinstance(e, NonFiniteError):
         kept = "no checkpoint was written"
         if run.saved_step:
@@ -76,6 +80,31 @@ def stopped(e: BaseException, run: RunFolder, command: str = "train") -> int:
     else:
         print(f"eqx-fmnist {command}: interrupted before the first checkpoint.", file=sys.stderr)
     return 130
+
+
+def is_lost_process(e: BaseException) -> bool:
+    """Whether `e` is a collective failing because another process is gone (its Gloo
+    connection closed, or the coordinator's heartbeat missed)."""
+    text = str(e)
+    return (
+        isinstance(e, jax.errors.JaxRuntimeError)
+        and jax.process_count() > 1
+        and any(s in text for s in ("Gloo", "closed by peer", "UNAVAILABLE", "heartbeat"))
+    )
+
+
+def lost_process(e: BaseException, run: RunFolder | None = None) -> str:
+    """What to say when another process of a multi-process run is gone."""
+    first = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(e).strip().splitlines()[0])[:160]
+    what = f"another process of this {jax.process_count()}-process run was lost ({first})"
+    if run is None or jax.process_index() != 0:
+        return f"{what}; process 0 keeps the run folder: start every process again."
+    if not run.saved_step:
+        return f"{what}; no checkpoint was written: start every process again."
+    return (
+        f"{what}; the last checkpoint (step {run.saved_step:,}) is {run.checkpoint}: start "
+        f"every process again with --resume {run.checkpoint}."
+    )
 
 
 def train_with_progress(
@@ -115,6 +144,11 @@ def train_with_progress(
         try:
             return train(callbacks)
         except (Interrupted, KeyboardInterrupt, NonFiniteError) as e:
+            bar.stop()
+            return stopped(e, run, command)
+        except jax.errors.JaxRuntimeError as e:
+            if not is_lost_process(e):
+                raise
             bar.stop()
             return stopped(e, run, command)
         finally:

@@ -52,7 +52,7 @@ def check_memory(
     per_member = 4 * state_bytes(config, num_train)
     per_member += 2 * 4 * config.batch_size * (784 + 3 * (sum(config.hidden_sizes) + 10))
     need = len(configs) * per_member + data_bytes
-    device = device or jax.devices()[0]
+    device = device or jax.local_devices()[0]
     have, kind = _device_memory(device)
     if need > MEMORY_FRACTION * have:
         fits = max(0, int((MEMORY_FRACTION * have - data_bytes) // per_member))

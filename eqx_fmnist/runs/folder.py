@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jax
+
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import save_checkpoint
 from ..config import TrainConfig
@@ -165,7 +167,7 @@ class RunFolder:
         self.members = None if members is None else members.configs(config)
         self._choice = None if members is None else members.to_dict()
         try:
-            if config.devices > 1:
+            if config.devices > 1 or jax.process_count() > 1:
                 make_mesh(config.devices)  # as many devices as it asks for
             check_memory(self.members or (config,), num_train)
         except ValueError as e:
