@@ -171,7 +171,8 @@ def initialize(
 
     **Raises:**
 
-    `ValueError` when no argument is given and no scheduler is found.
+    `ValueError` when no argument is given and no scheduler is found, or when JAX
+    already ran something in this process.
     """
     # CPU devices reach each other over Gloo (a GPU's collectives are not affected).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -183,6 +184,11 @@ def initialize(
             initialization_timeout=timeout_s,
             heartbeat_timeout_seconds=heartbeat_s,
         )
+    except RuntimeError as e:  # JAX's words: "... must be called before any JAX calls"
+        raise ValueError(
+            "a multi-process run must be joined before anything runs on JAX (an array, "
+            "`jax.devices()`): call `initialize()` first thing in every process."
+        ) from e
     except ValueError as e:  # JAX's words: "coordinator_address should be defined."
         if None in (coordinator_address, num_processes, process_id):
             raise ValueError(

@@ -5,7 +5,7 @@ import argparse
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from helpers import idx_bytes
 
@@ -248,15 +248,16 @@ def test_a_history_of_any_lines_reads_or_is_refused_naming_the_line(tmp_path_fac
     from eqx_fmnist.runs import RunError, read_history
 
     folder = tmp_path_factory.mktemp("history")
-    good = [{"step": 4 * (i + 1), "loss": 1.0} for i in range(3)]
+    good = [{"step": 4 * (i + 1), "loss": 1.0, "accuracy": 0.5} for i in range(3)]
     written = [_dumps(x) for x in (*good, *lines)]
     (folder / "history.jsonl").write_text("".join(t + "\n" for t in written if t is not None))
     try:
         records = read_history(folder)
     except RunError as e:
-        assert "history.jsonl, line " in str(e)
+        assert "history.jsonl, line " in str(e) and int(str(e).split("line ")[1][0]) > 3
         return
-    assert all(isinstance(r, dict) and type(r["step"]) is int for r in records)
+    assert all(type(r["step"]) is int for r in records)
+    assert all(type(r["loss"]) in (int, float) for r in records if "members" not in r)
 
 
 @fields
@@ -321,3 +322,109 @@ def test_an_export_manifest_mutated_field_by_field_answers_or_is_refused(artifac
             assert path.name in str(e)
     finally:
         manifest_file.write_text(original)
+
+
+# ------------------------------------------------------------- a run folder, at the CLI
+# The same mutations reach the command line through a whole run folder: every file a
+# command reads back (the checkpoint's header and the calibration for `evaluate`; the
+# history for `train --resume`, of a run stopped after its last checkpoint), changed one
+# field, one byte or one cut at a time, is read (exit 0) or refused in one line naming
+# that file (exit 2, nothing written).
+
+CLI_EXAMPLES = 40
+at_the_cli = settings(
+    max_examples=CLI_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+READ_BACK = {"checkpoint.eqx": "evaluate", "calibration.safetensors": "evaluate"}
+READ_BACK["history.jsonl"] = "resume"
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory, real_data):
+    from helpers import run_cli_here
+
+    out = tmp_path_factory.mktemp("fuzzed") / "run"
+    tiny = ["--steps", 4, "--log-every", 2, "--hidden", 8, "--calibrate", 2000]
+    done = run_cli_here("train", *tiny, "--out", out, "--data-dir", real_data.source)
+    assert done.returncode == 0, done.stderr
+    (out / "summary.json").unlink()  # stopped after its last checkpoint: resumable
+    return out
+
+
+def _json_part(raw: bytes, name: str, data) -> tuple[int, int]:
+    """Where a JSON object lies in a file the library writes: a line of the history;
+    after the magic and a length in a checkpoint; after the 8-byte length in a
+    safetensors file."""
+    if name == "history.jsonl":
+        lines = raw.splitlines(keepends=True)
+        i = data.draw(st.integers(0, len(lines) - 1))
+        start = sum(map(len, lines[:i]))
+        return start, start + len(lines[i].rstrip(b"\n"))
+    if name == "checkpoint.eqx":
+        from eqx_fmnist.checkpoint import MAGIC
+
+        start = len(MAGIC) + 8
+        return start, start + int.from_bytes(raw[len(MAGIC) : start], "little")
+    return 8, 8 + int.from_bytes(raw[:8], "little")
+
+
+def _mutated_file(raw: bytes, name: str, data) -> bytes | None:
+    """`raw` with one JSON field changed (a header's length kept consistent), one byte
+    made invalid UTF-8, or the file cut short."""
+    start, end = _json_part(raw, name, data)
+    how = data.draw(st.sampled_from(["field", "encoding", "truncation"]))
+    if how == "truncation":
+        return raw[: data.draw(st.integers(0, len(raw) - 1))]
+    if how == "encoding":
+        at = data.draw(st.integers(start, end - 1))
+        return raw[:at] + b"\xff" + raw[at + 1 :]
+    text = _dumps(_mutated(json.loads(raw[start:end]), data))
+    if text is None:
+        return None
+    head = text.encode()
+    if name == "history.jsonl":
+        return raw[:start] + head + raw[end:]
+    length = len(head).to_bytes(8, "little")
+    if name == "checkpoint.eqx":
+        from eqx_fmnist.checkpoint import MAGIC
+
+        return MAGIC + length + head + raw[end:]
+    return length + head + raw[end:]
+
+
+def _files(folder) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(READ_BACK))
+@at_the_cli
+@given(data=st.data())
+def test_a_run_folder_file_mutated_is_read_or_refused_in_one_line(
+    run_folder, name, data, tmp_path_factory
+):
+    import shutil
+
+    from helpers import run_cli_here
+
+    folder = tmp_path_factory.mktemp("mutated") / "run"
+    shutil.copytree(run_folder, folder)
+    original = (folder / name).read_bytes()
+    if (mutated := _mutated_file(original, name, data)) is None:
+        return
+    (folder / name).write_bytes(mutated)
+    before = _files(folder)
+    if READ_BACK[name] == "evaluate":
+        done = run_cli_here("evaluate", folder)
+    else:
+        done = run_cli_here("train", "--resume", folder / "checkpoint.eqx")
+    event("read" if done.returncode == 0 else "refused")  # --hypothesis-show-statistics
+    try:
+        if done.returncode == 0:
+            return
+        assert done.returncode == 2, done.stderr[-2000:]
+        (line,) = done.stderr.strip().splitlines()
+        assert name in line, line
+        assert _files(folder) == before  # refused: nothing written
+    finally:
+        shutil.rmtree(folder.parent)

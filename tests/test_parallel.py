@@ -182,18 +182,27 @@ def test_slurm_starts_two_processes_and_a_killed_one_stops_the_other(killed, rea
     assert np.isfinite(np.asarray(run.model.layers[0].weight)).all()
 
 
-def test_distributed_without_a_scheduler_is_one_line(monkeypatch):
-    import jax
+def test_distributed_without_a_scheduler_is_one_line():
+    from helpers import run_cli, slurm_env
 
-    from helpers import run_cli_here, slurm_env
-
-    for name in [*slurm_env(0, 0), "OMPI_MCA_orte_hnp_uri", "PMIX_SERVER_URI"]:
-        monkeypatch.delenv(name, raising=False)
-    before = jax.config.jax_cpu_collectives_implementation
-    try:
-        r = run_cli_here("--distributed", "data")
-    finally:
-        jax.config.update("jax_cpu_collectives_implementation", before)
+    if any(name in os.environ for name in slurm_env(0, 0)):
+        pytest.skip("the suite itself runs under Slurm")
+    r = run_cli("--distributed", "data")  # a fresh process: JAX not yet started
     assert r.returncode == 2 and not r.stdout
     (line,) = r.stderr.splitlines()
     assert "no job scheduler found" in line and "srun or mpirun" in line
+
+
+def test_joining_after_jax_ran_is_a_clear_error():
+    import jax
+    import jax.numpy as jnp
+
+    from eqx_fmnist.parallel import initialize
+
+    jnp.zeros(1).block_until_ready()  # the backend is up in this process
+    before = jax.config.jax_cpu_collectives_implementation
+    try:
+        with pytest.raises(ValueError, match="must be joined before anything runs on JAX"):
+            initialize("127.0.0.1:1", 2, 0)
+    finally:
+        jax.config.update("jax_cpu_collectives_implementation", before)

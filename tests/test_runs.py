@@ -1,6 +1,7 @@
 """Run folders: history every interval, checkpoints on their own cadence, stops."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -154,7 +155,7 @@ def test_a_finished_run_is_not_resumed_and_a_resume_overwrites_no_other_run(tmp_
     for folder, steps in ((done, (8, 16, 24)), (other, (2, 4))):
         folder.mkdir()
         (folder / "summary.json").write_text("{}")
-        lines = "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in steps)
+        lines = "".join(json.dumps({"step": s, "loss": 1.0, "accuracy": 0.5}) + "\n" for s in steps)
         (folder / "history.jsonl").write_text(lines)
     with pytest.raises(RunError, match="has finished .step 24 of 24."):
         RunFolder(done, c, num_train=256, start_step=24)
@@ -169,13 +170,30 @@ def test_a_finished_run_is_not_resumed_and_a_resume_overwrites_no_other_run(tmp_
     assert [h["step"] for h in read_history(other)] == [8, 16]
 
 
-@pytest.mark.parametrize("line", ["[1, 2]", '"text"', '{"loss": 1.0}', '{"step": "4"}', "{"])
-def test_a_damaged_history_line_is_named(tmp_path, line):
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("[1, 2]", "is not a history record"),
+        ('"text"', "is not a history record"),
+        ('{"loss": 1.0}', "is not a history record"),
+        ('{"step": "4"}', "is not a history record"),
+        ("{", "is not a history record"),
+        ('{"step": 4, "loss": 1.0}', "has no `accuracy`"),
+        ('{"step": 4, "loss": 1.0, "accuracy": null}', "has `accuracy` null, not a number"),
+        ('{"step": 4, "loss": true, "accuracy": 0.5}', "has `loss` true, not a number"),
+        ('{"step": 4, "members": {}}', "has `members` that is not a list of records"),
+        ('{"step": 4, "members": [{"step": 4}]}', "has a member that has no `loss`"),
+    ],
+)
+def test_a_damaged_history_line_is_named(tmp_path, line, why):
     from eqx_fmnist.runs import RunError, read_history
 
-    (tmp_path / "history.jsonl").write_text('{"step": 2}\n' + line + "\n")
-    with pytest.raises(RunError, match=r"history.jsonl, line 2, is not a history record"):
+    good = '{"step": 2, "loss": 2.3, "accuracy": 0.1, "some_new_field": "kept"}'
+    (tmp_path / "history.jsonl").write_text(good + "\n" + line + "\n")
+    with pytest.raises(RunError, match=rf"history.jsonl, line 2, {re.escape(why)}"):
         read_history(tmp_path)
+    (tmp_path / "history.jsonl").write_text(good + "\n")
+    assert read_history(tmp_path)[0]["some_new_field"] == "kept"
 
 
 def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):

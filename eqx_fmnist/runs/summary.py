@@ -78,13 +78,36 @@ def tensorboard_writer(folder: Path):
     return SummaryWriter(logdir=str(folder))
 
 
+def _not_a_record(record: object) -> str | None:
+    """Why `record` is not a history record, or `None`: a JSON object with a whole
+    `step`, a `loss` and an `accuracy` (or `members`, a list of such records), whose
+    other known fields are numbers; an older run's record may lack the others."""
+    if not isinstance(record, dict) or type(record.get("step")) is not int:
+        return "is not a history record (a JSON object with a whole `step`)"
+    missing = [k for k in ("loss", "accuracy") if k not in record and "members" not in record]
+    if missing:
+        return f"has no `{missing[0]}`"
+    for key, value in record.items():
+        if key == "members":
+            if not isinstance(value, list) or not value:
+                return "has `members` that is not a list of records"
+            why = next(filter(None, map(_not_a_record, value)), None)
+            if why is not None:
+                return f"has a member that {why}"
+        elif key in History.__annotations__ and (
+            isinstance(value, bool) or not isinstance(value, int | float)
+        ):
+            return f"has `{key}` {json.dumps(value)[:40]}, not a number"
+    return None
+
+
 def read_history(folder: str | os.PathLike) -> list[History]:
     """The records of `folder/history.jsonl` (none if it does not exist).
 
     **Raises:**
 
     `RunError` naming the file and line of a record that is not a JSON object with a
-    whole `step`.
+    whole `step` and numbers for its other fields.
     """
     path = Path(folder) / "history.jsonl"
     if not path.is_file():
@@ -97,10 +120,11 @@ def read_history(folder: str | os.PathLike) -> list[History]:
             record = json.loads(line)
         except ValueError:
             record = None
-        if not isinstance(record, dict) or type(record.get("step")) is not int:
+        why = _not_a_record(record)
+        if why is not None:
             raise RunError(
-                f"{path}, line {i}, is not a history record (a JSON object with a whole "
-                "`step`): delete the line, or the file to start the history afresh."
+                f"{path}, line {i}, {why}: delete the line, or the file to start the "
+                "history afresh."
             )
         records.append(typing.cast(History, record))
     return records
