@@ -107,7 +107,8 @@ def test_the_finder_reads_the_readmes_commands():
     readme = shown_commands(ROOT / "README.md")
     assert ["data"] in readme and ["bench", "--quick"] in readme
     assert all(
-        c[0] in {"data", "train", "sweep", "evaluate", "predict", "export", "bench", "cv", "audit"}
+        subcommand(c)
+        in {"data", "train", "sweep", "evaluate", "predict", "export", "bench", "cv", "audit"}
         for p in PAGES_WITH_COMMANDS
         for c in shown_commands(p)
     )
@@ -131,7 +132,7 @@ def test_a_page_runs_what_no_earlier_page_ran_and_what_that_reads():
 def test_every_subcommand_is_shown_somewhere():
     from eqx_fmnist.cli import build_parser
 
-    shown = {c[0] for p in PAGES_WITH_COMMANDS for c in shown_commands(p)}
+    shown = {subcommand(c) for p in PAGES_WITH_COMMANDS for c in shown_commands(p)}
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(sub.choices) <= shown, set(sub.choices) - shown
 
