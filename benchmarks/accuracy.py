@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.bench import machine_line
 
 
 def main() -> None:
@@ -26,10 +26,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="a quick check: every run this many steps")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/accuracy.md"))
     args = parser.parse_args()
-    facts = machine_facts()
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
-        f"jax {facts['jax']}.",
+        machine_line(),
         "",
         "| run | precision | member (seed) | test accuracy | test loss |",
         "|---|---|---|---|---|",

@@ -32,7 +32,7 @@ import numpy as np
 
 import eqx_fmnist as ef
 from eqx_fmnist.augment import TTA_MIRROR, TTA_SHIFTS
-from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.bench import machine_line
 from eqx_fmnist.calibration import calibration_metrics, fit_temperature
 from eqx_fmnist.conformal import fit_sets, set_report
 
@@ -153,9 +153,8 @@ def main() -> None:
             models["distilled from the ensemble"] = ef.fit(config, splits, teacher=ensemble.model)
     if args.best:
         models["`best()`, seed 0"] = ef.fit(ef.TrainConfig.best(**held_out, **quick), splits)
-    facts = machine_facts()
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
+        f"{machine_line()} "
         f"5,000 training images held out to calibrate, 5,000 to validate; the models train "
         f"on 50,000; the test set is all 10,000.",
         "",

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from PIL import Image, ImageDraw
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.bench import machine_line
 from eqx_fmnist.calibration import calibration_report, evaluate_calibration
 from eqx_fmnist.data import prepare_image
 from eqx_fmnist.plots import save_figure
@@ -106,15 +106,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="a quick check: every run this many steps")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/calibration.md"))
     args = parser.parse_args()
-    facts = machine_facts()
     data = ef.load_fashion_mnist()
     train, test = ef.to_datasets(data)
     test_images = np.asarray(test.images)
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
-        f"jax {facts['jax']}.",
+        machine_line(),
         "",
-        "Produced by `python benchmarks/calibration.py`: the default recipe, `TrainConfig()` "
+        "The default recipe, `TrainConfig()` "
         f"({ef.TrainConfig().epochs} epochs, moved and mirrored batches).",
         "",
         f"### Calibration on the 10,000 test images ({args.calibrate:,} training images held "

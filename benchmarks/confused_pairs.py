@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.bench import machine_line
 
 
 def most_confused_pairs(cm: np.ndarray, count: int) -> list[tuple[int, int, int]]:
@@ -112,7 +112,6 @@ def main() -> None:
     index = np.array([i for i, _ in wanted])
     e = ef.explain(result.model, images[index], target=np.array([c for _, c in wanted]))
     maps = {key: e.attributions[k] for k, key in enumerate(wanted)}
-    facts = machine_facts()
     title = (
         f"Default recipe ({config.epochs or config.steps} {'epochs' if config.epochs else 'steps'}"
         f", test accuracy {result.test.accuracy:.4f}): the most confused pairs; red pushed "
@@ -124,8 +123,7 @@ def main() -> None:
     figure = args.figure
     fig.savefig(figure, dpi=90)
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
-        f"`python benchmarks/confused_pairs.py`: {title}.",
+        f"{machine_line()} {title}.",
         "",
         "| true -> said | test images | right (index, p) | wrong (index, p said, p true) | "
         "completeness error (largest of the pair's maps) |",

@@ -7,7 +7,7 @@
 2. The recommended recipe with 5 seeds: `fit_ensemble` once vs five `fit` calls, in this
    process, with each member's test accuracy next to its single run's.
 
-    python benchmarks/ensemble.py [--members 1 2 4 8] [--repeats 5] [--seeds 5] [--epochs 30]
+    python benchmarks/ensemble.py [--members 1 2 4 8] [--repeats 5] [--seeds 5] [--epochs 80]
         [--out benchmarks/results/ensemble.md]
 """
 
@@ -15,11 +15,10 @@ import argparse
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts, measure_interleaved
+from eqx_fmnist.bench import machine_line, measure_interleaved
 from eqx_fmnist.state import init_members
 
 
@@ -97,16 +96,12 @@ def main() -> None:
     parser.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--epochs", type=int, default=ef.TrainConfig().epochs)
     parser.add_argument("--skip-wall", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ensemble.md"))
     args = parser.parse_args()
-    facts = machine_facts()
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
-        f"jax {facts['jax']}, {jax.devices()[0].platform}.",
-        "",
-        "Produced by `python benchmarks/ensemble.py`.",
+        machine_line(),
         "",
         "### K members in one program vs one model (one epoch of the recipe per call)",
         "",

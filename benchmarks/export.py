@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.bench import machine_line
 from eqx_fmnist.data import prepare_image
 from eqx_fmnist.export import FORMATS, export_model, load_artifact, run_onnx
 
@@ -207,7 +207,6 @@ def main() -> None:
         help="test images the exports with views are checked and timed on",
     )
     args = parser.parse_args()
-    facts = machine_facts()
     data = ef.load_fashion_mnist()
     images = data.test_images.reshape(len(data.test_images), -1)
     config = ef.TrainConfig(epochs=args.epochs, calibration_size=5000)
@@ -225,10 +224,9 @@ def main() -> None:
     ]
     extra = installed_mb("onnx", "onnxruntime", "protobuf")
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
-        f"jax {facts['jax']}, onnxruntime {importlib.metadata.version('onnxruntime')}.",
+        f"{machine_line()} onnxruntime {importlib.metadata.version('onnxruntime')}.",
         "",
-        f"Produced by `python benchmarks/export.py`: the default recipe ({args.epochs} "
+        f"The default recipe ({args.epochs} "
         "epochs) with a calibration split of 5,000 training images, so that StableHLO, ONNX "
         "and the page carry the trust flag; every export is checked on all 10,000 test "
         "images before it is written.",

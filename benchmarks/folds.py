@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.bench import machine_line
 from eqx_fmnist.dataset import ArrayDataset
 from eqx_fmnist.step import compile_steps
 
@@ -83,10 +83,8 @@ def best_ensembles(args, config, splits) -> None:
         f"{k} fold members": ef.cross_validate(config, splits, k).result.model,
     }
     first = ef.select_members(models[f"{k} seeds, all the data"], 0)
-    facts = machine_facts()
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
-        f"`python benchmarks/folds.py --best`: members of `best()` ({config.epochs} epochs).",
+        f"{machine_line()} Members of `best()` ({config.epochs} epochs).",
         "",
         "| members | test | test mirrored |",
         "|---|---|---|",
@@ -150,10 +148,8 @@ def main() -> None:
         "folds": chunk_memory(cv.result, splits, cv.subsets),
         "seeds": chunk_memory(seeds, splits, None),
     }
-    facts = machine_facts()
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. "
-        f"`python benchmarks/folds.py`: the default recipe ({args.epochs} epochs), "
+        f"{machine_line()} The default recipe ({args.epochs} epochs), "
         f"{k} folds of the 60,000 training images.",
         "",
         "## Cross-validation",

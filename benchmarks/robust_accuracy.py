@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.bench import machine_line
 
 PUBLISHED = [
     ("MLPClassifier (the data set's paper)", 0.871),
@@ -93,10 +93,8 @@ def main() -> None:
     data = ef.load_fashion_mnist()
     train, test = ef.to_datasets(data)
     quick = {} if args.steps is None else {"steps": args.steps}
-    facts = machine_facts()
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores ({', '.join(facts['flags'])}); "
-        f"jax {facts['jax']}. Test accuracy on all 10,000 test images; shifts are the mean "
+        f"{machine_line()} Test accuracy on all 10,000 test images; shifts are the mean "
         "of left, right, up and down (zero fill).",
         "",
         "| model | seeds | clean | mirrored | shift 1 px | shift 2 px | shift 3 px | train s (each) |",

@@ -110,11 +110,9 @@ def main() -> None:
             f" ({min(values):.1f}..{max(values):.1f})" if len(values) > 1 else ""
         )
 
-    from eqx_fmnist.bench import machine_facts
+    from eqx_fmnist.bench import machine_line
 
-    facts = machine_facts()
-    flags = ", ".join(facts["flags"])
-    print(f"Machine: {facts['cpu']}, {facts['cores']} cores ({flags}); jax {facts['jax']}.\n")
+    print(machine_line() + "\n")
     print(f"{args.recipe} recipe, {args.precision}; seconds from calling fit()\n")
     print("| process | " + " | ".join(f"to {t:.2f}" for t in TARGETS) + " | load s | final |")
     print("|---|" + "---|" * (len(TARGETS) + 2))

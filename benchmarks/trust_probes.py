@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts
+from eqx_fmnist.bench import machine_line
 from eqx_fmnist.trust import AS_THEY_ARE, features
 
 CONFIDENT = 0.9
@@ -101,9 +101,8 @@ def main() -> None:
             ef.move_images(test_x, dx=dx, dy=dy) for dx, dy in ((2, 0), (-2, 0), (0, 2), (0, -2))
         ],
     }
-    facts = machine_facts()
     lines = [
-        f"Machine: {facts['cpu']}, {facts['cores']} cores; jax {facts['jax']}. Seed 0, 5,000 "
+        f"{machine_line()} Seed 0, 5,000 "
         f"training images held out to calibrate. A probe's cell: flagged / wrong answers "
         f"given with probability >= {CONFIDENT} (calibrated), of its images.",
         "",

@@ -22,6 +22,7 @@ from .timing import (
     MatmulBound as MatmulBound,
     Throughput as Throughput,
     machine_facts as machine_facts,
+    machine_line as machine_line,
     matmul_bound as matmul_bound,
     matmul_flops_per_example as matmul_flops_per_example,
     matmul_shapes as matmul_shapes,

@@ -12,6 +12,7 @@ import dataclasses
 import importlib.metadata
 import os
 import platform
+import sys
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -163,6 +164,26 @@ def machine_facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
     }
+
+
+def machine_line(command: str | None = None) -> str:
+    """The first line of a results file: the machine (CPU model, cores, the flags of
+    [`CPU_FLAGS`][eqx_fmnist.bench.timing.CPU_FLAGS] it has, or that it has none of
+    them), the jax version, and the command that made the file (by default this
+    process's: `python` and its arguments).
+
+    !!! example
+
+        `Machine: Intel(R) Xeon(R) Processor, 2 cores (flags: avx2, fma, avx512f); jax
+        0.10.2. Made by `python benchmarks/accuracy.py`.`
+    """
+    facts = machine_facts()
+    flags = ", ".join(facts["flags"]) or f"none of {', '.join(CPU_FLAGS)}"
+    command = command or " ".join(["python", *sys.argv])
+    return (
+        f"Machine: {facts['cpu']}, {facts['cores']} cores (flags: {flags}); "
+        f"jax {facts['jax']}. Made by `{command}`."
+    )
 
 
 def _torch_device() -> str | None:
