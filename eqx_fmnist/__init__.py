@@ -1,6 +1,6 @@
 """eqx_fmnist: a typed Equinox library that trains an MLP on Fashion-MNIST."""
 
-import importlib.metadata
+import importlib.metadata as _metadata
 
 from . import (
     answers as answers,
@@ -122,4 +122,4 @@ from .step import (
 from .train import TrainResult as TrainResult, fit as fit
 from .trust import trust_moves as trust_moves
 
-__version__ = importlib.metadata.version("eqx_fmnist")
+__version__ = _metadata.version("eqx_fmnist")

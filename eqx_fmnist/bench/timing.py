@@ -12,8 +12,8 @@ import dataclasses
 import importlib.metadata
 import os
 import platform
-import sys
 import statistics
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
