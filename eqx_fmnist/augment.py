@@ -167,6 +167,15 @@ def random_moves(
 ) -> tuple[Int[Array, "batch 784"], Bool[Array, "batch 784"]]:
     """The random index map of one step's batch of `batch` images (see
     [`augment`][eqx_fmnist.augment.augment])."""
+    return pixel_sources(*random_choices(key, batch, augmentation))
+
+
+def random_choices(
+    key: PRNGKeyArray, batch: int, augmentation: Augmentation
+) -> tuple[Int[Array, " batch"], Int[Array, " batch"], Bool[Array, " batch"], Array | None]:
+    """`(dx, dy, flip, erase_box)` of one step's batch: what
+    [`pixel_sources`][eqx_fmnist.augment.pixel_sources] turns into its index map
+    (`erase_box` is `None` when nothing is erased)."""
     k_shift, k_flip, k_erase, k_size, k_place = jr.split(key, 5)
     s = augmentation.shift
     zeros = jnp.zeros((batch,), jnp.int32)
@@ -181,7 +190,7 @@ def random_moves(
         place = jr.uniform(k_place, (2, batch))
         corner = jnp.floor(place * (SIDE + 1 - size).astype(jnp.float32)).astype(jnp.int32)
         box = jnp.stack([corner[0], corner[1], size[0], size[1]], axis=1)
-    return pixel_sources(dx, dy, flip, box)
+    return dx, dy, flip, box
 
 
 def augment(
@@ -207,6 +216,21 @@ def augment(
     if not augmentation.active:
         return images
     return remap(images, *random_moves(key, images.shape[0], augmentation))
+
+
+def augment_with_views(
+    key: PRNGKeyArray, images: Shaped[Array, "batch 784"], augmentation: Augmentation
+) -> tuple[Shaped[Array, "batch 784"], Int[Array, " batch"]]:
+    """[`augment`][eqx_fmnist.augment.augment]'s batch, the same pixels from the same
+    key, and which of [`finite_views`][eqx_fmnist.augment.finite_views] each image
+    shows (its index there). For an augmentation that erases, whose views are not a
+    finite set, there is no such index: `ValueError`."""
+    if finite_views(augmentation) is None:
+        raise ValueError("an augmentation that erases makes no finite set of views.")
+    dx, dy, flip, _ = random_choices(key, images.shape[0], augmentation)
+    s, sides = augmentation.shift, 2 if augmentation.mirror else 1
+    views = ((dy + s) * (2 * s + 1) + (dx + s)) * sides + flip.astype(jnp.int32) * (sides - 1)
+    return remap(images, *pixel_sources(dx, dy, flip)), views
 
 
 Move = tuple[int, int, bool]
@@ -254,3 +278,16 @@ def move_images(
     full = jnp.full((n,), 1, jnp.int32)
     sources, keep = pixel_sources(full * dx, full * dy, jnp.full((n,), mirror))
     return remap(images, sources, keep)
+
+
+def finite_views(augmentation: Augmentation) -> "tuple[Move, ...] | None":
+    """Every view of an image that `augmentation` can make, in the order
+    [`augment_with_views`][eqx_fmnist.augment.augment_with_views] numbers them: each
+    move `(dx, dy)` in `-shift..shift` (dy the slower), each as it is and, with
+    `mirror`, mirrored. `None` when the views are not a finite set (an augmentation that
+    erases: a patch anywhere). The default recipe's: 25 moves x 2 = 50 views.
+    """
+    if augmentation.erase > 0:
+        return None
+    s, flips = augmentation.shift, (False, True) if augmentation.mirror else (False,)
+    return tuple((dx, dy, f) for dy in range(-s, s + 1) for dx in range(-s, s + 1) for f in flips)

@@ -30,9 +30,9 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, Int, Shaped
 
-from .augment import augment
+from .augment import augment, augment_with_views
 from .dataset import ArrayDataset, batch_indices, normalize, steps_per_epoch
-from .distill import Teacher
+from .distill import Teacher, TeacherTable
 from .losses import accuracy, cross_entropy, soft_cross_entropy
 from .parallel import batch_sharding, check_divisible
 from .precision import NoOpLossScale, all_finite, optax_promotion
@@ -84,14 +84,15 @@ def _averaged(state: TrainState, model):
 
 
 def _step(
-    state: TrainState, x, y, teacher: Teacher | None = None
+    state: TrainState, x, y, teacher: Teacher | None = None, targets=None
 ) -> tuple[TrainState, dict[str, Array]]:
     """One optimiser step: the pure function every compiled path is made of. `x` are
-    the batch's pixels as gathered (and augmented); a teacher adds its soft targets."""
+    the batch's pixels as gathered (and augmented); a teacher adds its soft targets, or
+    `targets` gives them read from a table: `(log probabilities, temperature, weight)`."""
     grad_fn = eqx.filter_value_and_grad(_loss, has_aux=True)
     hp = state.hyperparams
     x = normalize(x)
-    soft = None
+    soft = targets
     if teacher is not None:
         with jax.named_scope("teacher"):
             soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
@@ -218,15 +219,22 @@ def _steps(static, state: TrainState):
             idx = batch_indices(st.key, st.step, n, batch_size)
             idx = idx if subset is None else subset[idx]  # a member's own rows
             x, y = dataset.images[idx], dataset.labels[idx]
+        live, targets = teacher, None
         with jax.named_scope("augment"):
-            x = _augmented(st, x)
+            if isinstance(teacher, TeacherTable):  # its answers, read by (image, view)
+                key = jr.fold_in(augment_key(st.key), st.step)
+                x, views = augment_with_views(key, x, st.settings.augmentation)
+                rows = teacher.targets(idx, views)
+                live, targets = None, (rows, teacher.temperature, teacher.weight)
+            else:
+                x = _augmented(st, x)
         with jax.named_scope("gather"):
             if mesh is not None:
                 # Split the batch over the devices; the state is replicated, so XLA's
                 # SPMD partitioner all-reduces the gradients.
                 x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
                 y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
-        return _step(st, x, y, teacher)
+        return _step(st, x, y, live, targets)
 
     return jax.lax.scan(body, state, length=num_steps)
 
@@ -255,7 +263,7 @@ def train_steps(
     batch_size: int,
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
-    teacher: Teacher | None = None,
+    teacher: Teacher | TeacherTable | None = None,
     subsets: Int[Array, "members m"] | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """`num_steps` training steps in one compiled call: the library's fast path.
@@ -275,7 +283,9 @@ def train_steps(
         over (data parallel; `state` and `dataset` should be replicated on it). Defaults
         to `None`: wherever the arrays are.
     - `teacher`: a [`Teacher`][eqx_fmnist.distill.Teacher] whose soft targets on each
-        step's batch the loss adds (distillation). Defaults to `None`.
+        step's batch the loss adds (distillation), or a
+        [`TeacherTable`][eqx_fmnist.distill.TeacherTable] of its answers computed once,
+        read by (image, view). Defaults to `None`.
     - `subsets`: for a stacked state, the rows of `dataset` each member trains on
         ([`Subsets.train`][eqx_fmnist.subsets.Subsets]): member `i`'s batches are its
         own keyed order over `subsets[i]`. Defaults to `None`: all of them.
@@ -321,7 +331,7 @@ def compile_steps(
     batch_size: int,
     num_steps: int,
     mesh: jax.sharding.Mesh | None = None,
-    teacher: Teacher | None = None,
+    teacher: Teacher | TeacherTable | None = None,
     subsets: Int[Array, "members m"] | None = None,
 ) -> "CompiledSteps":
     """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
@@ -364,7 +374,7 @@ def train_epoch(
     *,
     batch_size: int,
     mesh: jax.sharding.Mesh | None = None,
-    teacher: Teacher | None = None,
+    teacher: Teacher | TeacherTable | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One epoch (`len(dataset) // batch_size` steps) in one compiled call; see
     [`train_steps`][eqx_fmnist.step.train_steps]."""

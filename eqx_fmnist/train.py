@@ -22,9 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from .augment import augmentation_of
 from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
-from .distill import Teacher
+from .distill import Teacher, TeacherTable
 from .evaluation import EvalResult, evaluate
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import MLP
@@ -138,7 +139,7 @@ def run_chunks(
     seconds: dict[str, float],
     *,
     mesh: jax.sharding.Mesh | None = None,
-    teacher: Teacher | None = None,
+    teacher: Teacher | TeacherTable | None = None,
     subsets: jax.Array | None = None,
 ) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
     """Run the plan's chunks from the state's step, one compiled call and one host read
@@ -349,6 +350,8 @@ def fit(
     num_train = len(train) if rows is None else rows.size
     state = _starting_state(configs, members is not None, state, num_train)
     soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
+    if soft is not None:  # its answers on every view of every image, once, where finite
+        soft = soft.table(train.images, augmentation_of(config)) or soft
     table = None if rows is None else jnp.asarray(rows.train, jnp.int32)
     mesh, (train, valid, test, state, soft) = _place(config, (train, valid, test, state, soft))
     load_seconds = time.perf_counter() - start

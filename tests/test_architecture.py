@@ -66,7 +66,7 @@ ONLY = {
     "config": {"precision", "dataset", "augment", "conformal"},
     "optim": {"config"},
     "state": {"config", "optim", "model", "precision", "augment"},
-    "distill": {"config", "data", "model", "precision"},
+    "distill": {"config", "data", "model", "precision", "augment", "dataset"},
     "step": {"state", "dataset", "augment", "distill", "losses", "parallel", "precision"},
     "intervals": {"config", "dataset", "state"},
     "audit": {"data", "fileio"},

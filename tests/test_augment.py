@@ -141,3 +141,36 @@ def test_the_augmentation_stream_is_no_epochs_batch_order_stream():
     assert not (np.asarray(epochs) == ours).all(axis=-1).any()
     # ... nor one of the first keys a split of the run's key gives.
     assert not any(np.array_equal(np.asarray(k), ours) for k in jr.split(key, 4))
+
+
+@pytest.mark.parametrize(
+    "aug, count",
+    [
+        (dict(shift=2, mirror=True, shift_distribution="triangular"), 50),
+        (dict(shift=1), 9),
+        (dict(mirror=True), 2),
+        (dict(), 1),
+        (dict(shift=2, mirror=True, erase=0.25), None),
+    ],
+)
+def test_each_image_is_one_of_the_finite_views_and_says_which(images, aug, count):
+    """`augment_with_views` makes `augment`'s pixels from the same key, and the view it
+    names reproduces each image through numpy's move of the original."""
+    from eqx_fmnist.augment import Augmentation, augment, augment_with_views, finite_views
+
+    augmentation = Augmentation(**aug)
+    views = finite_views(augmentation)
+    if count is None:
+        assert views is None
+        with pytest.raises(ValueError, match="no finite set of views"):
+            augment_with_views(jr.key(0), jnp.asarray(images), augmentation)
+        return
+    assert len(views) == len(set(views)) == count
+    key = jr.key(3)
+    moved, which = augment_with_views(key, jnp.asarray(images), augmentation)
+    np.testing.assert_array_equal(moved, augment(key, jnp.asarray(images), augmentation))
+    for b, v in enumerate(np.asarray(which)):
+        dx, dy, mirror = views[v]
+        np.testing.assert_array_equal(moved[b], moved_numpy(images[b : b + 1], dx, dy, mirror)[0])
+    if count > 2:
+        assert len(set(np.asarray(which).tolist())) > count // 3  # it draws many views

@@ -45,6 +45,10 @@ SMOKE = {
         "distilled from the ensemble of 2",
     ),
     "trust_probes.py": (["--steps", "6"], "| 6 moves |"),
+    "distill_step.py": (
+        ["--teachers", "2", "--steps", "2", "--repeats", "1", "--train", "2000"],
+        "| table |",
+    ),
 }
 
 

@@ -75,3 +75,58 @@ def test_the_distillation_loss_is_its_formula(small):
     soft_term = -(target * log_softmax(s / t)).sum(1).mean() * t**2
     hard_term = -log_softmax(s)[np.arange(64), labels].mean()
     np.testing.assert_allclose(float(loss), w * soft_term + (1 - w) * hard_term, rtol=1e-5)
+
+
+def test_a_teachers_table_holds_its_answers_on_every_view(small):
+    """Row (image, view) of the table is the live teacher's log probability on that
+    image moved by that view (through numpy's move), to bfloat16's precision."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.augment import Augmentation
+    from eqx_fmnist.distill import Teacher
+
+    from helpers import moved_numpy
+
+    configs = [ef.TrainConfig(hidden_sizes=(16,), batch_size=32, seed=s) for s in (1, 2)]
+    teacher = Teacher(ef.init_members(configs, len(small)).model, temperature=2.0)
+    augmentation = Augmentation(shift=1, mirror=True)
+    images = small.images[:50]
+    table = teacher.table(images, augmentation, chunk=16)  # 50 = 3 chunks and a pad
+    assert table.log_probs.shape == (50, 18, 10) and table.log_probs.dtype == jnp.bfloat16
+    for v in (0, 7, 17):
+        dx, dy, mirror = table.views[v]
+        moved = jnp.asarray(moved_numpy(np.asarray(images), dx, dy, mirror))
+        live = teacher.log_probs(ef.normalize(moved))
+        np.testing.assert_allclose(
+            table.log_probs[:, v].astype(jnp.float32), live, rtol=1e-2, atol=1e-2
+        )
+    assert teacher.table(images, Augmentation(shift=1, erase=0.5)) is None
+
+
+def test_a_table_step_trains_as_the_live_teacher_does(small):
+    """The same chunk with the live teacher and with its table: the same batches, views
+    and targets (up to bfloat16), so the same losses to that precision; a table whose
+    targets were wrong (another temperature) would move them by far more."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.augment import augmentation_of
+    from eqx_fmnist.distill import Teacher
+    from eqx_fmnist.state import init_state
+    from eqx_fmnist.step import train_steps
+
+    config = ef.TrainConfig(
+        steps=4, batch_size=32, hidden_sizes=(16,), shift=2, mirror=True, distill_temperature=2.0
+    )
+    stack = ef.init_members([config.with_changes(seed=s) for s in (5, 6)], len(small)).model
+    teacher = Teacher.for_student(stack, config)
+    table = teacher.table(small.images, augmentation_of(config))
+    runs = {}
+    for name, t in (("live", teacher), ("table", table)):
+        _, m = train_steps(
+            init_state(config, len(small)), small, batch_size=32, num_steps=4, teacher=t
+        )
+        runs[name] = np.asarray(m["loss"])
+    np.testing.assert_allclose(runs["table"], runs["live"], rtol=2e-3)
+    hotter = Teacher(stack, temperature=4.0).table(small.images, augmentation_of(config))
+    _, m = train_steps(
+        init_state(config, len(small)), small, batch_size=32, num_steps=4, teacher=hotter
+    )
+    assert np.abs(np.asarray(m["loss"]) - runs["live"]).max() > 1e-2

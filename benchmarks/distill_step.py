@@ -1,0 +1,93 @@
+"""What a distillation step costs: the default recipe's fused chunk with no teacher, with
+five live MLP teachers run on every batch, and with those teachers' answers read from a
+table computed once (`Teacher.table`), in interleaved repetitions in one process.
+
+    python benchmarks/distill_step.py [--teachers 5] [--steps 50] [--repeats 7]
+        [--out benchmarks/results/distill_step.md]
+"""
+
+import argparse
+import time
+from pathlib import Path
+
+import jax
+
+import eqx_fmnist as ef
+from eqx_fmnist.augment import augmentation_of
+from eqx_fmnist.bench import machine_line, measure_interleaved
+from eqx_fmnist.distill import Teacher
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--teachers", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=50, help="steps per timed call")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--train", type=int, help="a quick check: this many training images")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/distill_step.md"))
+    args = parser.parse_args()
+    data = ef.load_fashion_mnist()
+    train = ef.to_datasets(data)[0]
+    if args.train:
+        train = ef.ArrayDataset(train.images[: args.train], train.labels[: args.train])
+    config = ef.TrainConfig()
+    # Teachers of the student's architecture, as `train --teacher` takes them; their
+    # weights do not change what a step costs, so they are not trained here.
+    seeds = [config.with_changes(seed=s) for s in range(1, args.teachers + 1)]
+    teacher = Teacher.for_student(ef.init_members(seeds, len(train)).model, config)
+    t = time.perf_counter()
+    table = jax.block_until_ready(teacher.table(train.images, augmentation_of(config)))
+    table_seconds = time.perf_counter() - t
+
+    def runner(soft):
+        state = [ef.init_state(config, len(train))]
+
+        def run():
+            state[0], metrics = ef.train_steps(
+                state[0],
+                train,
+                batch_size=config.batch_size,
+                num_steps=args.steps,
+                teacher=soft,
+            )
+            return metrics
+
+        return run
+
+    runs = {"plain": runner(None), "live teachers": runner(teacher), "table": runner(table)}
+    results = measure_interleaved(
+        runs,
+        examples=args.steps * config.batch_size,
+        batch_size=config.batch_size,
+        repeats=args.repeats,
+    )
+    plain = results[0].examples_per_sec
+    lines = [
+        machine_line(),
+        "",
+        f"The default recipe's step (batch {config.batch_size}, {len(train):,} training "
+        f"images, shifts of up to {config.shift} pixels and mirrors: "
+        f"{table.log_probs.shape[1]} views), {args.steps} steps per call, median of "
+        f"{args.repeats} interleaved repetitions; {args.teachers} teachers of the student's "
+        f"architecture. The table ({table.log_probs.shape[0]:,} images x "
+        f"{table.log_probs.shape[1]} views x 10, bfloat16, "
+        f"{table.log_probs.nbytes / 2**20:.0f} MiB) took **{table_seconds:.1f} s** to "
+        "compute, once.",
+        "",
+        "| step | examples/sec (median) | time per step vs plain | compile s |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.name} | {r.examples_per_sec:,.0f} | {plain / r.examples_per_sec:.2f}x "
+            f"| {r.compile_seconds:.2f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
