@@ -150,7 +150,9 @@ class TeacherTable(eqx.Module):
 
     Made by [`Teacher.table`][eqx_fmnist.distill.Teacher.table];
     [`fit`][eqx_fmnist.train.fit] makes one whenever the augmentation's views are a
-    finite set, and keeps the live teacher otherwise.
+    finite set and the run would show the teachers more images than the table holds
+    (the default recipe: 9,360 steps x 512 against 60,000 x 50), and keeps the live
+    teacher otherwise.
     """
 
     log_probs: Float[Array, "n views classes"]
