@@ -45,6 +45,7 @@ SMOKE = {
         "distilled from the ensemble of 2",
     ),
     "trust_probes.py": (["--steps", "6"], "| 6 moves |"),
+    "load_data.py": (["--repeats", "1"], "| verify=False |"),
     "distill_step.py": (
         ["--teachers", "2", "--steps", "2", "--repeats", "1", "--train", "2000"],
         "| table |",
