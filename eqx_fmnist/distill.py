@@ -125,12 +125,13 @@ class Teacher(eqx.Module):
         pad = -n % chunk
         padded = jnp.concatenate([images, jnp.zeros((pad, images.shape[1]), images.dtype)])
         blocks = padded.reshape(-1, chunk, images.shape[1])
-        columns = [_answers_in_view(self, blocks, *view)[:n] for view in views]
+        # The moves as arrays: one compiled program serves every view.
+        columns = [_answers_in_view(self, blocks, *map(jnp.asarray, view))[:n] for view in views]
         return TeacherTable(jnp.stack(columns, axis=1), views, self.temperature, self.weight)
 
 
 @eqx.filter_jit
-def _answers_in_view(teacher: Teacher, blocks, dx: int, dy: int, mirror: bool):
+def _answers_in_view(teacher: Teacher, blocks, dx, dy, mirror):
     """The teachers' log probabilities on every image moved by one view, in bfloat16,
     one block of images at a time: `(blocks * chunk, classes)`."""
 

@@ -214,13 +214,13 @@ def _check_splits(config: object, splits: object) -> None:
             )
 
 
-def _table_pays(config: TrainConfig, num_train: int) -> bool:
+def _table_pays(config: TrainConfig, plan: Plan, num_train: int) -> bool:
     """Whether a teacher's table (its answers on every view of every training image,
-    computed once) costs fewer teacher passes than running it on every step's batch: a
-    finite set of views, and a run that shows the teachers more images than the table
-    holds (the default recipe: 9,360 x 512 against 60,000 x 50)."""
+    computed once) costs fewer teacher passes than running it on every step's batch of
+    the `plan`: a finite set of views, and a run that shows the teachers more images
+    than the table holds (the default recipe: 9,360 x 512 against 60,000 x 50)."""
     views = finite_views(augmentation_of(config))
-    shown = plan_run(config, num_train).total_steps * config.batch_size
+    shown = plan.total_steps * config.batch_size
     return views is not None and shown >= num_train * len(views)
 
 
@@ -359,13 +359,13 @@ def fit(
     rows = None if members is None else members.rows(len(train), config)
     num_train = len(train) if rows is None else rows.size
     state = _starting_state(configs, members is not None, state, num_train)
+    plan = plan_run(config, num_train)
     soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
-    if soft is not None and _table_pays(config, len(train)):
+    if soft is not None and _table_pays(config, plan, len(train)):
         soft = soft.table(train.images, augmentation_of(config)) or soft
     table = None if rows is None else jnp.asarray(rows.train, jnp.int32)
     mesh, (train, valid, test, state, soft) = _place(config, (train, valid, test, state, soft))
     load_seconds = time.perf_counter() - start
-    plan = plan_run(config, num_train)
     callbacks = [callback] if callable(callback) else list(callback or ())
 
     evaluated = _evaluator(state.policy, config.views, eval_batch_size, mesh)

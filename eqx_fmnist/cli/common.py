@@ -143,11 +143,8 @@ def train_with_progress(
             callbacks.append(profiler)
         try:
             return train(callbacks)
-        except (Interrupted, KeyboardInterrupt, NonFiniteError) as e:
-            bar.stop()
-            return stopped(e, run, command)
-        except jax.errors.JaxRuntimeError as e:
-            if not is_lost_process(e):
+        except (Interrupted, KeyboardInterrupt, NonFiniteError, jax.errors.JaxRuntimeError) as e:
+            if isinstance(e, jax.errors.JaxRuntimeError) and not is_lost_process(e):
                 raise
             bar.stop()
             return stopped(e, run, command)
