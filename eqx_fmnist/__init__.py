@@ -88,7 +88,9 @@ from .evaluation import (
 from .intervals import History as History, NonFiniteError as NonFiniteError
 from .losses import accuracy as accuracy, cross_entropy as cross_entropy
 from .model import (
+    CNN as CNN,
     MLP as MLP,
+    Model as Model,
     combine as combine,
     count_params as count_params,
     ensemble_log_probs as ensemble_log_probs,
@@ -109,6 +111,7 @@ from .precision import (
 from .runs import RunFolder as RunFolder
 from .state import (
     TrainState as TrainState,
+    build_model as build_model,
     init_members as init_members,
     init_state as init_state,
     select_members as select_members,

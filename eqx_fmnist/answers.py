@@ -16,7 +16,7 @@ from .attributions import Explanation, explain
 from .augment import Move, tta_name
 from .calibration import Calibration
 from .evaluation import member_probabilities, predict_logits, scaled_softmax
-from .model import MLP
+from .model import Model
 from .precision import FLOAT32, Policy
 from .trust import features
 
@@ -70,7 +70,7 @@ class Answer:
 
 
 def answer(
-    model: MLP,
+    model: Model,
     images: Shaped[Array | np.ndarray, "n 784"],
     *,
     policy: Policy = FLOAT32,

@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, Shaped
 
+from .data import NUM_CLASSES
 from .dataset import normalize
-from .model import MLP, combine, per_member
+from .model import Model, combine, logits_of, per_member
 from .precision import FLOAT32, Policy
 
 STEPS = 64
@@ -37,15 +38,15 @@ STEPS = 64
 
 
 def class_scores(
-    model: MLP, x: Float[Array, " 784"], *, policy: Policy = FLOAT32
+    model: Model, x: Float[Array, " 784"], *, policy: Policy = FLOAT32
 ) -> Float[Array, " 10"]:
     """What is explained, for one image in `[0, 1]`: one model's logits, or a stack's
     ensemble log mean probabilities, float32."""
-    return combine(model, per_member(lambda m, v: m(v, policy=policy), model, x))
+    return combine(model, per_member(lambda m, v: logits_of(m, v, policy), model, x))
 
 
 def integrated_gradients(
-    model: MLP,
+    model: Model,
     x: Float[Array, " 784"],
     target: Int[Array, ""] | int,
     *,
@@ -104,7 +105,7 @@ def _explain(model, images, target, steps: int, policy: Policy):
 
 
 def explain(
-    model: MLP,
+    model: Model,
     images: Shaped[Array | np.ndarray, "n 784"],
     *,
     target: int | Sequence[int] | Int[Array | np.ndarray, " n"] | None = None,
@@ -145,7 +146,7 @@ def explain(
     images = jnp.asarray(images)
     n = images.shape[0]
     wanted = np.full(n, -1) if target is None else np.broadcast_to(np.asarray(target), (n,))
-    if target is not None and ((wanted < 0) | (wanted >= model.out_size)).any():
-        raise ValueError(f"`target` must be a class 0-{model.out_size - 1}, but got {target!r}.")
+    if target is not None and ((wanted < 0) | (wanted >= NUM_CLASSES)).any():
+        raise ValueError(f"`target` must be a class 0-{NUM_CLASSES - 1}, but got {target!r}.")
     ig, t, change = _explain(model, images, jnp.asarray(wanted, jnp.int32), steps, policy)
     return Explanation(np.asarray(ig), np.asarray(t), np.asarray(change), steps)

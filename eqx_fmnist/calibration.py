@@ -29,7 +29,7 @@ from .conformal import COVERAGE, ConformalSets, fit_sets
 from .dataset import ArrayDataset
 from .evaluation import padded_logits
 from .fileio import atomic_write
-from .model import MLP
+from .model import Model
 from .precision import FLOAT32, Policy
 from .trust import AS_THEY_ARE, FLAG_RATE, Move, Trust, fit_trust
 
@@ -107,7 +107,7 @@ def _stats(logits, labels, mask, temperature):
 
 
 def dataset_logits(
-    model: MLP,
+    model: Model,
     dataset: ArrayDataset,
     *,
     policy: Policy = FLOAT32,
@@ -122,7 +122,7 @@ def dataset_logits(
 
 
 def evaluate_calibration(
-    model: MLP,
+    model: Model,
     dataset: ArrayDataset,
     *,
     policy: Policy = FLOAT32,
@@ -174,7 +174,7 @@ def fit_temperature(
 
 
 def calibrate(
-    model: MLP,
+    model: Model,
     train: ArrayDataset,
     held_out: ArrayDataset,
     *,

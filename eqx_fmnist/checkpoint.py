@@ -37,8 +37,9 @@ import optax
 
 from .config import TrainConfig
 from .fileio import atomic_write
+from .model import CNN, MLP
 from .parallel import to_local
-from .state import PER_MEMBER, TrainState, init_members, init_state
+from .state import PER_MEMBER, ModelSource, TrainState, init_members, init_state
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
 FORMAT_VERSION = 3
@@ -148,6 +149,7 @@ def save_checkpoint(
         "step": state.global_step,
         "config": config.to_dict(),
         "num_train": int(num_train),
+        **_own_model(state.model),
         **({} if members is None else {"members": [_member_fields(c) for c in members]}),
         **({} if choice is None else {"members_choice": dict(choice)}),
         "versions": _versions(),
@@ -159,6 +161,14 @@ def save_checkpoint(
     with atomic_write(path, fsync=True) as f:
         f.write(MAGIC + len(head).to_bytes(8, "little") + head + payload)
     return path
+
+
+def _own_model(model) -> dict[str, str]:
+    """The header's `model_class` for a model of your own (the config names the
+    library's): what loading it needs."""
+    if isinstance(model, MLP | CNN):
+        return {}
+    return {"model_class": f"{type(model).__module__}.{type(model).__qualname__}"}
 
 
 def _member_fields(config: TrainConfig) -> dict[str, Any]:
@@ -233,7 +243,12 @@ def check_compatible(saved: TrainConfig, config: TrainConfig) -> None:
         )
 
 
-def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = None) -> Checkpoint:
+def load_checkpoint(
+    path: str | os.PathLike,
+    *,
+    expect: TrainConfig | None = None,
+    model: ModelSource = None,
+) -> Checkpoint:
     """Load a checkpoint written by [`save_checkpoint`][eqx_fmnist.checkpoint.save_checkpoint].
 
     **Arguments:**
@@ -241,6 +256,10 @@ def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = Non
     - `path`: the file.
     - `expect`: a config the checkpoint must fit (same hidden sizes, precision, ...).
         Defaults to `None`: take the saved config as it is.
+    - `model`: for a model of your own (trained with `fit(..., model=...)`), the same
+        model or constructor, which gives the structure the saved arrays fill (the
+        header names its class, `model_class`). Defaults to `None`: the library's model
+        the saved config names.
 
     **Returns:**
 
@@ -267,12 +286,18 @@ def load_checkpoint(path: str | os.PathLike, *, expect: TrainConfig | None = Non
         raise CheckpointError(f"{path}: the saved config cannot be read ({e}).") from e
     if expect is not None:
         check_compatible(config, expect)
+    own = header.get("model_class")
+    if own is not None and model is None:
+        raise CheckpointError(
+            f"{path} holds a model of your own, {own}: load it with "
+            f"load_checkpoint(path, model=...) given its class or constructor."
+        )
     try:
         if version == 1:
             state = _from_format_1(payload, config, members, num_train, path)
         else:  # format 2 holds the same arrays as 3 without a weight average (None)
             if members is None:
-                skeleton = eqx.filter_eval_shape(init_state, config, num_train)
+                skeleton = eqx.filter_eval_shape(init_state, config, num_train, model=model)
             else:
                 skeleton = eqx.filter_eval_shape(init_members, members, num_train)
             state = eqx.tree_deserialise_leaves(io.BytesIO(payload), skeleton)

@@ -13,18 +13,21 @@ The schedule and the optimiser built from a config are in `eqx_fmnist.optim`
 
 import dataclasses
 import json
-import math
 import types
 import typing
 from typing import Any, Literal
 
 from .augment import TTA, TTA_VIEWS, Move, ShiftDistribution, augmentation_of
+from .checks import number, positive_int
 from .conformal import COVERAGE, check_coverage
 from .dataset import steps_per_epoch
 from .precision import Policy
 
 Schedule = Literal["constant", "cosine", "warmup_cosine"]
 """The learning-rate schedules."""
+ModelKind = Literal["mlp", "cnn"]
+"""The library's models: the [`MLP`][eqx_fmnist.model.MLP] and the
+[`CNN`][eqx_fmnist.model.CNN] (convolutions, then an MLP head)."""
 OnNonfinite = Literal["raise", "skip"]
 """What a NaN or infinite loss or gradient does to a run."""
 
@@ -44,24 +47,6 @@ def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool 
     return dataclasses.field(
         default=default, metadata={"help": help, "flags": flags, "state": state}
     )
-
-
-def _positive_int(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "a positive" if low else "a non-negative"
-        raise ValueError(f"`{name}` must be {kind} int, but got {value!r}.")
-    if high is not None and value > high:
-        raise ValueError(f"`{name}` must be at most {high:,} (2**32 - 1), but got {value!r}.")
-
-
-def _number(name: str, value: Any, *, low: float, high: float = math.inf, low_open=False):
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        bound = f"{'>' if low_open else '>='} {low}" + (
-            f" and <= {high}" if high < math.inf else ""
-        )
-        raise ValueError(f"`{name}` must be a finite number {bound}, but got {value!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +73,9 @@ class TrainConfig:
         `grad_clip`, `label_smoothing`: the optimiser and the loss.
     - `hidden_sizes`, `precision`: the model and its
         [`Policy`][eqx_fmnist.precision.Policy] string such as `"p=f32,c=bf16,o=f32"`.
+    - `model`, `channels`: `"mlp"`, or `"cnn"`: a [`CNN`][eqx_fmnist.model.CNN] with
+        these channels and a head of `hidden_sizes` (the MLP's teacher).
+    - `decay_biases`: AdamW's weight decay on the biases too (`False`: weights alone).
     - `seed`: the initial weights, the batch order and the augmentation's choices.
     - `shift`, `mirror`, `erase`: on-device augmentation of each training batch (see
         [`Augmentation`][eqx_fmnist.augment.Augmentation]): random moves of up to
@@ -136,6 +124,17 @@ class TrainConfig:
     )
     hidden_sizes: tuple[int, ...] = _field(
         (256, 128), "hidden layer widths, e.g. 256,128", flags=("--hidden",), state=True
+    )
+    model: ModelKind = _field(
+        "mlp", "the model: mlp, or cnn (convolutions, then a head of hidden_sizes)", state=True
+    )
+    channels: tuple[int, ...] = _field(
+        (32, 64), "with --model cnn: channels of each 3x3 convolution, e.g. 32,64", state=True
+    )
+    decay_biases: bool = _field(
+        True,
+        "AdamW's weight decay on biases too (--no-decay-biases: weights only)",
+        state=True,
     )
     precision: str = _field(
         "p=f32,c=f32,o=f32", "precision policy, e.g. p=f32,c=bf16,o=f32", state=True
@@ -202,19 +201,19 @@ class TrainConfig:
             object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
         for name in ("epochs", "steps", "warmup_steps", "log_every"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
-        _positive_int("batch_size", self.batch_size)
-        _number("learning_rate", self.learning_rate, low=0.0, low_open=True)
-        _number("weight_decay", self.weight_decay, low=0.0)
-        _number("label_smoothing", self.label_smoothing, low=0.0, high=1.0)
+                positive_int(name, getattr(self, name))
+        positive_int("batch_size", self.batch_size)
+        number("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        number("weight_decay", self.weight_decay, low=0.0)
+        number("label_smoothing", self.label_smoothing, low=0.0, high=1.0)
         augmentation_of(self)  # checks shift, mirror and erase
-        _number("ema_decay", self.ema_decay, low=0.0, high=1.0)
+        number("ema_decay", self.ema_decay, low=0.0, high=1.0)
         if self.ema_decay == 1.0:
             raise ValueError("`ema_decay` must be below 1 (1 would never move the average).")
-        _number("distill_temperature", self.distill_temperature, low=0.0, low_open=True)
-        _number("distill_weight", self.distill_weight, low=0.0, high=1.0)
+        number("distill_temperature", self.distill_temperature, low=0.0, low_open=True)
+        number("distill_weight", self.distill_weight, low=0.0, high=1.0)
         if self.grad_clip is not None:
-            _number("grad_clip", self.grad_clip, low=0.0, low_open=True)
+            number("grad_clip", self.grad_clip, low=0.0, low_open=True)
         for f in dataclasses.fields(self):
             choices = literal_choices(f.name)
             if choices and getattr(self, f.name) not in choices:
@@ -222,17 +221,9 @@ class TrainConfig:
                     f"`{f.name}` must be one of {', '.join(choices)}, "
                     f"but got {getattr(self, f.name)!r}."
                 )
-        hidden = self.hidden_sizes
-        if isinstance(hidden, list):
-            object.__setattr__(self, "hidden_sizes", hidden := tuple(hidden))
-        sizes = isinstance(hidden, tuple) and all(type(h) is int and h > 0 for h in hidden)
-        if not sizes or not hidden:  # the trust flag and the exports measure a hidden layer
-            raise ValueError(
-                f"`hidden_sizes` must be a non-empty tuple of positive ints such as "
-                f"(256, 128), but got {hidden!r}."
-            )
-        _positive_int("seed", self.seed, low=0, high=2**32 - 1)  # a PRNG key's seed
-        _positive_int("devices", self.devices)
+        self._check_sizes()
+        positive_int("seed", self.seed, low=0, high=2**32 - 1)  # a PRNG key's seed
+        positive_int("devices", self.devices)
         if self.batch_size % self.devices:
             lower = self.batch_size - self.batch_size % self.devices
             raise ValueError(
@@ -246,9 +237,23 @@ class TrainConfig:
         except ValueError as e:
             raise ValueError(f"`precision`: {e}") from None
 
+    def _check_sizes(self) -> None:
+        """`hidden_sizes` (at least one: the trust flag and the exports measure a hidden
+        layer) and `channels` (one to three), a list made a tuple."""
+        for name, example, most in (("hidden_sizes", "(256, 128)", 0), ("channels", "(32, 64)", 3)):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, value := tuple(value))
+            ok = isinstance(value, tuple) and all(type(v) is int and v > 0 for v in value)
+            if not ok or not value or (most and len(value) > most):
+                count = "one to three" if most else "a non-empty tuple of"
+                raise ValueError(
+                    f"`{name}` must be {count} positive ints such as {example}, but got {value!r}."
+                )
+
     def _check_held_out(self) -> None:
         for name in ("validation_size", "calibration_size"):
-            _positive_int(name, getattr(self, name), low=0)
+            positive_int(name, getattr(self, name), low=0)
         check_coverage(self.coverage)  # the prediction sets' rule, kept where they are made
         if (self.coverage != COVERAGE or self.per_class_sets) and not self.calibration_size:
             raise ValueError(
@@ -311,6 +316,7 @@ class TrainConfig:
         """A JSON-ready dict (tuples become lists)."""
         d = dataclasses.asdict(self)
         d["hidden_sizes"] = list(self.hidden_sizes)
+        d["channels"] = list(self.channels)
         return d
 
     @classmethod

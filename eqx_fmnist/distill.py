@@ -26,21 +26,21 @@ from .augment import Augmentation, finite_views, move_images
 from .config import TrainConfig
 from .data import IMAGE_SIZE, NUM_CLASSES
 from .dataset import normalize
-from .model import MLP, ensemble_log_probs, per_member
+from .model import CNN, MLP, Model, ensemble_log_probs, logits_of, per_member
 from .precision import FLOAT32, Policy
 
 
 class Teacher(eqx.Module):
     """A trained model or stack of members that a student learns from."""
 
-    model: MLP
+    model: Model
     policy: Policy = eqx.field(static=True)
     temperature: float = eqx.field(static=True)
     weight: float = eqx.field(static=True)
 
     def __init__(
         self,
-        model: MLP,
+        model: Model,
         *,
         policy: Policy = FLOAT32,
         temperature: float = 1.0,
@@ -55,9 +55,10 @@ class Teacher(eqx.Module):
             Defaults to `1`.
         - `weight`: the soft term's share of the loss. Defaults to `1`: soft targets only.
         """
-        if not isinstance(model, MLP):
-            raise TypeError(f"a teacher must be an MLP (or a stack of them), not {type(model)}.")
-        if model.in_size != IMAGE_SIZE or model.out_size != NUM_CLASSES:
+        if not isinstance(model, eqx.Module):
+            raise TypeError(f"a teacher must be an eqx.Module (or a stack), not {type(model)}.")
+        library = isinstance(model, MLP | CNN)
+        if library and (model.in_size != IMAGE_SIZE or model.out_size != NUM_CLASSES):
             raise ValueError(
                 f"the teacher maps {model.in_size} inputs to {model.out_size} classes, but a "
                 f"student here maps {IMAGE_SIZE} pixels to {NUM_CLASSES} classes: give a "
@@ -73,20 +74,11 @@ class Teacher(eqx.Module):
         self.weight = float(weight)
 
     @classmethod
-    def for_student(cls, model: MLP, config: TrainConfig, *, policy: Policy = FLOAT32):
+    def for_student(cls, model: Model, config: TrainConfig, *, policy: Policy = FLOAT32):
         """The teacher of a student trained with `config` (its `distill_temperature` and
-        `distill_weight`), checked to have the student's architecture.
-
-        **Raises:**
-
-        `ValueError` naming both architectures when they differ.
-        """
-        if isinstance(model, MLP) and model.hidden_sizes != tuple(config.hidden_sizes):
-            raise ValueError(
-                f"the teacher's hidden layers are {model.hidden_sizes}, the student's "
-                f"{tuple(config.hidden_sizes)}: distil into the teacher's architecture "
-                f"(--hidden {','.join(map(str, model.hidden_sizes))})."
-            )
+        `distill_weight`). The teacher may be any model that maps an image to ten
+        logits: an MLP of the student's shape or another, a
+        [`CNN`][eqx_fmnist.model.CNN], a stack of members."""
         return cls(
             model,
             policy=policy,
@@ -100,7 +92,7 @@ class Teacher(eqx.Module):
         model = jax.lax.stop_gradient(self.model)
 
         def logits(m):
-            return jax.vmap(lambda xi: m(xi, policy=self.policy))(x)
+            return jax.vmap(lambda xi: logits_of(m, xi, self.policy))(x)
 
         stacked = per_member(logits, model)
         return ensemble_log_probs(stacked.astype(jnp.float32) / self.temperature)

@@ -23,7 +23,7 @@ from .augment import Move, move_images
 from .data import NUM_CLASSES
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .losses import accuracy, cross_entropy
-from .model import MLP, combine, ensemble_log_probs, num_members, per_member
+from .model import Model, combine, ensemble_log_probs, logits_of, num_members, per_member
 from .parallel import batch_sharding
 from .precision import FLOAT32, Policy
 
@@ -55,7 +55,7 @@ class EvalResult:
 
 
 def _forward(
-    model: MLP,
+    model: Model,
     images: Shaped[Array, "n 784"],
     policy: Policy,
     batch_size: int,
@@ -69,7 +69,7 @@ def _forward(
     batches, _ = pad_to_batches(images, batch_size)
     if mesh is not None:
         batches = jax.lax.with_sharding_constraint(batches, batch_sharding(mesh, 3, axis=1))
-    forward = jax.vmap(lambda x: model(normalize(x), policy=policy))
+    forward = jax.vmap(lambda x: logits_of(model, normalize(x), policy))
     if tta:
         plain = forward
 
@@ -81,14 +81,14 @@ def _forward(
     return logits.reshape(-1, logits.shape[-1])
 
 
-def _member_logits(model: MLP, images, policy: Policy, batch_size: int, mesh=None, tta=None):
+def _member_logits(model: Model, images, policy: Policy, batch_size: int, mesh=None, tta=None):
     """`_forward` of every member, on a leading axis (one model: a stack of one)."""
     return per_member(_forward, model, images, policy, batch_size, mesh, tta)
 
 
 @eqx.filter_jit
 def padded_logits(
-    model: MLP,
+    model: Model,
     images: Shaped[Array, "n 784"],
     policy: Policy,
     batch_size: int,
@@ -104,7 +104,7 @@ def padded_logits(
 
 
 def predict_logits(
-    model: MLP,
+    model: Model,
     images: Shaped[Array, "n 784"],
     *,
     policy: Policy = FLOAT32,
@@ -134,7 +134,7 @@ def predict_logits(
 
 
 def predict(
-    model: MLP,
+    model: Model,
     images: Shaped[Array, "n 784"],
     *,
     policy: Policy = FLOAT32,
@@ -148,7 +148,7 @@ def predict(
 
 
 def predict_proba(
-    model: MLP,
+    model: Model,
     images: Shaped[Array, "n 784"],
     *,
     policy: Policy = FLOAT32,
@@ -174,7 +174,7 @@ def scaled_softmax(
 
 
 def member_probabilities(
-    model: MLP,
+    model: Model,
     images: Shaped[Array, "n 784"],
     *,
     policy: Policy = FLOAT32,
@@ -187,7 +187,7 @@ def member_probabilities(
 
 
 def evaluate(
-    model: MLP,
+    model: Model,
     dataset: ArrayDataset,
     *,
     policy: Policy = FLOAT32,
@@ -327,7 +327,7 @@ def _moved_accuracy(model, dataset: ArrayDataset, moves, policy: Policy, batch_s
 
 
 def evaluate_robustness(
-    model: MLP,
+    model: Model,
     dataset: ArrayDataset,
     *,
     policy: Policy = FLOAT32,

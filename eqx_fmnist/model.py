@@ -1,16 +1,27 @@
-"""The multilayer perceptron: an `eqx.Module` that maps one image to ten logits."""
+"""The library's models, `eqx.Module`s that map one image to ten logits: the multilayer
+perceptron ([`MLP`][eqx_fmnist.model.MLP]) and a small convolutional network
+([`CNN`][eqx_fmnist.model.CNN]) that sees shapes, the MLP's teacher; and the helpers that
+treat one model and a stack of members alike."""
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
+from jax import lax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
+from .augment import SIDE
 from .precision import FLOAT32, Policy
+
+Model: TypeAlias = eqx.Module
+"""What the library trains, evaluates and explains: an `eqx.Module` that maps one image
+(`(784,)`, pixels in `[0, 1]`) to ten logits — an [`MLP`][eqx_fmnist.model.MLP], a
+[`CNN`][eqx_fmnist.model.CNN], one of your own, or a stack of members of the first two."""
 
 
 class MLP(eqx.Module):
@@ -133,6 +144,101 @@ class MLP(eqx.Module):
         return out
 
 
+class CNN(eqx.Module):
+    """A small convolutional network: per entry of `channels`, a 3 x 3 convolution
+    (padded to keep the size), the activation and a 2 x 2 max-pool; then the flattened
+    maps go through an [`MLP`][eqx_fmnist.model.MLP] head. It sees shapes that an MLP
+    must learn pixel by pixel, which makes it the MLP's teacher
+    ([distillation](../tutorials/18-distillation.md)); the default, channels `(32, 64)`
+    and a `(256, 128)` head, has 1,097,994 parameters.
+
+    The images are kept as `(28, 28, channels)` (height, width, channels), the layout
+    XLA's CPU convolutions run fastest in.
+    """
+
+    kernels: tuple[Float[Array, "3 3 cin cout"], ...]
+    biases: tuple[Float[Array, " cout"], ...]
+    head: MLP
+    activation: Callable[[Array], Array] = eqx.field(static=True)
+    channels: tuple[int, ...] = eqx.field(static=True)
+    in_size: int = eqx.field(static=True)
+    out_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        channels: Sequence[int] = (32, 64),
+        hidden_sizes: Sequence[int] = (256, 128),
+        out_size: int = 10,
+        activation: Callable[[Array], Array] = jax.nn.gelu,
+        *,
+        key: PRNGKeyArray,
+    ):
+        """**Arguments:**
+
+        - `channels`: output channels of each convolution, one to three of them (each
+            halves the side: 28, 14, 7, 3). Defaults to `(32, 64)`.
+        - `hidden_sizes`, `out_size`, `activation`: the head's, as for the `MLP`.
+        - `key`: the PRNG key for the weights.
+
+        Kernels are He-normal (`fan_in = 9 * channels in`), biases zero, float32.
+        """
+        channels = tuple(channels)
+        if not 1 <= len(channels) <= 3 or any(not isinstance(c, int) or c < 1 for c in channels):
+            raise ValueError(
+                f"`channels` must be one to three positive ints, but got {channels!r}."
+            )
+        keys = jr.split(key, len(channels) + 1)
+        kernels, biases, c_in, side = [], [], 1, SIDE
+        for k, c in zip(keys, channels, strict=False):
+            kernels.append(jr.normal(k, (3, 3, c_in, c), jnp.float32) * math.sqrt(2 / (9 * c_in)))
+            biases.append(jnp.zeros((c,), jnp.float32))
+            c_in, side = c, side // 2
+        self.kernels, self.biases = tuple(kernels), tuple(biases)
+        self.head = MLP(c_in * side * side, hidden_sizes, out_size, activation, key=keys[-1])
+        self.activation, self.channels = activation, channels
+        self.in_size, self.out_size = SIDE * SIDE, out_size
+
+    def maps(self, x: Float[Array, " 784"], *, policy: Policy = FLOAT32) -> Float[Array, " _"]:
+        """The last convolution's pooled maps, flattened: what the head reads. Each
+        convolution multiplies in the policy's compute dtype and accumulates in its
+        accumulation dtype, as the MLP's matmuls do."""
+        acc = policy.accumulate_dtype
+        y = x.reshape(1, SIDE, SIDE, 1).astype(acc)
+        for kernel, bias in zip(self.kernels, self.biases, strict=True):
+            y = lax.conv_general_dilated(
+                y.astype(policy.compute_dtype),
+                kernel.astype(policy.compute_dtype),
+                (1, 1),
+                "SAME",
+                dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                preferred_element_type=acc,
+            )
+            y = self.activation(y + bias.astype(acc).reshape(1, 1, 1, -1))
+            y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        return y.reshape(-1)
+
+    def __call__(
+        self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
+    ) -> Float[Array, " out_size"]:
+        """Logits for one image (`(784,)`, pixels in `[0, 1]`), in the policy's output
+        dtype; batches go through `jax.vmap`."""
+        return self.head(self.maps(x, policy=policy), policy=policy)
+
+    def forward_batch(
+        self, x: Float[Array, "batch in_size"], *, policy: Policy = FLOAT32
+    ) -> Float[Array, "batch out_size"]:
+        """Logits for a whole batch, as training computes them (the head as the MLP's
+        [`forward_batch`][eqx_fmnist.model.MLP.forward_batch])."""
+        maps = jax.vmap(lambda e: self.maps(e, policy=policy))(x)
+        return self.head.forward_batch(maps, policy=policy)
+
+    def hidden(
+        self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
+    ) -> list[Float[Array, " _"]]:
+        """The head's hidden activations for one image (what the trust flag measures)."""
+        return self.head.hidden(self.maps(x, policy=policy), policy=policy)
+
+
 def _bias(layer: eqx.nn.Linear) -> Array:
     """A layer's bias: every layer of an `MLP` has one (`eqx.nn.Linear` types it optional)."""
     assert layer.bias is not None, "an MLP layer without a bias"
@@ -144,18 +250,36 @@ def count_params(model: PyTree) -> int:
     return sum(x.size for x in jtu.tree_leaves(eqx.filter(model, eqx.is_inexact_array)))
 
 
-def num_members(model: "MLP") -> int | None:
+def num_members(model: PyTree) -> int | None:
     """How many members a stacked model holds (the size of its leading axis, as
     [`init_members`][eqx_fmnist.state.init_members] builds it), or `None` for one model.
 
     This is the library's one way to ask "is this a stack of members?": a state, a
-    checkpoint, an export and an evaluation all ask it of their model.
+    checkpoint, an export and an evaluation all ask it of their model. A model of your
+    own (not an `MLP` or a `CNN`) is always one model.
     """
-    bias = _bias(model.layers[0])
+    mlp = model.head if isinstance(model, CNN) else model
+    if not isinstance(mlp, MLP):
+        return None
+    bias = _bias(mlp.layers[0])
     return None if bias.ndim == 1 else int(bias.shape[0])
 
 
-def per_member(fn: Callable[..., PyTree], model: "MLP", *args) -> PyTree:
+def logits_of(model: PyTree, x: Float[Array, " 784"], policy: Policy = FLOAT32) -> Array:
+    """One model's logits for one image: `model(x, policy=policy)` for the library's
+    models, `model(x)` for one of your own (which computes in float32)."""
+    return model(x, policy=policy) if isinstance(model, MLP | CNN) else model(x)
+
+
+def batch_logits(model: PyTree, x: Float[Array, "batch 784"], policy: Policy = FLOAT32) -> Array:
+    """One model's logits for a batch, as training computes them: the library's models'
+    `forward_batch`, `jax.vmap(model)` for one of your own."""
+    if isinstance(model, MLP | CNN):
+        return model.forward_batch(x, policy=policy)
+    return jax.vmap(model)(x)
+
+
+def per_member(fn: Callable[..., PyTree], model: PyTree, *args) -> PyTree:
     """`fn(member, *args)` for every member of a stack, each output with the members on
     a leading axis (`eqx.filter_vmap` over the model; `args` are shared); one model
     counts as a stack of one (`fn(model, *args)` with a leading axis of 1).
@@ -178,7 +302,7 @@ def ensemble_log_probs(
 
 
 def combine(
-    model: "MLP", outputs: Float[Array, "members *batch classes"]
+    model: PyTree, outputs: Float[Array, "members *batch classes"]
 ) -> Float[Array, "*batch classes"]:
     """The one rule that combines what [`per_member`][eqx_fmnist.model.per_member] gave:
     one model's own logits, or a stack's ensemble log mean probabilities

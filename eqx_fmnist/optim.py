@@ -2,6 +2,7 @@
 asks for: one optimiser path, AdamW with its learning rate and weight decay injected as
 arrays (`optax.inject_hyperparams`), for one run and for every member of a sweep alike."""
 
+import jax.tree_util as jtu
 import optax
 
 from .config import TrainConfig
@@ -43,10 +44,19 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     and weight decay.
     """
     clip = () if config.grad_clip is None else (optax.clip_by_global_norm(config.grad_clip),)
+    # Without `decay_biases`, only arrays of two or more axes (weights, kernels) decay:
+    # the optimiser sees one member's parameters, even inside a stack's program.
+    mask = None if config.decay_biases else _weights_only
 
     def adamw(learning_rate, weight_decay):
-        return optax.chain(*clip, optax.adamw(learning_rate, weight_decay=weight_decay))
+        decayed = optax.adamw(learning_rate, weight_decay=weight_decay, mask=mask)
+        return optax.chain(*clip, decayed)
 
     return optax.inject_hyperparams(adamw)(
         learning_rate=config.learning_rate, weight_decay=config.weight_decay
     )
+
+
+def _weights_only(params):
+    """AdamW's decay mask without `decay_biases`: `True` for arrays of two or more axes."""
+    return jtu.tree_map(lambda x: x.ndim > 1, params)

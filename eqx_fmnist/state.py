@@ -10,7 +10,7 @@ exports take either.
 
 import dataclasses
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
@@ -23,7 +23,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .augment import NONE, Augmentation, augmentation_of
 from .config import BatchedHyperparameter, TrainConfig
-from .model import MLP, num_members
+from .model import CNN, MLP, Model, num_members
 from .optim import make_optimizer, make_schedule
 from .precision import FLOAT32, DynamicLossScale, LossScale, NoOpLossScale, Policy
 
@@ -60,18 +60,18 @@ class TrainState(eqx.Module):
     [`settings`][eqx_fmnist.state.Settings]: part of the compiled program.
     """
 
-    model: MLP
+    model: Model
     opt_state: PyTree
     step: Int[Array, ""]
     key: PRNGKeyArray
     loss_scale: LossScale
     hyperparams: dict[str, Float[Array, ""]]
-    average: MLP | None
+    average: Model | None
     settings: Settings = eqx.field(static=True)
 
     def __init__(
         self,
-        model: MLP,
+        model: Model,
         optimizer: optax.GradientTransformation,
         *,
         key: PRNGKeyArray,
@@ -140,7 +140,7 @@ class TrainState(eqx.Module):
         return num_members(self.model)
 
     @property
-    def eval_model(self) -> MLP:
+    def eval_model(self) -> Model:
         """The weights to evaluate, calibrate, export and predict with: the average when
         the run keeps one (`ema_decay > 0`), else the trained weights."""
         return self.model if self.average is None else self.average
@@ -156,31 +156,93 @@ HYPERPARAMS = typing.get_args(BatchedHyperparameter)
 `label_smoothing` (from [`BatchedHyperparameter`][eqx_fmnist.config.BatchedHyperparameter])."""
 
 
-def init_state(config: TrainConfig, num_train: int) -> TrainState:
+ModelSource = Model | Callable[..., Model] | None
+"""What `model=` takes: a model, a constructor called as `constructor(key=key)`, or
+`None` for the config's."""
+
+
+def init_state(config: TrainConfig, num_train: int, *, model: ModelSource = None) -> TrainState:
     """The initial [`TrainState`][eqx_fmnist.state.TrainState] of a run.
 
     **Arguments:**
 
     - `config`: the run's config; its seed gives the weights and the batch order.
     - `num_train`: training examples (the schedule's length depends on it).
+    - `model`: a model of your own, or its constructor (see
+        [`build_model`][eqx_fmnist.state.build_model]). Defaults to `None`: the one
+        the config names.
     """
     numbers = jnp.array([getattr(config, k) for k in HYPERPARAMS], jnp.float32)
-    return _init_state(config, config.total_steps(num_train), jnp.uint32(config.seed), numbers)
+    seed = jnp.uint32(config.seed)
+    return _init_state(config, config.total_steps(num_train), seed, numbers, model)
+
+
+def build_model(config: TrainConfig, key: PRNGKeyArray, model: ModelSource = None) -> Model:
+    """A run's initial model.
+
+    **Arguments:**
+
+    - `config`: its `model` (`"mlp"` or `"cnn"`), `hidden_sizes` and `channels`.
+    - `key`: the PRNG key for the weights.
+    - `model`: one of your own instead: an `eqx.Module` (its weights are the initial
+        ones; `key` is unused) or a constructor (a class or function) called as
+        `model(key=key)`, the way Equinox layers take their key. It must map one image
+        (`(784,)`, pixels in `[0, 1]`) to ten logits, and trains in float32. Defaults
+        to `None`: the config's.
+    """
+    if isinstance(model, eqx.Module):
+        return model
+    if model is not None:
+        return model(key=key)
+    if config.model == "cnn":
+        return CNN(config.channels, config.hidden_sizes, key=key)
+    return MLP(hidden_sizes=config.hidden_sizes, key=key)
+
+
+def check_own_model(config: TrainConfig, model: ModelSource) -> None:
+    """Raise `ValueError` unless a model of your own (`model=`) can train under
+    `config`: ten logits for an image of `(784,)`, float32, and the config's `model`
+    left at its default."""
+    if model is None:
+        return
+    if config.model != "mlp":
+        raise ValueError(
+            f"give a model of your own (model=...) or `model={config.model!r}` in the config, "
+            "not both."
+        )
+    if config.policy != FLOAT32:
+        raise ValueError(
+            f"a model of your own trains in float32, not `precision={config.precision!r}`: "
+            "the library's MLP and CNN apply a precision policy; use p=f32,c=f32,o=f32."
+        )
+    made = eqx.filter_eval_shape(build_model, config, jr.key(0), model)
+    shape = jax.eval_shape(lambda m: m(jnp.zeros((784,), jnp.float32)), made).shape
+    if shape != (10,):
+        raise ValueError(
+            f"the model maps one image of shape (784,) to logits of shape {shape}; it must "
+            "give ten logits, (10,)."
+        )
+    if config.calibration_size and not hasattr(made, "hidden"):
+        raise ValueError(
+            "calibration fits the trust flag on a model's hidden activations: give the "
+            "model a `hidden(x, *, policy)` method (a list of arrays), or train without "
+            "--calibrate."
+        )
 
 
 @eqx.filter_jit
-def _init_state(config: TrainConfig, total_steps: int, seed, numbers) -> TrainState:
+def _init_state(config: TrainConfig, total_steps: int, seed, numbers, model) -> TrainState:
     # One compiled program (kept by the persistent compilation cache): eagerly, each of
     # the initialisers' small operations is dispatched, and compiled, on its own.
-    return _build(config, total_steps, seed, numbers)
+    return _build(config, total_steps, seed, numbers, model)
 
 
-def _build(config: TrainConfig, total_steps: int, seed, numbers) -> TrainState:
+def _build(config: TrainConfig, total_steps: int, seed, numbers, model=None) -> TrainState:
     """One member's state; `seed` and the `numbers` (one per `HYPERPARAMS`) may be
     traced."""
     model_key, data_key = jr.split(jr.PRNGKey(seed))
     return TrainState(
-        MLP(hidden_sizes=config.hidden_sizes, key=model_key),
+        build_model(config, model_key, model),
         make_optimizer(config),
         key=data_key,
         hyperparams=dict(zip(HYPERPARAMS, numbers, strict=True)),

@@ -34,6 +34,7 @@ from .augment import augment, augment_with_views
 from .dataset import ArrayDataset, batch_indices, normalize, steps_per_epoch
 from .distill import Teacher, TeacherTable
 from .losses import accuracy, cross_entropy, soft_cross_entropy
+from .model import batch_logits
 from .parallel import batch_sharding, check_divisible
 from .precision import NoOpLossScale, all_finite, optax_promotion
 from .state import TrainState
@@ -46,7 +47,7 @@ def _loss(model, x, y, policy, label_smoothing, loss_scale, soft=None):
     # `transpose(jvp(forward))`: the backward pass.
     with jax.named_scope("forward"):
         # One batch-level forward: with bf16/f16 its backward multiplies in that dtype too.
-        logits = model.forward_batch(x, policy=policy)
+        logits = batch_logits(model, x, policy)
         loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
         if soft is not None:  # distillation: (teacher's log probabilities, temperature, weight)
             target, t, w = soft

@@ -28,10 +28,10 @@ from .dataset import ArrayDataset, Splits
 from .distill import Teacher, TeacherTable
 from .evaluation import EvalResult, evaluate
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
-from .model import MLP
+from .model import Model
 from .parallel import make_mesh, replicate, to_local
 from .precision import Policy
-from .state import TrainState, init_members, init_state
+from .state import ModelSource, TrainState, check_own_model, init_members, init_state
 from .step import compile_steps
 from .subsets import Subsets
 
@@ -73,7 +73,7 @@ class TrainResult:
         return self.configs[0]
 
     @property
-    def model(self) -> MLP:
+    def model(self) -> Model:
         """The trained model (stacked for members): the weight average when the run kept
         one (`ema_decay`), as evaluation used; this process's copy after multi-host
         training ([`to_local`][eqx_fmnist.parallel.to_local], the one place a model is
@@ -118,11 +118,11 @@ class Members:
 
     def validator(
         self,
-        evaluated: Callable[[ArrayDataset | None, MLP], EvalResult | None],
+        evaluated: Callable[[ArrayDataset | None, Model], EvalResult | None],
         train: ArrayDataset,
         validation: ArrayDataset | None,
         rows: Subsets | None,
-    ) -> Callable[[MLP], EvalResult | None]:
+    ) -> Callable[[Model], EvalResult | None]:
         """What `fit` evaluates after each interval, given `evaluated(dataset, model)`:
         by default the validation split."""
         return lambda model: evaluated(validation, model)
@@ -238,12 +238,18 @@ def _place(config: TrainConfig, trees: _Trees) -> tuple[Mesh | None, _Trees]:
 
 
 def _starting_state(
-    configs: tuple[TrainConfig, ...], stacked: bool, state: TrainState | None, num_train: int
+    configs: tuple[TrainConfig, ...],
+    stacked: bool,
+    state: TrainState | None,
+    num_train: int,
+    model: ModelSource = None,
 ) -> TrainState:
     """The state `fit` starts from: the one given (checked to hold as many members as
     there are configs), or a new one."""
+    if state is None and stacked:
+        return init_members(configs, num_train)
     if state is None:
-        return init_members(configs, num_train) if stacked else init_state(configs[0], num_train)
+        return init_state(configs[0], num_train, model=model)
     if state.num_members != (len(configs) if stacked else None):
         raise ValueError(
             f"`state` holds {state.num_members or 'one run, not'} members, but "
@@ -256,7 +262,7 @@ def _starting_state(
 def _evaluator(policy: Policy, views, batch_size: int, mesh: Mesh | None):
     """`evaluated(dataset, model)`: every example of `dataset` (`None` for none)."""
 
-    def evaluated(ds: ArrayDataset | None, model: MLP) -> EvalResult | None:
+    def evaluated(ds: ArrayDataset | None, model: Model) -> EvalResult | None:
         if ds is None:
             return None
         return evaluate(model, ds, policy=policy, batch_size=batch_size, mesh=mesh, tta=views)
@@ -290,7 +296,8 @@ def fit(
     members: Members | None = None,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
-    teacher: MLP | None = None,
+    teacher: Model | None = None,
+    model: ModelSource = None,
     eval_batch_size: int = 1000,
 ) -> TrainResult:
     """Train one model, or many members as one compiled program, and evaluate on the
@@ -326,8 +333,16 @@ def fit(
         [`fit_ensemble`][eqx_fmnist.ensemble.fit_ensemble] result's `model`), to distil:
         every step adds the cross-entropy against its mean probability on the step's
         batch, softened by the config's `distill_temperature` and weighted by its
-        `distill_weight` (see [`Teacher`][eqx_fmnist.distill.Teacher]). It must have
-        the student's architecture. Defaults to `None`: the labels alone.
+        `distill_weight` (see [`Teacher`][eqx_fmnist.distill.Teacher]). Any model
+        that maps an image to ten logits teaches: an MLP, a
+        [`CNN`][eqx_fmnist.model.CNN], an ensemble. Defaults to `None`: the labels
+        alone.
+    - `model`: a model of your own to train instead of the config's: an `eqx.Module`
+        that maps one image (`(784,)`, pixels in `[0, 1]`) to ten logits, or its
+        constructor, called as `model(key=key)` with a key from the config's seed (see
+        [`build_model`][eqx_fmnist.state.build_model]). It trains in float32, as one
+        run (not members); load its checkpoint with `load_checkpoint(path,
+        model=constructor)`. Defaults to `None`: the config's `model`.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
 
     **Returns:**
@@ -358,7 +373,14 @@ def fit(
     configs = (config,) if members is None else members.configs(config)
     rows = None if members is None else members.rows(len(train), config)
     num_train = len(train) if rows is None else rows.size
-    state = _starting_state(configs, members is not None, state, num_train)
+    if model is not None and (members is not None or state is not None):
+        given = "members" if members is not None else "a state"
+        raise ValueError(
+            f"give a model of your own (model=...) or {given}, not both: a model of your "
+            "own trains as one run from its first step (a state already holds its model)."
+        )
+    check_own_model(config, model)
+    state = _starting_state(configs, members is not None, state, num_train, model)
     plan = plan_run(config, num_train)
     soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
     if soft is not None and _table_pays(config, plan, len(train)):

@@ -20,7 +20,7 @@ from jaxtyping import Array, Bool, Float, Shaped
 
 from .augment import Move, move_images
 from .dataset import ArrayDataset, normalize, pad_to_batches
-from .model import MLP, num_members, per_member
+from .model import Model, num_members, per_member
 from .precision import FLOAT32, Policy
 
 FLAG_RATE = 0.05
@@ -31,7 +31,7 @@ AS_THEY_ARE: tuple[Move, ...] = ((0, 0, False),)
 
 
 @eqx.filter_jit
-def _features(model: MLP, images: Shaped[Array, "n 784"], policy: Policy, batch_size: int):
+def _features(model: Model, images: Shaped[Array, "n 784"], policy: Policy, batch_size: int):
     def one(m):
         batches, _ = pad_to_batches(images, batch_size)
         forward = jax.vmap(lambda x: jnp.concatenate(m.hidden(normalize(x), policy=policy)))
@@ -43,7 +43,11 @@ def _features(model: MLP, images: Shaped[Array, "n 784"], policy: Policy, batch_
 
 
 def features(
-    model: MLP, images: Shaped[Array, "n 784"], *, policy: Policy = FLOAT32, batch_size: int = 1000
+    model: Model,
+    images: Shaped[Array, "n 784"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
 ) -> Float[np.ndarray, "*members n hidden"]:
     """Every hidden layer's activations for every image, side by side (float32 numpy):
     what the trust detector measures distances on. For a stack of members, one such
@@ -135,7 +139,7 @@ def trust_moves(augmentation: Moves) -> tuple[Move, ...]:
 
 
 def fit_trust(
-    model: MLP,
+    model: Model,
     train: ArrayDataset,
     held_out: ArrayDataset,
     *,

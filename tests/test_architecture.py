@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eqx_fmnist"
 # `ONLY` narrows it.
 LAYERS = [
     "fileio",
+    "checks",
     "precision",
     "data",
     "cache",
@@ -51,6 +52,7 @@ LAYERS = [
 ]
 ONLY = {
     "fileio": set(),
+    "checks": set(),
     "precision": set(),
     "data": {"fileio"},
     "cache": {"data"},
@@ -59,11 +61,11 @@ ONLY = {
     "subsets": set(),
     "augment": set(),
     "parallel": set(),
-    "model": {"precision"},
+    "model": {"precision", "augment"},
     "losses": set(),
     "conformal": set(),
-    "attributions": {"dataset", "model", "precision"},
-    "config": {"precision", "dataset", "augment", "conformal"},
+    "attributions": {"data", "dataset", "model", "precision"},
+    "config": {"checks", "precision", "dataset", "augment", "conformal"},
     "optim": {"config"},
     "state": {"config", "optim", "model", "precision", "augment"},
     "distill": {"config", "data", "model", "precision", "augment", "dataset"},

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..config import TrainConfig
 from ..ensemble import Grid, Seeds, grid_of, member_seeds, sweep
 from ..ensemble.grid import SWEEP_VALIDATION
-from ..model import MLP
+from ..model import Model
 from ..runs import (
     CHECKPOINT_NAME,
     TOKENS_PER_EXAMPLE,
@@ -70,7 +70,7 @@ def add_sweep_parser(sub) -> None:
 
 def _teacher_of(
     args: argparse.Namespace, config: TrainConfig, resume: Run | None
-) -> tuple[Path, MLP] | tuple[None, None]:
+) -> tuple[Path, Model] | tuple[None, None]:
     """The teacher given by `--teacher`, or (resuming) the one the run folder names."""
     where = args.teacher
     if where is None and resume is not None:

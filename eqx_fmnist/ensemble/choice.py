@@ -20,7 +20,7 @@ from typing import Any
 from ..config import TrainConfig
 from ..dataset import ArrayDataset
 from ..evaluation import EvalResult
-from ..model import MLP
+from ..model import Model
 from ..state import BATCHED, check_members, select_members
 from ..subsets import Subsets, bootstrap, kfold
 from ..train import Members
@@ -121,11 +121,11 @@ def _count(name: str, value: int, low: int) -> None:
 
 
 def _on_own_rows(
-    evaluated: Callable[[ArrayDataset | None, MLP], EvalResult | None],
+    evaluated: Callable[[ArrayDataset | None, Model], EvalResult | None],
     train: ArrayDataset,
     validation: ArrayDataset | None,
     rows: Subsets | None,
-) -> Callable[[MLP], EvalResult | None]:
+) -> Callable[[Model], EvalResult | None]:
     """Each member evaluated on the rows it never trained on, pooled (out-of-fold) with
     each member's figures in `members`; without held-out rows, the validation split."""
     if rows is None or rows.held_out is None:
@@ -137,7 +137,7 @@ def _on_own_rows(
         )
     folds = [train.take(h) for h in rows.held_out]
 
-    def pooled(model: MLP) -> EvalResult:
+    def pooled(model: Model) -> EvalResult:
         each = [evaluated(f, select_members(model, i)) for i, f in enumerate(folds)]
         each = [e for e in each if e is not None]
         n = sum(e.count for e in each)
@@ -154,11 +154,11 @@ class _OnTheirRows(Members):
 
     def validator(
         self,
-        evaluated: Callable[[ArrayDataset | None, MLP], EvalResult | None],
+        evaluated: Callable[[ArrayDataset | None, Model], EvalResult | None],
         train: ArrayDataset,
         validation: ArrayDataset | None,
         rows: Subsets | None,
-    ) -> Callable[[MLP], EvalResult | None]:
+    ) -> Callable[[Model], EvalResult | None]:
         return _on_own_rows(evaluated, train, validation, rows)
 
 

@@ -19,7 +19,7 @@ from ..calibration import Calibration
 from ..config import TrainConfig
 from ..data import CLASS_NAMES, IMAGE_SIZE
 from ..fileio import atomic_write
-from ..model import MLP, num_members
+from ..model import MLP, Model, num_members
 from ..precision import FLOAT32, Policy
 from . import html, onnx, safetensors, stablehlo
 from .format import ExportFormat, ExportInputs
@@ -103,7 +103,7 @@ def _manifest(
     path: Path,
     blob: bytes,
     info: dict[str, Any],
-    models: MLP,
+    models: Model,
     config: TrainConfig,
     portable: Portable,
     trust: Calibration | None,
@@ -182,7 +182,7 @@ def _refuse_unless_equal(format: str, parity: Parity, unexplained: int) -> None:
 
 
 def export_model(
-    models: MLP,
+    models: Model,
     policy: Policy,
     config: TrainConfig,
     path: str | os.PathLike,
@@ -235,6 +235,12 @@ def export_model(
         raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}.")
     kind = FORMATS[format]
     kind.require()  # before any work: a missing extra is one clear line
+    if not kind.any_model and not isinstance(models, MLP):
+        raise ExportError(
+            f"the {format} export writes the MLP's layers, and this model is a "
+            f"{type(models).__name__}: export it as StableHLO (--format stablehlo), which "
+            "carries any model."
+        )
     if calibration is not None and temperature != 1.0:
         raise ExportError("give a calibration or a temperature, not both.")
     path, start = Path(path), time.perf_counter()

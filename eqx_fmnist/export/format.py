@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..config import TrainConfig
-from ..model import MLP
+from ..model import Model
 from ..precision import Policy
 from .portable import Portable
 
@@ -29,7 +29,7 @@ class ExportInputs:
     arrays (with the temperature and the trust flag, if calibrated), and what the
     caller says about the run (`about`: e.g. `test_accuracy`, for the page)."""
 
-    models: MLP
+    models: Model
     policy: Policy
     config: TrainConfig
     portable: Portable
@@ -56,6 +56,8 @@ class ExportFormat:
     - `member_outputs`: whether an ensemble's artifact also returns
         `member_probabilities`.
     - `require()`: raises an `ExportError` naming what to install, before any work.
+    - `any_model`: whether it carries any model (a compiled program), or the MLP's
+        layers alone.
     """
 
     name: str
@@ -67,3 +69,4 @@ class ExportFormat:
     keeps_policy: bool = False
     member_outputs: bool = False
     require: Callable[[], Any] = lambda: None
+    any_model: bool = False

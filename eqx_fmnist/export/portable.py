@@ -18,7 +18,7 @@ from ..augment import Move, move_images
 from ..calibration import Calibration
 from ..conformal import prediction_sets
 from ..data import IMAGE_SIZE
-from ..model import MLP, num_members
+from ..model import MLP, Model, num_members
 from ..trust import Trust
 from .manifest import ExportError
 
@@ -111,7 +111,7 @@ def view_indices(views: tuple[Move, ...]) -> np.ndarray:
 
 
 def to_portable(
-    models: MLP,
+    models: Model,
     *,
     calibration: Calibration | None = None,
     temperature: float = 1.0,
@@ -126,7 +126,7 @@ def to_portable(
     `ExportError` for a model whose activation is not `jax.nn.gelu` (the tanh form every
     artifact writes), or `tta` other than the views the calibration was fitted on.
     """
-    if models.activation is not jax.nn.gelu:
+    if isinstance(models, MLP) and models.activation is not jax.nn.gelu:
         raise ExportError(
             f"exports write GELU (tanh form, jax.nn.gelu), but the model's activation is "
             f"{getattr(models.activation, '__name__', models.activation)!r}."
@@ -140,9 +140,12 @@ def to_portable(
             )
         temperature, tta = calibration.temperature, calibration.tta
     k = num_members(models)
+    # The MLP's layers, which the formats other than StableHLO write (another model
+    # has none: they refuse it).
+    mlp_layers = models.layers if isinstance(models, MLP) else ()
     arrays = [
-        (np.asarray(w, np.float32), np.asarray(b, np.float32))
-        for w, b in ((layer.weight, layer.bias) for layer in models.layers)
+        (np.asarray(layer.weight, np.float32), np.asarray(layer.bias, np.float32))
+        for layer in mlp_layers
     ]
     layers = [[(w, b) if k is None else (w[m], b[m]) for w, b in arrays] for m in range(k or 1)]
     trust = None if calibration is None else portable_trust(calibration.trust, k or 1)

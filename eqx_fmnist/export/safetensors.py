@@ -68,6 +68,7 @@ def torch_state_dict(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _build(inputs: ExportInputs) -> tuple[bytes, dict[str, Any]]:
+    assert isinstance(inputs.models, MLP), "export_model refuses another model"
     return to_safetensors(inputs.models, inputs.config), {}
 
 

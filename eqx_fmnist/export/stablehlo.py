@@ -16,7 +16,7 @@ from ..answers import Answer
 from ..data import IMAGE_SIZE
 from ..dataset import normalize
 from ..evaluation import scaled_softmax
-from ..model import MLP, combine, ensemble_log_probs, per_member
+from ..model import Model, combine, ensemble_log_probs, per_member
 from ..precision import Policy
 from .format import ExportFormat, ExportInputs, Outputs
 from .manifest import ExportError, manifest_path
@@ -47,7 +47,7 @@ def trust_outputs(
 
 
 def serving_function(
-    models: MLP,
+    models: Model,
     policy: Policy,
     *,
     temperature: float = 1.0,
@@ -100,7 +100,7 @@ def serving_function(
 
 
 def to_stablehlo(
-    models: MLP,
+    models: Model,
     policy: Policy,
     *,
     temperature: float = 1.0,
@@ -273,5 +273,5 @@ def _run(blob: bytes, images: np.ndarray, inputs: ExportInputs) -> tuple[Outputs
     return run_stablehlo(blob, images), {}
 
 
-FORMAT = ExportFormat("stablehlo", ".stablehlo", _build, _run, keeps_policy=True)
+FORMAT = ExportFormat("stablehlo", ".stablehlo", _build, _run, keeps_policy=True, any_model=True)
 """StableHLO: the whole forward pass, in the run's policy, for `jax` alone."""

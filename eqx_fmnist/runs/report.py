@@ -23,7 +23,7 @@ from ..calibration import Calibration, CalibrationResult, calibration_report
 from ..conformal import SetReport, set_report
 from ..dataset import ArrayDataset
 from ..evaluation import Robustness, confusion_matrix, evaluate_robustness
-from ..model import MLP
+from ..model import Model
 from ..plots import (
     plot_confusion_matrix,
     plot_reliability,
@@ -111,7 +111,7 @@ def reliability_figure(results: dict[str, CalibrationResult]) -> Figure:
 
 
 def run_report(
-    model: MLP,
+    model: Model,
     policy: Policy,
     images: np.ndarray,
     labels: np.ndarray,

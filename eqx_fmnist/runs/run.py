@@ -9,7 +9,7 @@ from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import Splits, split_data
 from ..intervals import Callback
-from ..model import MLP
+from ..model import Model
 from ..state import TrainState
 from ..train import Members, TrainResult, fit
 
@@ -49,7 +49,7 @@ def train_run(
     members: Members | None = None,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
-    teacher: MLP | None = None,
+    teacher: Model | None = None,
 ) -> RunResult:
     """Train on `splits` ([`fit`][eqx_fmnist.train.fit]: one run, or `members`) and then,
     if the splits hold a calibration set, calibrate the model or the ensemble on it

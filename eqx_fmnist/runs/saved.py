@@ -17,7 +17,7 @@ from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
 from ..distill import Teacher
 from ..ensemble import members_from
-from ..model import MLP
+from ..model import Model
 from ..precision import Policy
 from ..state import TrainState
 from ..train import Members
@@ -102,7 +102,7 @@ class Run:
         return self.saved.state
 
     @property
-    def model(self) -> MLP:
+    def model(self) -> Model:
         """What evaluation uses: the weight average if the run kept one."""
         return self.saved.state.eval_model
 
@@ -156,7 +156,7 @@ class Run:
         return read_teacher(self.folder)
 
 
-def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, MLP]:
+def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, Model]:
     """`(checkpoint, model)` of the run `where` names as a teacher (its weight average,
     if it kept one), checked against the student's `config` before anything is written.
 

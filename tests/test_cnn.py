@@ -1,0 +1,223 @@
+"""Models other than the MLP: the CNN computes the convolutions written out in numpy,
+trains through `fit` as the MLP does (members, precision, checkpoints, resume,
+distillation), and a model of your own trains, saves and loads; exports built on the
+MLP's layers refuse another model in one line."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from helpers import numpy_gelu, run_cli_here, same_arrays
+
+pytestmark = pytest.mark.quick_compile
+
+
+def numpy_cnn(model, images):
+    """The CNN's logits in float64 numpy: each 3 x 3 convolution as a sum over its nine
+    taps of the zero-padded image, GELU (tanh form), a 2 x 2 max-pool, then the head."""
+    x = np.asarray(images, np.float64).reshape(-1, 28, 28, 1)
+    for kernel, bias in zip(model.kernels, model.biases, strict=True):
+        k, (n, h, w, _) = np.asarray(kernel, np.float64), x.shape
+        padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        y = sum(padded[:, i : i + h, j : j + w] @ k[i, j] for i in range(3) for j in range(3))
+        y = numpy_gelu(y + np.asarray(bias, np.float64))
+        x = y[:, : h // 2 * 2, : w // 2 * 2].reshape(n, h // 2, 2, w // 2, 2, -1).max((2, 4))
+    h = x.reshape(len(x), -1)
+    for i, layer in enumerate(model.head.layers):
+        h = h @ np.asarray(layer.weight, np.float64).T + np.asarray(layer.bias, np.float64)
+        h = numpy_gelu(h) if i < len(model.head.layers) - 1 else h
+    return h
+
+
+@pytest.mark.parametrize("channels", [(4,), (4, 8), (2, 3, 5)])
+def test_the_cnn_computes_its_convolutions_as_written_out(channels):
+    from eqx_fmnist.model import CNN, count_params
+
+    model = CNN(channels, (16,), key=jr.key(0))
+    x = jr.uniform(jr.key(1), (6, 784))
+    side = {1: 14, 2: 7, 3: 3}[len(channels)]
+    convs = sum(9 * a * b + b for a, b in zip((1, *channels), channels, strict=False))
+    assert count_params(model) == convs + channels[-1] * side**2 * 16 + 16 + 16 * 10 + 10
+    np.testing.assert_allclose(jax.vmap(model)(x), numpy_cnn(model, x), atol=2e-5)
+    np.testing.assert_allclose(model.forward_batch(x), numpy_cnn(model, x), atol=2e-5)
+    std = float(model.kernels[0].std())  # He-normal: sqrt(2 / (9 * 1))
+    assert abs(std - np.sqrt(2 / 9)) < 0.35 * np.sqrt(2 / 9)
+
+
+def test_the_default_cnn_and_bad_channels():
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.model import CNN, count_params
+
+    assert count_params(CNN(key=jr.key(0))) == 9 * 32 + 32 + 9 * 32 * 64 + 64 + 3136 * 256 + 256 + (
+        256 * 128 + 128 + 128 * 10 + 10
+    )
+    for bad in [(), (4, 4, 4, 4), (0,), (3, -1)]:
+        with pytest.raises(ValueError, match="`channels` must be one to three positive ints"):
+            TrainConfig(model="cnn", channels=bad)
+    with pytest.raises(ValueError, match="`model` must be one of 'mlp', 'cnn'"):
+        TrainConfig.from_dict({"model": "resnet"})
+
+
+def test_the_cnn_in_bfloat16_accumulates_in_float32():
+    from eqx_fmnist.model import CNN
+    from eqx_fmnist.precision import Policy
+
+    model = CNN((4, 8), (16,), key=jr.key(0))
+    x = jr.uniform(jr.key(1), (8, 784))
+    policy = Policy.from_string("p=f32,c=bf16,o=f32")
+    low = model.forward_batch(x, policy=policy)
+    assert low.dtype == jnp.float32
+    np.testing.assert_allclose(low, numpy_cnn(model, x), atol=0.05)
+    grads = eqx.filter_grad(lambda m: m.forward_batch(x, policy=policy).sum())(model)
+    assert all(g.dtype == jnp.float32 for g in grads.kernels)
+
+
+def test_a_cnn_trains_members_and_resumes_exactly_from_its_checkpoint(small, tmp_path):
+    import eqx_fmnist as ef
+    from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
+
+    from helpers import small_config
+
+    config = small_config(model="cnn", channels=(4, 8), steps=8, log_every=4)
+    splits = ef.Splits(small, None)
+    whole = ef.fit(config, splits, members=ef.ensemble.Seeds(2))
+    assert whole.num_members == 2 and isinstance(whole.model, ef.CNN)
+    half = ef.fit(config.with_changes(steps=4), splits, members=ef.ensemble.Seeds(2))
+    path = save_checkpoint(
+        tmp_path / "c.eqx", half.state, config, num_train=len(small), members=half.configs
+    )
+    saved = load_checkpoint(path)
+    assert isinstance(saved.state.model, ef.CNN) and saved.config.model == "cnn"
+    resumed = ef.fit(config, splits, members=ef.ensemble.Seeds(2), state=saved.state)
+    assert same_arrays(resumed.model, whole.model)
+    first_loss = whole.history[0]["loss"]
+    assert all(np.isfinite(r["loss"]) for r in whole.history) and first_loss > 0
+
+
+class Linear784(eqx.Module):
+    """A model of one's own: a linear map from pixels to logits."""
+
+    linear: eqx.nn.Linear
+
+    def __init__(self, *, key):
+        self.linear = eqx.nn.Linear(784, 10, key=key)
+
+    def __call__(self, x):
+        return self.linear(x)
+
+
+def test_a_model_of_your_own_trains_saves_and_loads(small, tmp_path):
+    import optax
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from eqx_fmnist.dataset import batch_indices, normalize
+
+    from helpers import small_config
+
+    config = small_config(steps=6, weight_decay=0.0, label_smoothing=0.0, shift=0, mirror=False)
+    result = ef.fit(config, ef.Splits(small, None), model=Linear784)
+    assert isinstance(result.model, Linear784)
+    # The same six steps written by hand: Optax AdamW on the library's batch order.
+    model = Linear784(key=jr.split(jr.PRNGKey(config.seed))[0])
+    data_key = jr.split(jr.PRNGKey(config.seed))[1]
+    opt = optax.adamw(config.learning_rate, weight_decay=0.0)
+    opt_state = opt.init(eqx.filter(model, eqx.is_array))
+    for step in range(6):
+        idx = batch_indices(data_key, jnp.int32(step), len(small), config.batch_size)
+        x, y = normalize(jnp.asarray(small.images)[idx]), jnp.asarray(small.labels)[idx]
+
+        def loss(m, x=x, y=y):
+            logp = jax.nn.log_softmax(jax.vmap(m)(x))
+            return -jnp.mean(logp[jnp.arange(len(y)), y])
+
+        grads = eqx.filter_grad(loss)(model)
+        with jax.numpy_dtype_promotion("standard"):  # Optax's bias correction mixes dtypes
+            updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+        model = eqx.apply_updates(model, updates)
+    np.testing.assert_allclose(result.model.linear.weight, model.linear.weight, atol=1e-6)
+
+    path = save_checkpoint(tmp_path / "own.eqx", result.state, config, num_train=len(small))
+    with pytest.raises(CheckpointError, match="a model of your own, .*Linear784: load it with"):
+        load_checkpoint(path)
+    loaded = load_checkpoint(path, model=Linear784)
+    assert same_arrays(loaded.state.model, result.model)
+
+
+def test_a_model_of_your_own_is_refused_where_it_cannot_train(small):
+    import eqx_fmnist as ef
+
+    from helpers import small_config
+
+    splits = ef.Splits(small, None)
+    refusals = [
+        (dict(precision="p=f32,c=bf16,o=f32"), {}, "trains in float32"),
+        (dict(model="cnn"), {}, "not both"),
+        ({}, dict(members=ef.ensemble.Seeds(2)), "or members, not both"),
+    ]
+    for changes, kwargs, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            ef.fit(small_config(**changes), splits, model=Linear784, **kwargs)
+
+    wrong = eqx.nn.Linear(784, 7, key=jr.key(0))
+    with pytest.raises(ValueError, match=r"logits of shape \(7,\); it must give ten"):
+        ef.fit(small_config(), splits, model=wrong)
+
+
+def test_a_cnn_teaches_the_mlp(small):
+    import eqx_fmnist as ef
+
+    from helpers import small_config
+
+    splits = ef.Splits(small, None)
+    teacher = ef.fit(small_config(model="cnn", channels=(4,), steps=4), splits).model
+    config = small_config(steps=4, distill_weight=0.5, distill_temperature=2.0)
+    student = ef.fit(config, splits, teacher=teacher)
+    plain = ef.fit(config, splits)
+    assert isinstance(student.model, ef.MLP) and not same_arrays(student.model, plain.model)
+
+
+def test_exports_of_the_mlps_layers_refuse_a_cnn_and_stablehlo_carries_it(
+    small, test_images, tmp_path
+):
+    import eqx_fmnist as ef
+    from eqx_fmnist.export import ExportError, export_model, load_artifact
+
+    from helpers import small_config
+
+    config = small_config(model="cnn", channels=(4, 8), steps=4)
+    result = ef.fit(config, ef.Splits(small, None))
+    images = test_images[:256]
+    for format in ("safetensors", "html"):
+        with pytest.raises(ExportError, match=f"the {format} export writes the MLP's layers, "):
+            export_model(
+                result.model,
+                result.policy,
+                config,
+                tmp_path / f"m.{format}",
+                check_images=images,
+                format=format,
+            )
+    path = tmp_path / "cnn.stablehlo"
+    manifest = export_model(result.model, result.policy, config, path, check_images=images)
+    assert manifest["parity"]["mismatches"] == 0
+    logits, _ = load_artifact(path)(images)
+    np.testing.assert_allclose(logits, numpy_cnn(result.model, images / 255.0), atol=1e-4)
+    assert not any(tmp_path.glob("m.*"))
+
+
+def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(real_data, tmp_path):
+    out = tmp_path / "cnn"
+    args = ["--model", "cnn", "--channels", "4,8", "--steps", "4", "--hidden", "16"]
+    trained = run_cli_here("train", *args, "--out", out)
+    assert trained.returncode == 0, trained.stderr
+    assert "CNN" in trained.stdout or "cnn" in trained.stdout
+    shown = run_cli_here("evaluate", out)
+    assert shown.returncode == 0 and "accuracy" in shown.stdout
+    refused = run_cli_here("export", out, "--format", "safetensors")
+    assert refused.returncode != 0
+    assert "export it as StableHLO (--format stablehlo)" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
