@@ -1,8 +1,10 @@
-"""Checks of a number a caller gave, each a `ValueError` that names the field and what
-it must be: the one wording of the library's refusals of numbers."""
+"""Checks of a value a caller gave, each a `ValueError` that names the field and what it
+must be: the one wording of the library's refusals of numbers and of JSON values."""
 
 import math
-from typing import Any
+import types
+import typing
+from typing import Any, Literal
 
 
 def positive_int(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
@@ -24,3 +26,41 @@ def number(name: str, value: Any, *, low: float, high: float = math.inf, low_ope
             f" and <= {high}" if high < math.inf else ""
         )
         raise ValueError(f"`{name}` must be a finite number {bound}, but got {value!r}.")
+
+
+def split_optional(hint: Any) -> tuple[Any, bool]:
+    """`(type, optional)` of a type hint: the type without `None`, and whether `None` is
+    allowed."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(hint))
+    return hint, False
+
+
+def coerce_json(what: str, hint: Any, value: Any) -> Any:
+    """Check a JSON value against the type `hint` (`ValueError` naming `what`, never
+    `TypeError`), converting where JSON cannot say it (an int for a float, a list for a
+    tuple of ints)."""
+    kind, optional = split_optional(hint)
+    if value is None and optional:
+        return None
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    exact = {bool: isinstance(value, bool), int: is_int, str: isinstance(value, str)}
+    if exact.get(kind) or (typing.get_origin(kind) is Literal and value in typing.get_args(kind)):
+        return value
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            pass
+    if typing.get_origin(kind) is tuple and isinstance(value, tuple | list):
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return tuple(value)
+    expected = {bool: "true or false", int: "an int", float: "a number", str: "a string"}
+    expected = expected.get(kind, str(kind))
+    if typing.get_origin(kind) is Literal:
+        expected = "one of " + ", ".join(map(repr, typing.get_args(kind)))
+    elif typing.get_origin(kind) is tuple:
+        expected = "a list of ints"
+    expected += " or null" if optional else ""
+    raise ValueError(f"{what} must be {expected}, but got {value!r}.")

@@ -13,12 +13,11 @@ The schedule and the optimiser built from a config are in `eqx_fmnist.optim`
 
 import dataclasses
 import json
-import types
 import typing
 from typing import Any, Literal
 
 from .augment import TTA, TTA_VIEWS, Move, ShiftDistribution, augmentation_of
-from .checks import number, positive_int
+from .checks import coerce_json, number, positive_int, split_optional
 from .conformal import COVERAGE, check_coverage
 from .dataset import steps_per_epoch
 from .precision import Policy
@@ -359,11 +358,7 @@ _HINTS = typing.get_type_hints(TrainConfig)
 def field_type(name: str) -> tuple[Any, bool]:
     """`(type, optional)` of field `name`: its type without `None`, and whether `None`
     is allowed."""
-    hint = _HINTS[name]
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return args[0], len(args) < len(typing.get_args(hint))
-    return hint, False
+    return split_optional(_HINTS[name])
 
 
 def literal_choices(name: str) -> tuple[str, ...]:
@@ -375,26 +370,4 @@ def literal_choices(name: str) -> tuple[str, ...]:
 def coerce(name: str, value: Any) -> Any:
     """Check a JSON value against field `name`'s type (`ValueError`, never `TypeError`),
     converting where JSON cannot say it (an int for a float, a list for a tuple)."""
-    kind, optional = field_type(name)
-    if value is None and optional:
-        return None
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    exact = {bool: isinstance(value, bool), int: is_int, str: isinstance(value, str)}
-    if exact.get(kind) or (typing.get_origin(kind) is Literal and value in typing.get_args(kind)):
-        return value
-    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except OverflowError:
-            pass
-    if typing.get_origin(kind) is tuple and isinstance(value, tuple | list):
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return tuple(value)
-    expected = {bool: "true or false", int: "an int", float: "a number", str: "a string"}
-    expected = expected.get(kind, str(kind))
-    if typing.get_origin(kind) is Literal:
-        expected = "one of " + ", ".join(map(repr, typing.get_args(kind)))
-    elif typing.get_origin(kind) is tuple:
-        expected = "a list of ints"
-    expected += " or null" if optional else ""
-    raise ValueError(f"TrainConfig field `{name}` must be {expected}, but got {value!r}.")
+    return coerce_json(f"TrainConfig field `{name}`", _HINTS[name], value)

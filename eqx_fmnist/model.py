@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
-from jax import lax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from .augment import SIDE
@@ -145,15 +144,14 @@ class MLP(eqx.Module):
 
 
 class CNN(eqx.Module):
-    """A small convolutional network: per entry of `channels`, a 3 x 3 convolution
-    (padded to keep the size), the activation and a 2 x 2 max-pool; then the flattened
+    """A small convolutional network: per entry of `channels`, a 3 x 3 convolution of
+    stride 2 (each halves the side: 28, 14, 7, 4) and the activation; then the flattened
     maps go through an [`MLP`][eqx_fmnist.model.MLP] head. It sees shapes that an MLP
-    must learn pixel by pixel, which makes it the MLP's teacher
-    ([distillation](../tutorials/18-distillation.md)); the default, channels `(32, 64)`
-    and a `(256, 128)` head, has 1,097,994 parameters.
+    must learn pixel by pixel, which makes it the MLP's teacher. The default, channels
+    `(32, 64)` and a `(256, 128)` head, has 856,074 parameters.
 
-    The images are kept as `(28, 28, channels)` (height, width, channels), the layout
-    XLA's CPU convolutions run fastest in.
+    Strided convolutions rather than pooling: on a CPU the gradient of a full-size
+    convolution costs several times its forward pass.
     """
 
     kernels: tuple[Float[Array, "3 3 cin cout"], ...]
@@ -175,8 +173,8 @@ class CNN(eqx.Module):
     ):
         """**Arguments:**
 
-        - `channels`: output channels of each convolution, one to three of them (each
-            halves the side: 28, 14, 7, 3). Defaults to `(32, 64)`.
+        - `channels`: output channels of each convolution, one to three of them.
+            Defaults to `(32, 64)`.
         - `hidden_sizes`, `out_size`, `activation`: the head's, as for the `MLP`.
         - `key`: the PRNG key for the weights.
 
@@ -192,30 +190,39 @@ class CNN(eqx.Module):
         for k, c in zip(keys, channels, strict=False):
             kernels.append(jr.normal(k, (3, 3, c_in, c), jnp.float32) * math.sqrt(2 / (9 * c_in)))
             biases.append(jnp.zeros((c,), jnp.float32))
-            c_in, side = c, side // 2
+            c_in, side = c, (side + 1) // 2
         self.kernels, self.biases = tuple(kernels), tuple(biases)
         self.head = MLP(c_in * side * side, hidden_sizes, out_size, activation, key=keys[-1])
         self.activation, self.channels = activation, channels
         self.in_size, self.out_size = SIDE * SIDE, out_size
 
     def maps(self, x: Float[Array, " 784"], *, policy: Policy = FLOAT32) -> Float[Array, " _"]:
-        """The last convolution's pooled maps, flattened: what the head reads. Each
-        convolution multiplies in the policy's compute dtype and accumulates in its
-        accumulation dtype, as the MLP's matmuls do."""
-        acc = policy.accumulate_dtype
-        y = x.reshape(1, SIDE, SIDE, 1).astype(acc)
+        """The last convolution's maps for one image, flattened: what the head reads."""
+        return self.maps_batch(x[None], policy=policy)[0]
+
+    def maps_batch(
+        self, x: Float[Array, "batch 784"], *, policy: Policy = FLOAT32
+    ) -> Float[Array, "batch _"]:
+        """[`maps`][eqx_fmnist.model.CNN.maps] for a batch. Each convolution (the image
+        padded by a pixel of zeros on every side, stride 2) is one matmul of the batch's
+        3 x 3 patches by the kernel ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]:
+        the compute dtype, accumulating in the accumulation dtype), not XLA's
+        convolution, whose gradient runs about fifty times slower on a CPU inside the
+        training loop's `lax.scan` than outside it (jax-ml/jax#12868)."""
+        y = x.reshape(-1, SIDE, SIDE, 1).astype(policy.accumulate_dtype)
         for kernel, bias in zip(self.kernels, self.biases, strict=True):
-            y = lax.conv_general_dilated(
-                y.astype(policy.compute_dtype),
-                kernel.astype(policy.compute_dtype),
-                (1, 1),
-                "SAME",
-                dimension_numbers=("NHWC", "HWIO", "NHWC"),
-                preferred_element_type=acc,
-            )
-            y = self.activation(y + bias.astype(acc).reshape(1, 1, 1, -1))
-            y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
-        return y.reshape(-1)
+            n, side, c_in = y.shape[0], (y.shape[1] + 1) // 2, y.shape[-1]
+            padded = jnp.pad(y, ((0, 0), (1, 1), (1, 1), (0, 0)))
+            taps = [
+                padded[:, i : i + 2 * side : 2, j : j + 2 * side : 2]
+                for i in range(3)
+                for j in range(3)
+            ]
+            patches = jnp.concatenate(taps, axis=-1).reshape(n * side * side, 9 * c_in)
+            out = policy.dense(patches, kernel.reshape(9 * c_in, -1).T)
+            out = out.astype(policy.accumulate_dtype) + bias.astype(policy.accumulate_dtype)[None]
+            y = self.activation(out).reshape(n, side, side, -1)
+        return y.reshape(y.shape[0], -1)
 
     def __call__(
         self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
@@ -229,8 +236,7 @@ class CNN(eqx.Module):
     ) -> Float[Array, "batch out_size"]:
         """Logits for a whole batch, as training computes them (the head as the MLP's
         [`forward_batch`][eqx_fmnist.model.MLP.forward_batch])."""
-        maps = jax.vmap(lambda e: self.maps(e, policy=policy))(x)
-        return self.head.forward_batch(maps, policy=policy)
+        return self.head.forward_batch(self.maps_batch(x, policy=policy), policy=policy)
 
     def hidden(
         self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
