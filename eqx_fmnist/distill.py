@@ -26,7 +26,7 @@ from .augment import Augmentation, finite_views, move_images
 from .config import TrainConfig
 from .data import IMAGE_SIZE, NUM_CLASSES
 from .dataset import normalize
-from .model import CNN, MLP, Model, ensemble_log_probs, logits_of, per_member
+from .model import CNN, MLP, Model, batch_logits, ensemble_log_probs, per_member
 from .precision import FLOAT32, Policy
 
 
@@ -92,7 +92,7 @@ class Teacher(eqx.Module):
         model = jax.lax.stop_gradient(self.model)
 
         def logits(m):
-            return jax.vmap(lambda xi: logits_of(m, xi, self.policy))(x)
+            return batch_logits(m, x, self.policy)  # the CNN's patches as one matmul
 
         stacked = per_member(logits, model)
         return ensemble_log_probs(stacked.astype(jnp.float32) / self.temperature)

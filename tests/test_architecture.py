@@ -69,7 +69,7 @@ ONLY = {
     "optim": {"config"},
     "state": {"config", "optim", "model", "precision", "augment"},
     "distill": {"config", "data", "model", "precision", "augment", "dataset"},
-    "step": {"state", "dataset", "augment", "distill", "losses", "parallel", "precision"},
+    "step": {"state", "dataset", "augment", "distill", "losses", "model", "parallel", "precision"},
     "intervals": {"config", "dataset", "state"},
     "audit": {"data", "fileio"},
 }

@@ -3,6 +3,8 @@ trains through `fit` as the MLP does (members, precision, checkpoints, resume,
 distillation), and a model of your own trains, saves and loads; exports built on the
 MLP's layers refuse another model in one line."""
 
+from pathlib import Path
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -225,3 +227,39 @@ def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(real_dat
     assert refused.returncode != 0
     assert "export it as StableHLO (--format stablehlo)" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_train_distilled_trains_its_cnn_teacher_first_then_the_mlp(
+    real_data, tmp_path, monkeypatch
+):
+    import json
+
+    import eqx_fmnist.config
+
+    from helpers import use_a_slice
+
+    use_a_slice(real_data, monkeypatch, 2048, 500)
+    monkeypatch.setattr(eqx_fmnist.config, "TEACHER_EPOCHS", 1)
+    out = tmp_path / "distilled"
+    args = ["train", "--distilled", "--epochs", "1", "--hidden", "32", "--channels", "4,8"]
+    trained = run_cli_here(*args, "--out", out)
+    assert trained.returncode == 0, trained.stderr
+    teacher = json.loads((out / "teacher" / "config.json").read_text())
+    student = json.loads((out / "config.json").read_text())
+    assert teacher["model"] == "cnn" and teacher["epochs"] == 1
+    assert teacher["channels"] == [32, 64]  # the teacher's recipe, not the student's flags
+    assert student["model"] == "mlp" and student["hidden_sizes"] == [32]
+    assert (student["distill_weight"], student["distill_temperature"]) == (0.7, 2.0)
+    named = json.loads((out / "teacher.json").read_text())["teacher"]
+    assert Path(named).parent == out / "teacher"  # the teacher's checkpoint in its folder
+    assert "teacher: a CNN (1 epoch)" in trained.stdout
+    assert trained.stdout.count("Test results") == 2
+
+    for file in out.iterdir():  # the student's results gone, its teacher kept: reused
+        if file.is_file():
+            file.unlink()
+    again = run_cli_here(*args, "--out", out)
+    assert again.returncode == 0, again.stderr
+    assert "trained before" in again.stdout and again.stdout.count("Test results") == 1
+    clash = run_cli_here("train", "--distilled", "--best", "--out", tmp_path / "x")
+    assert clash.returncode == 2 and "not --best and --distilled" in clash.stderr

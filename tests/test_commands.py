@@ -17,8 +17,11 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
+
+import eqx_fmnist.config as ef_config
 
 pytestmark = pytest.mark.docs  # the documentation tier: what the pages and scripts show
 
@@ -204,7 +207,9 @@ class Session:
             printed = done.stdout
         else:
             out = io.StringIO()
-            with contextlib.redirect_stdout(out):
+            with contextlib.redirect_stdout(out), contextlib.ExitStack() as stack:
+                if "--distilled" in argv:  # the teacher's quick form: one epoch of its CNN
+                    stack.enter_context(mock.patch.object(ef_config, "TEACHER_EPOCHS", 1))
                 status = main(["--no-compile-cache", *argv])
             printed = out.getvalue()
             assert status == 0, (argv, printed[-2000:])

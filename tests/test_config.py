@@ -144,7 +144,7 @@ def parse(*argv):
     from eqx_fmnist.cli.flags import add_config_flags, config_from_args
 
     parser = argparse.ArgumentParser()
-    add_config_flags(parser)
+    add_config_flags(parser, distilled=True)
     return config_from_args(parser.parse_args([str(a) for a in argv]))
 
 
@@ -158,7 +158,10 @@ def test_flags_are_generated_from_the_fields_with_their_aliases():
     assert parse("--steps", 10) == TrainConfig(steps=10)
     assert parse("--codelab", "--steps", 10) == TrainConfig.codelab(steps=10)
     assert parse("--best", "--seed", 2) == TrainConfig.best(seed=2)
-    with pytest.raises(ValueError, match="one of --config, --codelab and --best, not --codelab"):
+    assert parse("--distilled", "--seed", 2) == TrainConfig.distilled(seed=2)
+    with pytest.raises(
+        ValueError, match="one of --config, --codelab, --best and --distilled, not --codelab"
+    ):
         parse("--codelab", "--best")
     with pytest.raises(SystemExit):  # argparse refuses a value outside the Literal
         parse("--on-nonfinite", "ignore")

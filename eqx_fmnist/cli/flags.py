@@ -65,9 +65,11 @@ def _float_list(text: str) -> list[float]:
         ) from None
 
 
-def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] = ()) -> None:
-    """Add a flag for every field to `parser`, and `--config FILE`, `--codelab` and
-    `--best`.
+def add_config_flags(
+    parser: argparse.ArgumentParser, *, lists: tuple[str, ...] = (), distilled: bool = False
+) -> None:
+    """Add a flag for every field to `parser`, and `--config FILE`, `--codelab`,
+    `--best` and (with `distilled`, for `train`) `--distilled`.
 
     Every flag defaults to `None`, so [`config_from_args`][eqx_fmnist.cli.flags.config_from_args]
     can tell the flags given from those left out. The number fields named in `lists`
@@ -102,6 +104,13 @@ def add_config_flags(parser: argparse.ArgumentParser, *, lists: tuple[str, ...] 
         action="store_true",
         help="start from the strongest recipe, TrainConfig.best() (400 epochs)",
     )
+    if distilled:
+        group.add_argument(
+            "--distilled",
+            action="store_true",
+            help="the strongest plain MLP, TrainConfig.distilled(): best() learning from a "
+            "CNN teacher (trained first into OUT/teacher unless --teacher names one)",
+        )
 
 
 def given_flags(args: argparse.Namespace) -> list[str]:
@@ -109,6 +118,7 @@ def given_flags(args: argparse.Namespace) -> list[str]:
     given = [f"--{n.replace('_', '-')}" for n in _FIELDS if getattr(args, n, None) is not None]
     given += ["--config"] * (getattr(args, "config", None) is not None)
     given += ["--codelab"] * bool(getattr(args, "codelab", False))
+    given += ["--distilled"] * bool(getattr(args, "distilled", False))
     return given + ["--best"] * bool(getattr(args, "best", False))
 
 
@@ -137,13 +147,17 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             ("--config", args.config is not None),
             ("--codelab", args.codelab),
             ("--best", getattr(args, "best", False)),
+            ("--distilled", getattr(args, "distilled", False)),
         )
         if on
     ]
     if len(bases) > 1:
-        raise ValueError(f"give one of --config, --codelab and --best, not {' and '.join(bases)}.")
+        raise ValueError(
+            f"give one of --config, --codelab, --best and --distilled, not {' and '.join(bases)}."
+        )
     base = TrainConfig.codelab() if args.codelab else TrainConfig()
     base = TrainConfig.best() if getattr(args, "best", False) else base
+    base = TrainConfig.distilled() if getattr(args, "distilled", False) else base
     if args.config is not None:
         base = read_config_file(args.config)
     given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name) is not None}

@@ -34,7 +34,7 @@ from .flags import (
 def add_train_parser(sub) -> None:
     p = sub.add_parser("train", help="train, evaluate, and write a run folder with figures")
     p.set_defaults(func=cmd_train)
-    add_config_flags(p)
+    add_config_flags(p, distilled=True)
     r = add_run_folder_flags(p)
     seeds = "train N members (seeds SEED to SEED+N-1) as one program: an ensemble"
     r.add_argument("--seeds", type=int, metavar="N", help=seeds)
@@ -90,6 +90,37 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         config, out = config_from_args(args), args.out or default_folder()
         members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
+    if args.distilled and args.teacher is None and resume is None:
+        status = _train_the_teacher(args, config, out / TEACHER_FOLDER)
+        if status:
+            return status
+        args.teacher = str(out / TEACHER_FOLDER)
+    return _train(args, config, members, out, resume)
+
+
+TEACHER_FOLDER = "teacher"
+"""Where `train --distilled` trains its teacher, inside the student's run folder."""
+
+
+def _train_the_teacher(args: argparse.Namespace, student: TrainConfig, where: Path) -> int:
+    """`--distilled` without `--teacher`: train `TrainConfig.teacher()` into `where`
+    (holding out the student's splits, so that no held-out image taught it), or reuse
+    the finished run there."""
+    if (where / "summary.json").is_file() and not args.overwrite:
+        console.print(f"teacher: {where}, trained before (--overwrite trains it again)")
+        return 0
+    config = TrainConfig.teacher(
+        seed=student.seed,
+        validation_size=student.validation_size,
+        calibration_size=student.calibration_size,
+    )
+    length = f"{config.epochs} epoch{'s' * (config.epochs != 1)}"
+    console.print(f"teacher: a CNN ({length}), into {where}", highlight=False)
+    own = argparse.Namespace(**{**vars(args), "teacher": None, "tensorboard": False})
+    return _train(own, config, None, where, None)
+
+
+def _train(args, config: TrainConfig, members, out: Path, resume: Run | None) -> int:
     teacher_path, teacher = _teacher_of(args, config, resume)
     fm = load_data(args)
     splits, state = run_splits(config, fm), resume.state if resume else None
