@@ -1,9 +1,11 @@
 """What a distillation step costs: the default recipe's fused chunk with no teacher, with
-five live MLP teachers run on every batch, and with those teachers' answers read from a
-table computed once (`Teacher.table`), in interleaved repetitions in one process.
+live teachers run on every batch (five MLPs, or the CNN of `TrainConfig.teacher()`), and
+with those teachers' answers read from a table computed once (`Teacher.table`), in
+interleaved repetitions in one process.
 
     python benchmarks/distill_step.py [--teachers 5] [--steps 50] [--repeats 7]
         [--out benchmarks/results/distill_step.md]
+    python benchmarks/distill_step.py --teacher cnn --out benchmarks/results/distill_step_cnn.md
 """
 
 import argparse
@@ -20,7 +22,8 @@ from eqx_fmnist.distill import Teacher
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--teachers", type=int, default=5)
+    parser.add_argument("--teachers", type=int, default=5, help="MLP teachers (--teacher mlp)")
+    parser.add_argument("--teacher", choices=("mlp", "cnn"), default="mlp")
     parser.add_argument("--steps", type=int, default=50, help="steps per timed call")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--train", type=int, help="a quick check: this many training images")
@@ -34,7 +37,13 @@ def main() -> None:
     # Teachers of the student's architecture, as `train --teacher` takes them; their
     # weights do not change what a step costs, so they are not trained here.
     seeds = [config.with_changes(seed=s) for s in range(1, args.teachers + 1)]
-    teacher = Teacher.for_student(ef.init_members(seeds, len(train)).model, config)
+    if args.teacher == "cnn":
+        teachers = ef.init_state(ef.TrainConfig.teacher(), len(train)).model
+        who = f"the CNN of `TrainConfig.teacher()` ({ef.count_params(teachers):,} parameters)"
+    else:
+        teachers = ef.init_members(seeds, len(train)).model
+        who = f"{args.teachers} teachers of the student's architecture"
+    teacher = Teacher.for_student(teachers, config)
     t = time.perf_counter()
     table = jax.block_until_ready(teacher.table(train.images, augmentation_of(config)))
     table_seconds = time.perf_counter() - t
@@ -54,7 +63,8 @@ def main() -> None:
 
         return run
 
-    runs = {"plain": runner(None), "live teachers": runner(teacher), "table": runner(table)}
+    live = "live teacher" if args.teacher == "cnn" else "live teachers"
+    runs = {"plain": runner(None), live: runner(teacher), "table": runner(table)}
     results = measure_interleaved(
         runs,
         examples=args.steps * config.batch_size,
@@ -68,19 +78,19 @@ def main() -> None:
         f"The default recipe's step (batch {config.batch_size}, {len(train):,} training "
         f"images, shifts of up to {config.shift} pixels and mirrors: "
         f"{table.log_probs.shape[1]} views), {args.steps} steps per call, median of "
-        f"{args.repeats} interleaved repetitions; {args.teachers} teachers of the student's "
-        f"architecture. The table ({table.log_probs.shape[0]:,} images x "
+        f"{args.repeats} interleaved repetitions; {who}. The table ({table.log_probs.shape[0]:,} images x "
         f"{table.log_probs.shape[1]} views x 10, bfloat16, "
         f"{table.log_probs.nbytes / 2**20:.0f} MiB) took **{table_seconds:.1f} s** to "
         "compute, once.",
         "",
-        "| step | examples/sec (median) | time per step vs plain | compile s |",
-        "|---|---|---|---|",
+        "| step | examples/sec (median) | ms per step | time per step vs plain | compile s |",
+        "|---|---|---|---|---|",
     ]
     for r in results:
+        ms = 1000 * config.batch_size / r.examples_per_sec
         lines.append(
-            f"| {r.name} | {r.examples_per_sec:,.0f} | {plain / r.examples_per_sec:.2f}x "
-            f"| {r.compile_seconds:.2f} |"
+            f"| {r.name} | {r.examples_per_sec:,.0f} | {ms:.2f} "
+            f"| {plain / r.examples_per_sec:.2f}x | {r.compile_seconds:.2f} |"
         )
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ Each recipe's seeds train as members of one compiled program (member `s` is the 
 `fit` would make with seed `s`); a row is the mean over its seeds, and the train time is
 the program's divided by its members. Everything trains on all 60,000 training images
 and is scored on all 10,000 test images; the recipes themselves were chosen on a
-validation split (`benchmarks/results/tune_augmentation.md`), never on this table.
+validation split (`benchmarks/levers.py`), never on this table.
 
     python benchmarks/robust_accuracy.py [--seeds 0 1 2] [--ensemble 5]
         [--distill-seeds 0] [--out benchmarks/results/robust_accuracy.md]

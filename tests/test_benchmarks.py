@@ -46,6 +46,11 @@ SMOKE = {
     ),
     "trust_probes.py": (["--steps", "6"], "| 6 moves |"),
     "load_data.py": (["--repeats", "1"], "| verify=False |"),
+    "levers.py": (["--seeds", "0", "--epochs", "1"], "| no weight decay on biases |"),
+    "distill_recipe.py": (
+        ["--seeds", "0", "1", "--teacher-epochs", "1", "--epochs", "1"],
+        "| **students, mean ± sd of 2** |",
+    ),
     "distill_step.py": (
         ["--teachers", "2", "--steps", "2", "--repeats", "1", "--train", "2000"],
         "| table |",
