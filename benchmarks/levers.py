@@ -88,6 +88,7 @@ def main() -> None:
         "With 5,000 validation images one seed's accuracy has a standard error of about "
         "0.4 points, the mean of two about 0.3: a lever is kept only when it gains more.",
     ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 
