@@ -16,6 +16,7 @@ from ..runs import (
     RunError,
     default_folder,
     open_teacher,
+    refuse_results,
     run_splits,
     train_run,
 )
@@ -91,6 +92,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         config, out = config_from_args(args), args.out or default_folder()
         members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
     if args.distilled and args.teacher is None and resume is None:
+        if not args.overwrite:  # refused before its teacher trains, not minutes after
+            refuse_results(out)
         status = _train_the_teacher(args, config, out / TEACHER_FOLDER)
         if status:
             return status

@@ -25,6 +25,7 @@ from .folder import (
     RESULT_FILES as RESULT_FILES,
     RunFolder as RunFolder,
     default_folder as default_folder,
+    refuse_results as refuse_results,
 )
 from .report import RunReport as RunReport, run_report as run_report
 from .run import RunResult as RunResult, run_splits as run_splits, train_run as train_run

@@ -85,7 +85,9 @@ def _write_text(path: Path, text: str) -> None:
         f.write(text)
 
 
-def _refuse_results(folder: Path, own: bool, start_step: int, total_steps: int) -> None:
+def refuse_results(
+    folder: Path, own: bool = False, start_step: int = 0, total_steps: int = 0
+) -> None:
     """`RunError` for a folder that holds results a run would overwrite: another run's
     (a new run, or a resume written elsewhere), or its own finished summary."""
     if own:
@@ -176,7 +178,7 @@ class RunFolder:
         source = self.folder if resume_from is None else Path(resume_from)
         own = bool(start_step) and source.resolve() == self.folder.resolve()
         if not overwrite:
-            _refuse_results(self.folder, own, start_step, self.plan.total_steps)
+            refuse_results(self.folder, own, start_step, self.plan.total_steps)
         self._history_from = source if start_step else self.folder
         self.config, self.num_train = config, num_train
         self.checkpoint_every = checkpoint_every
