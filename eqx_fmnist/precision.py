@@ -202,7 +202,7 @@ class Policy(eqx.Module):
 
 _CONTRACT_LAST = (((1,), (1,)), ((), ()))  # (b, i) x (o, i) -> (b, o)
 _CONTRACT_OUT = (((1,), (0,)), ((), ()))  # (b, o) x (o, i) -> (b, i)
-_CONTRACT_BATCH = (((0,), (0,)), ((), ()))  # (b, o) x (b, i) -> (o, i)
+_CONTRACT_INNER = (((1,), (0,)), ((), ()))  # (o, b) x (b, i) -> (o, i)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -222,7 +222,13 @@ def _dense_bwd(compute, accumulate, residuals, g):
     xc, wc, x_kind, w_kind = residuals
     gc = g.astype(compute)
     dx = jax.lax.dot_general(gc, wc, _CONTRACT_OUT, preferred_element_type=accumulate)
-    dw = jax.lax.dot_general(gc, xc, _CONTRACT_BATCH, preferred_element_type=accumulate)
+    # The weight gradient g.T @ x as a plain matmul of a materialised g.T: left to
+    # contract both operands' batch axis, XLA's CPU backend runs it through its generic
+    # dot, and the bf16 step is 1.14x a float32 one; in this form, 1.2x
+    # (benchmarks/results/step_costs.md). The barrier keeps XLA from folding the
+    # transpose back into the dot. The same numbers either way.
+    gt, xb = jax.lax.optimization_barrier((gc.T, xc))
+    dw = jax.lax.dot_general(gt, xb, _CONTRACT_INNER, preferred_element_type=accumulate)
     return dx.astype(x_kind.dtype), dw.astype(w_kind.dtype)
 
 
