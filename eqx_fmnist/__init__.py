@@ -17,6 +17,7 @@ from . import (
     ensemble as ensemble,
     evaluation as evaluation,
     export as export,
+    hardware as hardware,
     intervals as intervals,
     losses as losses,
     model as model,

@@ -1,9 +1,10 @@
 """The package's layout: imports point one way (a module imports only modules above it),
 every relative import resolves, and package faces only re-export.
 
-The order is `DESIGN.md`'s table (and `docs/architecture.md`'s), with two modules of
-this code's own: `cache` (JAX's compilation cache in the user cache folder) and `bench/`
-(the throughput harness of `eqx-fmnist bench`). A subpackage
+The order is `DESIGN.md`'s table (and `docs/architecture.md`'s), with three modules of
+this code's own: `hardware` (the CPU's flags, and the warning where a low precision is
+slower), `cache` (JAX's compilation cache in the user cache folder) and `bench/` (the
+throughput harness of `eqx-fmnist bench`). A subpackage
 (`data/`, `plots/`, `ensemble/`, `export/`, `runs/`, `bench/`, `cli/`) is one layer.
 """
 
@@ -19,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eqx_fmnist"
 LAYERS = [
     "fileio",
     "checks",
+    "hardware",
     "precision",
     "data",
     "cache",
@@ -53,6 +55,7 @@ LAYERS = [
 ONLY = {
     "fileio": set(),
     "checks": set(),
+    "hardware": set(),
     "precision": set(),
     "data": {"fileio"},
     "cache": {"data"},
@@ -67,7 +70,7 @@ ONLY = {
     "attributions": {"data", "dataset", "model", "precision"},
     "config": {"checks", "precision", "dataset", "augment", "conformal"},
     "optim": {"config"},
-    "state": {"config", "optim", "model", "precision", "augment"},
+    "state": {"config", "optim", "model", "precision", "augment", "hardware"},
     "distill": {"config", "data", "model", "precision", "augment", "dataset"},
     "step": {"state", "dataset", "augment", "distill", "losses", "model", "parallel", "precision"},
     "intervals": {"config", "dataset", "state"},

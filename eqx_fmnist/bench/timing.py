@@ -16,13 +16,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..hardware import cpu_info
 from ..runs import TOKENS_PER_EXAMPLE
 
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
@@ -133,16 +133,7 @@ def machine_facts() -> dict[str, Any]:
     TF32), `torch_device` (where the PyTorch row runs, or `None` without torch), `jax`,
     `jaxlib`, `python` and `XLA_FLAGS`.
     """
-    cpu, flags = "", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and not cpu:
-                cpu = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:  # not Linux: the name only
-        pass
+    cpu, flags = cpu_info() or ("", frozenset())  # not Linux: the name only
     cpu = cpu or platform.processor() or platform.machine()
     device = jax.devices()[0]
     return {

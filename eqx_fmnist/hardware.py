@@ -1,0 +1,75 @@
+"""What this machine's CPU is and can do, read once from `/proc/cpuinfo`: its model and
+flags, which every benchmark's first line names, and whether it multiplies bfloat16,
+which decides whether a bfloat16 policy pays here
+([`warn_if_slower`][eqx_fmnist.hardware.warn_if_slower]).
+"""
+
+import functools
+import os
+import warnings
+from pathlib import Path
+
+import jax
+
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""The x86 CPU flags of instructions that multiply bfloat16: with neither, XLA computes
+a bfloat16 matmul in float32, and the casts around it only add work."""
+
+
+@functools.cache
+def cpu_info(path: str | os.PathLike = "/proc/cpuinfo") -> tuple[str, frozenset[str]] | None:
+    """`(model name, flags)` of the first CPU that `path` lists, or `None` where there is
+    no such file (not Linux). ARM's `Features` count as flags."""
+    model, flags = "", None
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and flags is None:
+            flags = frozenset(value.split())
+    return model, flags or frozenset()
+
+
+def cpu_flags() -> frozenset[str] | None:
+    """This machine's CPU flags, or `None` where it cannot say."""
+    info = cpu_info()
+    return None if info is None else info[1]
+
+
+class SlowPrecisionWarning(UserWarning):
+    """A bfloat16 or float16 policy on a CPU without matmuls in that dtype, where it
+    trains slower than float32 (see [`warn_if_slower`][eqx_fmnist.hardware.warn_if_slower])."""
+
+
+_warned: set[str] = set()
+
+
+def warn_if_slower(policy) -> bool:
+    """Warn, once per process and dtype, when a
+    [`Policy`][eqx_fmnist.precision.Policy] multiplies in bfloat16 or float16 on a CPU
+    that has no instructions for it (neither of `BF16_CPU_FLAGS` for bfloat16; float16
+    on any CPU): XLA then computes each matmul in float32, and the casts make training
+    slower than a float32 policy, not faster. Returns whether it warned.
+
+    Nothing is said on a GPU or TPU, or where the CPU's flags cannot be read."""
+    if not policy.lowers_matmuls or jax.default_backend() != "cpu":
+        return False
+    name, flags = policy.compute_dtype.name, cpu_flags()
+    if flags is None or name in _warned or (name == "bfloat16" and flags & set(BF16_CPU_FLAGS)):
+        return False
+    _warned.add(name)
+    has = "none of " + ", ".join(BF16_CPU_FLAGS) if name == "bfloat16" else "no float16 matmuls"
+    warnings.warn(
+        f"the policy {policy} multiplies in {name}, but this CPU has {has}: XLA computes "
+        "those matmuls in float32 here, so training runs slower than with "
+        f"p=f32,c=f32,o=f32. Use float32 on this machine, or a CPU or GPU with {name} "
+        "matmuls.",
+        SlowPrecisionWarning,
+        stacklevel=3,
+    )
+    return True
