@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, Shaped
 
-from .augment import Augmentation, finite_views, move_images
+from .augment import Augmentation, augmentation_of, finite_views, move_images
 from .config import TrainConfig
 from .data import IMAGE_SIZE, NUM_CLASSES
 from .dataset import normalize
@@ -159,3 +159,13 @@ class TeacherTable(eqx.Module):
         """The soft targets (log probabilities, float32) of a batch: row `rows[b]` of
         the training set, seen in view `views[b]`."""
         return jax.lax.stop_gradient(self.log_probs[rows, views]).astype(jnp.float32)
+
+
+def table_pays(config: TrainConfig, total_steps: int, num_train: int) -> bool:
+    """Whether a teacher's table (its answers on every view of every training image,
+    computed once) costs fewer teacher passes than running it on every step's batch of
+    a run of `total_steps`: a finite set of views, and a run that shows the teachers more
+    images than the table holds (the default recipe: 9,360 x 512 against 60,000 x 50)."""
+    views = finite_views(augmentation_of(config))
+    shown = total_steps * config.batch_size
+    return views is not None and shown >= num_train * len(views)

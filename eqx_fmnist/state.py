@@ -23,6 +23,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .augment import NONE, Augmentation, augmentation_of
 from .config import BatchedHyperparameter, TrainConfig
+from .hardware import warn_if_slower
 from .model import CNN, MLP, Model, num_members
 from .optim import make_optimizer, make_schedule
 from .precision import FLOAT32, DynamicLossScale, LossScale, NoOpLossScale, Policy
@@ -174,6 +175,7 @@ def init_state(config: TrainConfig, num_train: int, *, model: ModelSource = None
     """
     numbers = jnp.array([getattr(config, k) for k in HYPERPARAMS], jnp.float32)
     seed = jnp.uint32(config.seed)
+    warn_if_slower(config.policy)
     return _init_state(config, config.total_steps(num_train), seed, numbers, model)
 
 
@@ -313,6 +315,7 @@ def init_members(configs: Sequence[TrainConfig], num_train: int) -> TrainState:
     base = configs[0]
     seeds = jnp.array([c.seed for c in configs], jnp.uint32)
     numbers = jnp.array([[getattr(c, k) for k in HYPERPARAMS] for c in configs], jnp.float32)
+    warn_if_slower(base.policy)
     return _init_members(base, base.total_steps(num_train), seeds, numbers)
 
 
@@ -340,3 +343,27 @@ def state_bytes(config: TrainConfig, num_train: int) -> int:
         for x in leaves
         if isinstance(x, jax.ShapeDtypeStruct) and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
     )
+
+
+def starting_state(
+    configs: tuple[TrainConfig, ...],
+    stacked: bool,
+    state: TrainState | None,
+    num_train: int,
+    model: ModelSource = None,
+) -> TrainState:
+    """The state [`fit`][eqx_fmnist.train.fit] starts from: `state` (checked to hold as
+    many members as there are `configs`, or one run when not `stacked`), or a new one:
+    [`init_members`][eqx_fmnist.state.init_members] when `stacked`, else
+    [`init_state`][eqx_fmnist.state.init_state] of the one config (and `model`)."""
+    if state is None and stacked:
+        return init_members(configs, num_train)
+    if state is None:
+        return init_state(configs[0], num_train, model=model)
+    if state.num_members != (len(configs) if stacked else None):
+        raise ValueError(
+            f"`state` holds {state.num_members or 'one run, not'} members, but "
+            f"{len(configs) if stacked else 'one config'} was given; pass the configs it "
+            "was trained with (a checkpoint's `members`)."
+        )
+    return state

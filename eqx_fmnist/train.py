@@ -22,20 +22,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from .augment import augmentation_of, finite_views
+from .augment import augmentation_of
 from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
-from .distill import Teacher, TeacherTable
+from .distill import Teacher, TeacherTable, table_pays
 from .evaluation import EvalResult, evaluate
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import Model
 from .parallel import make_mesh, replicate, to_local
 from .precision import Policy
-from .state import ModelSource, TrainState, check_own_model, init_members, init_state
+from .state import ModelSource, TrainState, check_own_model, starting_state
 from .step import compile_steps
 from .subsets import Subsets
 
 logger = logging.getLogger(__name__)
+
+FIT_SECONDS = ("load", "compile", "steps", "host_reads", "validation", "callbacks", "test")
+"""The parts of `fit`'s wall time in `TrainResult.seconds`, in the order they happen."""
 
 
 @dataclasses.dataclass
@@ -53,9 +56,10 @@ class TrainResult:
         members: the ensemble's, each member's in `test.members`), or `None` without a
         test set.
     - `validation`: the same on the validation split, or `None`.
-    - `compile_seconds`: time spent compiling the training calls.
-    - `train_seconds`: time spent running them.
-    - `load_seconds`: time spent moving data to the device and building the state.
+    - `seconds`: `fit`'s wall time by [`FIT_SECONDS`][eqx_fmnist.train.FIT_SECONDS]:
+        `load` (data, state, a teacher's table), `compile`, `steps` (the training calls),
+        `host_reads` (their metrics), `validation`, `callbacks` (a run folder's history
+        and checkpoints, a progress bar) and `test` (the final evaluation).
     """
 
     state: TrainState
@@ -63,9 +67,18 @@ class TrainResult:
     history: list[History]
     test: EvalResult | None
     validation: EvalResult | None
-    compile_seconds: float
-    train_seconds: float
-    load_seconds: float
+    seconds: dict[str, float]
+
+    @property
+    def compile_seconds(self) -> float:
+        """Time spent compiling the training calls."""
+        return self.seconds["compile"]
+
+    @property
+    def train_seconds(self) -> float:
+        """Time spent running the training calls and reading their metrics back: what
+        [`examples_per_sec`][eqx_fmnist.train.TrainResult.examples_per_sec] divides by."""
+        return self.seconds["steps"] + self.seconds["host_reads"]
 
     @property
     def config(self) -> TrainConfig:
@@ -149,8 +162,9 @@ def run_chunks(
     until the next chunk runs: its buffers are then donated), the global step reached,
     the chunk's metrics as numpy of shape `(members, steps)` (one member for a single
     run), and the wall seconds of the call and its read. Each distinct chunk length is
-    compiled ahead of time, once; `seconds["compile"]` and `seconds["train"]`
-    accumulate the two.
+    compiled ahead of time, once; `seconds["compile"]`, `seconds["steps"]` (the call,
+    until its results are ready) and `seconds["host_reads"]` (copying its metrics to the
+    host) accumulate the three.
 
     **Raises:**
 
@@ -177,8 +191,12 @@ def run_chunks(
             seconds["compile"] += time.perf_counter() - t
         t = time.perf_counter()
         state, metrics = compiled[k](state)
-        metrics = jax.device_get(metrics)  # the one host sync of the interval
-        seconds["train"] += (elapsed := time.perf_counter() - t)
+        jax.block_until_ready(metrics)
+        ran = time.perf_counter()
+        metrics = jax.device_get(metrics)  # the one host read of the interval
+        seconds["steps"] += ran - t
+        seconds["host_reads"] += _since(ran)
+        elapsed = _since(t)
         step += k
         if state.num_members is None:
             metrics = {name: values[None] for name, values in metrics.items()}
@@ -214,16 +232,6 @@ def _check_splits(config: object, splits: object) -> None:
             )
 
 
-def _table_pays(config: TrainConfig, plan: Plan, num_train: int) -> bool:
-    """Whether a teacher's table (its answers on every view of every training image,
-    computed once) costs fewer teacher passes than running it on every step's batch of
-    the `plan`: a finite set of views, and a run that shows the teachers more images
-    than the table holds (the default recipe: 9,360 x 512 against 60,000 x 50)."""
-    views = finite_views(augmentation_of(config))
-    shown = plan.total_steps * config.batch_size
-    return views is not None and shown >= num_train * len(views)
-
-
 _Trees = TypeVar("_Trees")
 
 
@@ -237,28 +245,6 @@ def _place(config: TrainConfig, trees: _Trees) -> tuple[Mesh | None, _Trees]:
     return mesh, jax.block_until_ready(trees)
 
 
-def _starting_state(
-    configs: tuple[TrainConfig, ...],
-    stacked: bool,
-    state: TrainState | None,
-    num_train: int,
-    model: ModelSource = None,
-) -> TrainState:
-    """The state `fit` starts from: the one given (checked to hold as many members as
-    there are configs), or a new one."""
-    if state is None and stacked:
-        return init_members(configs, num_train)
-    if state is None:
-        return init_state(configs[0], num_train, model=model)
-    if state.num_members != (len(configs) if stacked else None):
-        raise ValueError(
-            f"`state` holds {state.num_members or 'one run, not'} members, but "
-            f"{len(configs) if stacked else 'one config'} was given; pass the configs it "
-            "was trained with (a checkpoint's `members`)."
-        )
-    return state
-
-
 def _evaluator(policy: Policy, views, batch_size: int, mesh: Mesh | None):
     """`evaluated(dataset, model)`: every example of `dataset` (`None` for none)."""
 
@@ -270,23 +256,34 @@ def _evaluator(policy: Policy, views, batch_size: int, mesh: Mesh | None):
     return evaluated
 
 
-def _intervals(chunks, plan: Plan, configs, validated, callbacks, state: TrainState):
+def _intervals(chunks, plan: Plan, configs, validated, callbacks, state: TrainState, seconds):
     """Check, validate, record and report each interval's chunk: `(state, history,
-    validation)` at the end (validated once more if no interval ran)."""
+    validation)` at the end (validated once more if no interval ran); the validations'
+    and the callbacks' wall time accumulate in `seconds`."""
     history, v = [], None
     for state, step, metrics, elapsed in chunks:  # noqa: B020
         check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
         records = plan.records(step, metrics, elapsed)
+        t = time.perf_counter()
         if (v := validated(state.eval_model)) is not None:
             for r, m in zip(records, v.members or (v,), strict=True):
                 r["valid_loss"], r["valid_accuracy"] = m.loss, m.accuracy
+        seconds["validation"] += _since(t)
+        t = time.perf_counter()
         history.append(record := interval_record(records))
         logger.info("step %d/%d loss %.4f", step, plan.total_steps, record["loss"])
         for cb in callbacks:
             cb(record, state)
+        seconds["callbacks"] += _since(t)
     if v is None:  # no interval ran (a state already at the end)
+        t = time.perf_counter()
         v = validated(state.eval_model)
+        seconds["validation"] += _since(t)
     return state, history, v
+
+
+def _since(t: float) -> float:
+    return time.perf_counter() - t
 
 
 def fit(
@@ -380,20 +377,22 @@ def fit(
             "own trains as one run from its first step (a state already holds its model)."
         )
     check_own_model(config, model)
-    state = _starting_state(configs, members is not None, state, num_train, model)
+    state = starting_state(configs, members is not None, state, num_train, model)
     plan = plan_run(config, num_train)
     soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
-    if soft is not None and _table_pays(config, plan, len(train)):
+    if soft is not None and table_pays(config, plan.total_steps, len(train)):
         soft = soft.table(train.images, augmentation_of(config)) or soft
     table = None if rows is None else jnp.asarray(rows.train, jnp.int32)
     mesh, (train, valid, test, state, soft) = _place(config, (train, valid, test, state, soft))
-    load_seconds = time.perf_counter() - start
+    seconds: dict[str, float] = dict.fromkeys(FIT_SECONDS, 0.0)
+    seconds["load"] = _since(start)
     callbacks = [callback] if callable(callback) else list(callback or ())
 
     evaluated = _evaluator(state.policy, config.views, eval_batch_size, mesh)
     validated = (members or Members()).validator(evaluated, train, valid, rows)
-    seconds = {"compile": 0.0, "train": 0.0}
     chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table)
-    state, history, v = _intervals(chunks, plan, configs, validated, callbacks, state)
-    tested, (compiling, training) = evaluated(test, state.eval_model), seconds.values()
-    return TrainResult(state, configs, history, tested, v, compiling, training, load_seconds)
+    state, history, v = _intervals(chunks, plan, configs, validated, callbacks, state, seconds)
+    t = time.perf_counter()
+    tested = evaluated(test, state.eval_model)
+    seconds["test"] = _since(t)
+    return TrainResult(state, configs, history, tested, v, seconds)

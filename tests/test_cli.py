@@ -88,7 +88,7 @@ def test_train_writes_a_complete_run_folder(trained_run):
 
     from PIL import Image
 
-    from eqx_fmnist.runs import RESULT_FILES
+    from eqx_fmnist.runs import RESULT_FILES, TIME_SPLIT
 
     out, result = trained_run
     for name in RESULT_FILES:
@@ -120,6 +120,14 @@ def test_train_writes_a_complete_run_folder(trained_run):
     assert (
         "Test results (10,000 images)" in result.stdout and "tokens/sec projected" in result.stdout
     )
+    # Where the wall time went: every part, none negative, the training share as the
+    # summary's own throughput implies (60 steps of 512 at its examples/sec).
+    seconds = summary["seconds"]
+    assert list(seconds) == list(TIME_SPLIT) and min(seconds.values()) >= 0
+    assert seconds["checkpoints"] > 0 and seconds["figures"] > 0 and seconds["report"] > 0
+    trained = seconds["steps"] + seconds["host_reads"]
+    assert trained == pytest.approx(60 * 512 / summary["examples_per_sec"], rel=0.01, abs=2e-3)
+    assert "time (s): load " in result.stdout and "figures " in result.stdout
 
 
 def test_evaluate_reproduces_the_summary(trained_run, real_data):

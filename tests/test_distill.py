@@ -139,10 +139,10 @@ def test_fit_reads_a_table_only_where_it_costs_fewer_teacher_passes():
     live teacher one per image each step shows it (the default recipe: 9,360 x 512)."""
     import eqx_fmnist as ef
     from eqx_fmnist.intervals import plan_run
-    from eqx_fmnist.train import _table_pays
+    from eqx_fmnist.distill import table_pays
 
     def pays(config):
-        return _table_pays(config, plan_run(config, 60_000), 60_000)
+        return table_pays(config, plan_run(config, 60_000).total_steps, 60_000)
 
     assert pays(ef.TrainConfig())  # 4,792,320 >= 3,000,000
     assert not pays(ef.TrainConfig(epochs=40))  # 2,396,160 < 3,000,000

@@ -36,6 +36,25 @@ def test_fit_reports_history_and_calls_back(small):
     assert r.history[-1]["loss"] < r.history[0]["loss"]
 
 
+def test_fit_splits_its_wall_time(small):
+    """Every part of `fit`'s time is there, in order; a callback's own time is counted
+    as the callbacks' (a sleep, timed here), and the parts add up to the call's wall
+    time, measured around it."""
+    import time
+
+    from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.train import FIT_SECONDS, fit
+
+    start = time.perf_counter()
+    r = fit(small_config(log_every=8), Splits(small, small), callback=lambda m, s: time.sleep(0.2))
+    wall = time.perf_counter() - start
+    assert list(r.seconds) == list(FIT_SECONDS) and min(r.seconds.values()) >= 0
+    assert 0.4 <= r.seconds["callbacks"] < 0.4 + 0.2  # two intervals
+    assert r.train_seconds == r.seconds["steps"] + r.seconds["host_reads"] > 0
+    assert r.seconds["test"] > 0 and r.seconds["validation"] < 0.01  # no validation split
+    assert 0.9 * wall <= sum(r.seconds.values()) <= wall
+
+
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_fit_resumes_from_a_state_exactly(small):
     from eqx_fmnist.dataset import Splits

@@ -3,6 +3,7 @@ sweep` (a grid x seeds as one program): one way to make a run folder for both.""
 
 import argparse
 import functools
+import json
 from pathlib import Path
 
 from ..config import TrainConfig
@@ -215,6 +216,14 @@ def print_results(result: TrainResult, out: Path) -> None:
         f"{' (all members)' if result.num_members else ''}, figures",
         highlight=False,
     )
+    console.print(time_line(out), highlight=False)
+
+
+def time_line(out: Path) -> str:
+    """The run's wall time as its `summary.json` splits it (`seconds`), one line."""
+    seconds = json.loads((out / "summary.json").read_text()).get("seconds", {})
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in seconds.items())
+    return f"time (s): {parts}; examples/sec counts steps and host reads"
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -27,7 +27,12 @@ from .folder import (
     default_folder as default_folder,
     refuse_results as refuse_results,
 )
-from .report import RunReport as RunReport, run_report as run_report
+from .report import (
+    TIME_SPLIT as TIME_SPLIT,
+    RunReport as RunReport,
+    run_report as run_report,
+    time_split as time_split,
+)
 from .run import RunResult as RunResult, run_splits as run_splits, train_run as train_run
 from .saved import (
     TEACHER_FILE as TEACHER_FILE,

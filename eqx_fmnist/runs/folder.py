@@ -56,7 +56,7 @@ from ..state import TrainState
 from ..train import Members, TrainResult
 from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
 from .files import SWEEP_FILES, write_sweep
-from .report import run_report
+from .report import run_report, time_split
 from .saved import TEACHER_FILE
 from .summary import CHECKPOINT_NAME, RunError, read_history, summarise, tensorboard_writer
 
@@ -190,6 +190,8 @@ class RunFolder:
         self._writer = None
         self._lock = FolderLock(self.folder / LOCK_NAME)
         self._teacher = None if teacher is None else Path(teacher).resolve()
+        self.checkpoint_seconds = 0.0
+        """Wall seconds spent writing checkpoints so far (during training and the last)."""
 
     def __enter__(self) -> "RunFolder":
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -245,6 +247,7 @@ class RunFolder:
 
     def save(self, state: TrainState, step: int) -> Path:
         """Write the checkpoint of `state` at `step` (atomically)."""
+        start = time.perf_counter()
         save_checkpoint(
             self.checkpoint,
             state,
@@ -254,6 +257,7 @@ class RunFolder:
             choice=self._choice,
         )
         self.saved_step, self._last_save = step, time.monotonic()
+        self.checkpoint_seconds += time.perf_counter() - start
         return self.checkpoint
 
     def callback(self, record: History, state: TrainState) -> None:
@@ -302,9 +306,12 @@ class RunFolder:
 
         **Returns:**
 
-        The summary, as written to `summary.json`.
+        The summary, as written to `summary.json`; its `seconds` split the run's wall
+        time ([`time_split`][eqx_fmnist.runs.report.time_split]).
         """
+        during = self.checkpoint_seconds  # written by the callbacks, while training
         self._save_final(result.state)
+        start = time.perf_counter()
         report = run_report(
             result.model,
             result.policy,
@@ -315,13 +322,13 @@ class RunFolder:
         )
         if calibration is not None:
             calibration.save(self.folder / CALIBRATION_FILE)
+        reported = time.perf_counter()
         summary = {
             **summarise(result, report.confusion, calibration),
             "calibration": report.calibration,
             "robustness": report.robustness.to_dict(),
             **({} if report.sets is None else {"prediction_sets": report.sets.to_dict()}),
         }
-        _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
         pred = report.predictions
         figures = {
             **report.figures(),
@@ -331,6 +338,12 @@ class RunFolder:
         }
         for name, figure in figures.items():
             save_figure(figure, self.folder / name)
+        drawn = time.perf_counter() - reported
+        summary["seconds"] = time_split(
+            result.seconds, during, self.checkpoint_seconds, reported - start, drawn
+        )
+        # Written last: a summary says the run finished, figures and all.
+        _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
         test_result = result.test
         if self._writer is not None and test_result is not None:
             hparams = {

@@ -141,3 +141,53 @@ def run_report(
     sizes = tuple(float(sets[y == k].sum(axis=1).mean()) for k in range(sets.shape[1]))
     report = set_report(sets, y)
     return RunReport(said.logits, cm, summary, robust, reliability, report, sizes, said.coverage)
+
+
+TIME_SPLIT = (
+    "load",
+    "compile",
+    "steps",
+    "host_reads",
+    "validation",
+    "logging",
+    "checkpoints",
+    "test",
+    "report",
+    "figures",
+)
+"""The parts of a run folder's wall time that `summary.json`'s `seconds` record, in the
+order they happen (see [`time_split`][eqx_fmnist.runs.report.time_split])."""
+
+
+def time_split(
+    fit_seconds: dict[str, float],
+    checkpoints_during: float,
+    checkpoints: float,
+    report: float,
+    figures: float,
+) -> dict[str, float]:
+    """Where a run's wall time went, for `summary.json`: `fit`'s own split
+    ([`TrainResult.seconds`][eqx_fmnist.train.TrainResult]) with its callbacks' time cut
+    into `checkpoints` (every checkpoint written, the last one included) and `logging`
+    (the rest of the callbacks: history lines, the progress bar, TensorBoard), then the
+    test `report` (the model on the test images, moved and mirrored, and its
+    calibration) and the `figures`, each rounded to milliseconds. `steps / (steps +
+    host_reads)` is the share of the fused path's speed a run's examples/sec keeps.
+
+    **Arguments:**
+
+    - `fit_seconds`: `fit`'s split.
+    - `checkpoints_during`: seconds of checkpoints written by the callbacks, while
+        training (part of `fit`'s `callbacks`).
+    - `checkpoints`: seconds of all checkpoints, the final one included.
+    - `report`, `figures`: seconds of the test report and of drawing the figures.
+    """
+    parts = {
+        **{k: fit_seconds[k] for k in ("load", "compile", "steps", "host_reads", "validation")},
+        "logging": max(fit_seconds["callbacks"] - checkpoints_during, 0.0),
+        "checkpoints": checkpoints,
+        "test": fit_seconds["test"],
+        "report": report,
+        "figures": figures,
+    }
+    return {k: round(parts[k], 3) for k in TIME_SPLIT}

@@ -60,7 +60,7 @@ def summarise(
         "tokens_per_example": TOKENS_PER_EXAMPLE,
         "compile_seconds": result.compile_seconds,
         "train_seconds": result.train_seconds,
-        "load_seconds": result.load_seconds,
+        "load_seconds": result.seconds["load"],
         "per_class_accuracy": dict(zip(CLASS_NAMES, map(float, recall), strict=True)),
         "config": result.config.to_dict(),
         "checkpoint": CHECKPOINT_NAME,
