@@ -55,6 +55,10 @@ SMOKE = {
         ["--teachers", "2", "--steps", "2", "--repeats", "1", "--train", "2000"],
         "| table |",
     ),
+    "step_costs.py": (
+        ["--steps", "2", "--repeats", "1", "--epochs", "1", "--fit-repeats", "1"],
+        "| fit, default recipe |",
+    ),
 }
 
 

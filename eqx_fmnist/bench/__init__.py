@@ -15,6 +15,7 @@ from .suite import (
     fit_cadence as fit_cadence,
     library_fused_trainer as library_fused_trainer,
     library_step_trainer as library_step_trainer,
+    main_job_rows as main_job_rows,
     run_benchmark as run_benchmark,
 )
 from .timing import (

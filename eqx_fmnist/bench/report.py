@@ -53,6 +53,8 @@ class BenchmarkReport:
     - `cadence`: `fit` at a host read every 25 steps and once per epoch.
     - `precision`: the fused path under each policy.
     - `batch_sizes`: the fused path at each batch size, with its matmul bound.
+    - `main_job`: `fit` of the default recipe, the same without augmentation, and the
+        plain fused epoch ([`main_job_rows`][eqx_fmnist.bench.suite.main_job_rows]).
     - `skipped`: variants left out, and why.
     """
 
@@ -65,6 +67,7 @@ class BenchmarkReport:
     cadence: list[Cadence]
     precision: list[Throughput]
     batch_sizes: list[tuple[Throughput, MatmulBound]]
+    main_job: list[Throughput] = dataclasses.field(default_factory=list)
     skipped: list[str] = dataclasses.field(default_factory=list)
 
     def _rate(self, name: str) -> float | None:
@@ -133,10 +136,33 @@ class BenchmarkReport:
         )
         return cadence, precision, batches
 
+    def _main_job_table(self) -> list[str]:
+        """The run a user starts against the fused path it is built on."""
+        if not self.main_job:
+            return []
+        no_aug, fused = (t.examples_per_sec for t in self.main_job[-2:])
+        rows = [
+            [
+                t.name,
+                f"{t.examples_per_sec:,.0f}",
+                f"{t.examples_per_sec / no_aug:.2f}",
+                f"{t.examples_per_sec / fused:.2f}",
+            ]
+            for t in self.main_job
+        ]
+        header = ["the main job", "examples/sec", "x fit without augmentation"]
+        return [
+            "`fit` of the default recipe against the same without augmentation and the "
+            "plain fused epoch (one host read per epoch), interleaved: what a run keeps of "
+            "its path's speed.",
+            _table([*header, "x plain fused epoch"], rows),
+        ]
+
     def to_markdown(self) -> str:
         main, (cadence, precision, batches) = self._main_table(), self._other_tables()
         parts = [
             _facts_line(self.facts),
+            *self._main_job_table(),
             f"Training paths, batch 512, float32, the loss read back to the host every "
             f"{self.read_every} steps on every path; median of interleaved repetitions.",
             main,

@@ -9,6 +9,7 @@ The loops the library replaces (the codelab's, PyTorch's) are not part of the pa
 import dataclasses
 import math
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import jax
@@ -158,6 +159,47 @@ def fit_cadence(
             rates[every].append(result.examples_per_sec)
     spe = steps_per_epoch(len(data.train), config.batch_size)
     return [Cadence(every or spe, statistics.median(r), tuple(r)) for every, r in rates.items()]
+
+
+AUGMENTATION_OFF = {"shift": 0, "mirror": False, "erase": 0.0}
+"""The config changes that turn the default recipe's augmentation off."""
+
+
+def main_job_rows(data: Splits, *, epochs: int = 2, repeats: int = 5) -> list[Throughput]:
+    """The run a user starts against the path it is built on, in this process,
+    interleaved: [`fit`][eqx_fmnist.train.fit] of the default recipe (`TrainConfig()`,
+    `epochs` long), the same recipe without augmentation, and the plain fused epoch
+    ([`train_epoch`][eqx_fmnist.step.train_epoch] of the recipe without augmentation,
+    one host read per epoch).
+
+    Each `fit` figure is its own `examples_per_sec` (its training calls and their host
+    reads; compiling, loading and the final evaluation excluded); the fused epoch is
+    timed around the call and its read. Medians over `repeats`, after one untimed
+    repetition of each.
+    """
+    config = TrainConfig(epochs=epochs)
+    plain = config.with_changes(**AUGMENTATION_OFF)
+    spe = steps_per_epoch(len(data.train), config.batch_size)
+    fused = library_fused_trainer(data.train, plain, read_every=spe)
+    fits = {"fit, default recipe": config, "fit, no augmentation": plain}
+    rates: dict[str, list[float]] = {name: [] for name in [*fits, "fused epoch, no augmentation"]}
+    compile_seconds = dict.fromkeys(rates, 0.0)
+    for r in range(repeats + 1):  # the first repetition warms up and is not counted
+        for name, c in fits.items():
+            result = fit(c, data)
+            compile_seconds[name] = compile_seconds[name] or result.compile_seconds
+            if r:
+                rates[name].append(result.examples_per_sec)
+        t = time.perf_counter()
+        fused(spe * epochs)
+        if r:
+            rates["fused epoch, no augmentation"].append(
+                spe * epochs * config.batch_size / (time.perf_counter() - t)
+            )
+    return [
+        Throughput(name, statistics.median(r), tuple(r), compile_seconds[name], config.batch_size)
+        for name, r in rates.items()
+    ]
 
 
 def xla_flops_per_example(dataset: ArrayDataset, config: TrainConfig) -> float:
@@ -314,6 +356,8 @@ def run_benchmark(
     say(f"batch sizes {batch_sizes} and their matmul bounds")
     by_batch = batch_rows(train, config, batch_sizes, examples=n * 512, repeats=repeats)
     bounds = [matmul_bound(b, min_seconds=0.01 if quick else 0.2) for b in batch_sizes]
+    say("the main job: fit of the default recipe, without augmentation, the fused epoch")
+    main_job = main_job_rows(Splits(train, test), epochs=1 if quick else 2, repeats=repeats)
     say("XLA's FLOP count")
     xla_flops = xla_flops_per_example(train, config)
     return BenchmarkReport(
@@ -326,5 +370,6 @@ def run_benchmark(
         cadence=cadence,
         precision=precision,
         batch_sizes=list(zip(by_batch, bounds, strict=True)),
+        main_job=main_job,
         skipped=list(skipped),
     )
