@@ -310,6 +310,9 @@ def test_every_shown_command_runs(page, group, real_data, tmp_path, monkeypatch)
             for row in (
                 "Machine:",
                 "jax ",
+                "| fit, default recipe |",
+                "| fused epoch, no augmentation |",
+                "x plain fused epoch",
                 "| library_step |",
                 "| library_fused |",
                 "x library_step",

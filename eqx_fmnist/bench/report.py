@@ -162,10 +162,10 @@ class BenchmarkReport:
         main, (cadence, precision, batches) = self._main_table(), self._other_tables()
         parts = [
             _facts_line(self.facts),
-            *self._main_job_table(),
             f"Training paths, batch 512, float32, the loss read back to the host every "
             f"{self.read_every} steps on every path; median of interleaved repetitions.",
             main,
+            *self._main_job_table(),
             cadence,
             f"XLA runs a bfloat16 x bfloat16 -> float32 matmul at "
             f"{self.bf16_matmul_speedup:.2f}x its float32 speed on this machine.",

@@ -3,7 +3,6 @@ sweep` (a grid x seeds as one program): one way to make a run folder for both.""
 
 import argparse
 import functools
-import json
 from pathlib import Path
 
 from ..config import TrainConfig
@@ -135,12 +134,13 @@ def _train(args, config: TrainConfig, members, out: Path, resume: Run | None) ->
         )
 
     configs = None if members is None else members.configs(config)
+    summaries = []  # the summary the folder writes, for its time line
     run = train_in_folder(
         args,
         out,
         config,
         train,
-        lambda folder, r: folder.finish(r.result, fm, r.calibration),
+        lambda folder, r: summaries.append(folder.finish(r.result, fm, r.calibration)),
         data=fm,
         num_train=len(splits.train),
         members=members,
@@ -154,7 +154,7 @@ def _train(args, config: TrainConfig, members, out: Path, resume: Run | None) ->
     )
     if isinstance(run, int):
         return run
-    print_results(run.result, out)
+    print_results(run.result, out, summaries[0]["seconds"])
     if run.calibration is not None:
         console.print(
             f"calibrated on {run.calibration.held_out:,} held-out images: temperature "
@@ -183,8 +183,9 @@ def describe_seeds(members) -> str:
     return ",".join(map(str, seeds))
 
 
-def print_results(result: TrainResult, out: Path) -> None:
-    """The test results (each member's, for an ensemble) and the throughput."""
+def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> None:
+    """The test results (each member's, for an ensemble), the throughput, and where the
+    run's wall time went (`seconds`, as its summary records them)."""
     test, eps = result.test, result.examples_per_sec
     assert test is not None, "the command line always trains with the test split"
     rows = []
@@ -216,14 +217,8 @@ def print_results(result: TrainResult, out: Path) -> None:
         f"{' (all members)' if result.num_members else ''}, figures",
         highlight=False,
     )
-    console.print(time_line(out), highlight=False)
-
-
-def time_line(out: Path) -> str:
-    """The run's wall time as its `summary.json` splits it (`seconds`), one line."""
-    seconds = json.loads((out / "summary.json").read_text()).get("seconds", {})
     parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in seconds.items())
-    return f"time (s): {parts}; examples/sec counts steps and host reads"
+    console.print(f"time (s): {parts}; examples/sec counts steps and host reads", highlight=False)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
