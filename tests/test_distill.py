@@ -138,8 +138,8 @@ def test_fit_reads_a_table_only_where_it_costs_fewer_teacher_passes():
     """The table costs a teacher pass per image and view (60,000 x 50 = 3,000,000); the
     live teacher one per image each step shows it (the default recipe: 9,360 x 512)."""
     import eqx_fmnist as ef
-    from eqx_fmnist.intervals import plan_run
     from eqx_fmnist.distill import table_pays
+    from eqx_fmnist.intervals import plan_run
 
     def pays(config):
         return table_pays(config, plan_run(config, 60_000).total_steps, 60_000)
