@@ -171,8 +171,7 @@ def time_split(
     into `checkpoints` (every checkpoint written, the last one included) and `logging`
     (the rest of the callbacks: history lines, the progress bar, TensorBoard), then the
     test `report` (the model on the test images, moved and mirrored, and its
-    calibration) and the `figures`, each rounded to milliseconds. `steps / (steps +
-    host_reads)` is the share of the fused path's speed a run's examples/sec keeps.
+    calibration) and the `figures`, each rounded to milliseconds.
 
     **Arguments:**
 
