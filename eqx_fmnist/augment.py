@@ -4,11 +4,20 @@ Every item of Fashion-MNIST is centred on its canvas and every shoe points left,
 model trained on the images as they are learns that too, and is wrong on a picture
 moved by two pixels or mirrored. Training on moved and mirrored copies fixes that.
 
-An augmented batch is one more gather, not a pipeline: each output pixel of each image
-names the pixel it comes from ([`pixel_sources`][eqx_fmnist.augment.pixel_sources]),
-and pixels that fall outside the canvas, or inside an erased patch, are zero (the
-background). The same index map serves the fixed moves that robustness evaluation
-makes ([`move_images`][eqx_fmnist.augment.move_images]).
+An augmented batch is computed in place, not in a pipeline, in one of two forms that
+give the same bits ([`move_batch`][eqx_fmnist.augment.move_batch] picks one when the
+program is lowered, with `jax.lax.platform_dependent`):
+
+- on a CPU, one gather ([`gather_moves`][eqx_fmnist.augment.gather_moves]): each
+    output pixel of each image names the pixel it comes from
+    ([`pixel_sources`][eqx_fmnist.augment.pixel_sources]);
+- on a TPU or a GPU, where a per-pixel gather is slow (on a TPU v5e it took 98% of a
+    training step), static slices of a zero-padded batch and selects
+    ([`select_moves`][eqx_fmnist.augment.select_moves]).
+
+Pixels that fall outside the canvas, or inside an erased patch, are zero (the
+background). The same moves serve robustness evaluation
+([`move_images`][eqx_fmnist.augment.move_images]).
 
 The random choices of a step are a pure function of the run's key, the global step and
 the example's place in the batch ([`augment`][eqx_fmnist.augment.augment]): results do
@@ -21,6 +30,7 @@ import math
 import typing
 from typing import Literal
 
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Int, PRNGKeyArray, Shaped
@@ -144,6 +154,100 @@ def remap(
     return jnp.where(keep, moved, jnp.zeros((), images.dtype))
 
 
+def gather_moves(
+    images: Shaped[Array, "batch 784"],
+    dx: Int[Array, " batch"],
+    dy: Int[Array, " batch"],
+    flip: Bool[Array, " batch"],
+    erase_box: Int[Array, "batch 4"] | None = None,
+) -> Shaped[Array, "batch 784"]:
+    """The moves of [`pixel_sources`][eqx_fmnist.augment.pixel_sources] as one gather: the
+    fastest form on a CPU."""
+    return remap(images, *pixel_sources(dx, dy, flip, erase_box))
+
+
+def _shift(x: Array, d: Int[Array, " batch"], bound: int, axis: int) -> Array:
+    """`x` (images on the leading axis) moved by `d[b]` along `axis`, zero-filled:
+    `out[..., i, ...] = x[..., i - d, ...]`, for `|d| <= bound`.
+
+    The move is `bound - d` in `0..2 bound`, written in binary: a zero-padded copy is
+    cut by one static slice or the next for each bit, and each image selects its own.
+    """
+    bits = max(1, (2 * bound).bit_length())
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (bound, (1 << bits) - 1 - bound)  # the length becomes size + 2**bits - 1
+    y = jnp.pad(x, pad)
+    q = (bound - d).reshape((-1,) + (1,) * (x.ndim - 1))
+    for j in range(bits):
+        v, n = 1 << j, y.shape[axis] - (1 << j)
+        further = jax.lax.slice_in_dim(y, v, v + n, axis=axis)
+        y = jnp.where((q >> j) & 1 == 1, further, jax.lax.slice_in_dim(y, 0, n, axis=axis))
+    return y  # the bits add up to 2**bits - 1: the size is the image's again
+
+
+def select_moves(
+    images: Shaped[Array, "batch 784"],
+    dx: Int[Array, " batch"],
+    dy: Int[Array, " batch"],
+    flip: Bool[Array, " batch"],
+    erase_box: Int[Array, "batch 4"] | None = None,
+    *,
+    bound: int = SIDE,
+) -> Shaped[Array, "batch 784"]:
+    """The moves of [`pixel_sources`][eqx_fmnist.augment.pixel_sources] without a gather:
+    the mirror as a select of the reversed batch, each move as static slices of a
+    zero-padded batch and one select per bit of its size, and the erased patch as a
+    mask. The same pixels as [`gather_moves`][eqx_fmnist.augment.gather_moves]; the
+    fast form on a TPU or a GPU.
+
+    `bound` is the largest move asked for (`|dx|, |dy| <= bound`, static): the work
+    grows with its number of bits. A move of `SIDE` pixels or more leaves nothing.
+    """
+    bound = max(0, min(bound, SIDE))  # a move of SIDE (clipped to) leaves only zeros
+    n = images.shape[0]
+    x = images.reshape(n, SIDE, SIDE)
+    x = jnp.where(flip[:, None, None], x[:, :, ::-1], x)
+    x = _shift(x, jnp.clip(dx, -bound, bound).astype(jnp.int32), bound, axis=2)
+    x = _shift(x, jnp.clip(dy, -bound, bound).astype(jnp.int32), bound, axis=1)
+    if erase_box is not None:
+        rows = jnp.arange(SIDE, dtype=jnp.int32)[None, :, None]
+        cols = jnp.arange(SIDE, dtype=jnp.int32)[None, None, :]
+        top, left, h, w = (erase_box[:, i, None, None] for i in range(4))
+        inside = (rows >= top) & (rows < top + h) & (cols >= left) & (cols < left + w)
+        x = jnp.where(inside, jnp.zeros((), x.dtype), x)
+    return x.reshape(n, SIDE * SIDE)
+
+
+def move_batch(
+    images: Shaped[Array, "batch 784"],
+    dx: Int[Array, " batch"],
+    dy: Int[Array, " batch"],
+    flip: Bool[Array, " batch"],
+    erase_box: Int[Array, "batch 4"] | None = None,
+    *,
+    bound: int = SIDE,
+) -> Shaped[Array, "batch 784"]:
+    """Each image of a batch mirrored (where `flip`), moved by its own `(dx, dy)` and
+    erased inside its own `erase_box`, as
+    [`pixel_sources`][eqx_fmnist.augment.pixel_sources] describes, in the form that is
+    fast where the program runs: [`gather_moves`][eqx_fmnist.augment.gather_moves] on a
+    CPU, [`select_moves`][eqx_fmnist.augment.select_moves] elsewhere (chosen when the
+    program is lowered: `jax.lax.platform_dependent`). Both give the same pixels.
+
+    `bound`: the largest `|dx|` and `|dy|` asked for (static; the select form's work
+    grows with its bits). Defaults to `SIDE`: any move.
+    """
+    return jax.lax.platform_dependent(
+        images,
+        dx,
+        dy,
+        flip,
+        erase_box,
+        cpu=gather_moves,
+        default=lambda *args: select_moves(*args, bound=bound),
+    )
+
+
 def random_shifts(
     key: PRNGKeyArray, batch: int, shift: int, distribution: ShiftDistribution = "uniform"
 ) -> Int[Array, "2 batch"]:
@@ -160,14 +264,6 @@ def random_shifts(
     k1, k2 = jr.split(key)
     rest = shift - half
     return jr.randint(k1, (2, batch), -half, half + 1) + jr.randint(k2, (2, batch), -rest, rest + 1)
-
-
-def random_moves(
-    key: PRNGKeyArray, batch: int, augmentation: Augmentation
-) -> tuple[Int[Array, "batch 784"], Bool[Array, "batch 784"]]:
-    """The random index map of one step's batch of `batch` images (see
-    [`augment`][eqx_fmnist.augment.augment])."""
-    return pixel_sources(*random_choices(key, batch, augmentation))
 
 
 def random_choices(
@@ -215,7 +311,8 @@ def augment(
     """
     if not augmentation.active:
         return images
-    return remap(images, *random_moves(key, images.shape[0], augmentation))
+    choices = random_choices(key, images.shape[0], augmentation)
+    return move_batch(images, *choices, bound=augmentation.shift)
 
 
 def augment_with_views(
@@ -230,7 +327,7 @@ def augment_with_views(
     dx, dy, flip, _ = random_choices(key, images.shape[0], augmentation)
     s, sides = augmentation.shift, 2 if augmentation.mirror else 1
     views = ((dy + s) * (2 * s + 1) + (dx + s)) * sides + flip.astype(jnp.int32) * (sides - 1)
-    return remap(images, *pixel_sources(dx, dy, flip)), views
+    return move_batch(images, dx, dy, flip, bound=s), views
 
 
 Move = tuple[int, int, bool]
@@ -276,8 +373,9 @@ def move_images(
     robustness evaluation (plain numbers, or traced ones inside a compiled program)."""
     n = images.shape[0]
     full = jnp.full((n,), 1, jnp.int32)
-    sources, keep = pixel_sources(full * dx, full * dy, jnp.full((n,), mirror))
-    return remap(images, sources, keep)
+    # Plain numbers bound the select form's work; traced ones may be any move.
+    bound = max(abs(dx), abs(dy)) if isinstance(dx, int) and isinstance(dy, int) else SIDE
+    return move_batch(images, full * dx, full * dy, jnp.full((n,), mirror), bound=bound)
 
 
 def finite_views(augmentation: Augmentation) -> "tuple[Move, ...] | None":

@@ -30,8 +30,9 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, Int, Shaped
 
-from .augment import augment, augment_with_views
-from .dataset import ArrayDataset, batch_indices, normalize, steps_per_epoch
+from .augment import augment
+from .batches import augment_key, block_steps, data_platform, step_batch
+from .dataset import ArrayDataset, normalize, steps_per_epoch
 from .distill import Teacher, TeacherTable
 from .losses import accuracy, cross_entropy, soft_cross_entropy
 from .model import batch_logits
@@ -194,17 +195,6 @@ def train_step(
 # --------------------------------------------------------------------------- fused steps
 
 
-AUGMENT_STREAM = 0xFFFFFFFF
-"""The number folded into a run's key for its augmentation stream. The batch order of
-epoch `e` folds in `e`, and an epoch number stays below 2**31 (the step count is an
-int32), so the two streams never meet."""
-
-
-def augment_key(key):
-    """The key of a run's augmentation stream, apart from every epoch's batch order."""
-    return jr.fold_in(key, jnp.uint32(AUGMENT_STREAM))
-
-
 def _augmented(st: TrainState, x):
     """The batch `x` moved, mirrored or erased as the state's augmentation says, by the
     key of the state's step."""
@@ -212,49 +202,58 @@ def _augmented(st: TrainState, x):
 
 
 def _steps(static, state: TrainState):
-    dataset, batch_size, num_steps, mesh, teacher, subset = static
-    n = len(dataset) if subset is None else subset.shape[0]
+    dataset, batch_size, num_steps, mesh, teacher, subset, block = static
+    live = None if isinstance(teacher, TeacherTable) else teacher
 
-    def body(st, _):
-        with jax.named_scope("gather"):
-            idx = batch_indices(st.key, st.step, n, batch_size)
-            idx = idx if subset is None else subset[idx]  # a member's own rows
-            x, y = dataset.images[idx], dataset.labels[idx]
-        live, targets = teacher, None
-        with jax.named_scope("augment"):
-            if isinstance(teacher, TeacherTable):  # its answers, read by (image, view)
-                key = jr.fold_in(augment_key(st.key), st.step)
-                x, views = augment_with_views(key, x, st.settings.augmentation)
-                rows = teacher.targets(idx, views)
-                live, targets = None, (rows, teacher.temperature, teacher.weight)
-            else:
-                x = _augmented(st, x)
-        with jax.named_scope("gather"):
-            if mesh is not None:
-                # Split the batch over the devices; the state is replicated, so XLA's
-                # SPMD partitioner all-reduces the gradients.
-                x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
-                y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
+    def one(st, batch):
+        x, y, rows = batch
+        if mesh is not None:
+            # Split the batch over the devices; the state is replicated, so XLA's
+            # SPMD partitioner all-reduces the gradients.
+            x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
+            y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
+        targets = None if rows is None else (rows, teacher.temperature, teacher.weight)
         return _step(st, x, y, live, targets)
 
-    return jax.lax.scan(body, state, length=num_steps)
+    if block == 1:  # each step gathers its own batch
+        return jax.lax.scan(
+            lambda st, _: one(st, step_batch(st, st.step, dataset, batch_size, teacher, subset)),
+            state,
+            length=num_steps,
+        )
+
+    def steps_of_block(st, _):
+        # The block's batches in one vectorised pass (the same bits as one by one),
+        # then its steps: the per-step indices, gather and moves cost one pass.
+        steps = st.step + jnp.arange(block, dtype=jnp.int32)
+        batches = jax.vmap(lambda s: step_batch(st, s, dataset, batch_size, teacher, subset))(steps)
+        return jax.lax.scan(one, st, batches)
+
+    state, metrics = jax.lax.scan(steps_of_block, state, length=num_steps // block)
+    return state, jtu.tree_map(lambda m: m.reshape(num_steps, *m.shape[2:]), metrics)
 
 
 _steps_traced = eqx.debug.assert_max_traces(_steps, max_traces=None)
-_train_steps_jit = eqx.filter_jit(_steps_traced, donate="all-except-first")
 # Members: the same chunk vmapped over the state's leading axis (and each member's row
 # table, when they train on subsets: in the first argument, which is never donated); the
 # data are shared.
-_train_members_jit = eqx.filter_jit(
-    eqx.filter_vmap(_steps_traced, in_axes=((None,) * 5 + (eqx.if_array(0),), eqx.if_array(0))),
-    donate="all-except-first",
+_members_steps = eqx.filter_vmap(
+    _steps_traced, in_axes=((None,) * 5 + (eqx.if_array(0), None), eqx.if_array(0))
 )
+_CHUNKS = {
+    (members, donate): eqx.filter_jit(
+        _members_steps if members else _steps_traced,
+        donate="all-except-first" if donate else "none",
+    )
+    for members in (False, True)
+    for donate in (False, True)
+}
 
 
-def _chunk_fn(state: TrainState):
+def _chunk_fn(state: TrainState, donate: bool = True):
     """The compiled chunk for one run, or for a stack of members (the one place the
-    step asks)."""
-    return _train_steps_jit if state.num_members is None else _train_members_jit
+    step asks), with the state's buffers donated or kept."""
+    return _CHUNKS[(state.num_members is not None, donate)]
 
 
 def train_steps(
@@ -301,7 +300,8 @@ def train_steps(
     `(members, num_steps)` for a stacked state.
     """
     _check_chunk(state, dataset, batch_size, num_steps, mesh, subsets)
-    return _chunk_fn(state)((dataset, batch_size, num_steps, mesh, teacher, subsets), state)
+    static = _static(state, dataset, batch_size, num_steps, mesh, teacher, subsets)
+    return _chunk_fn(state)(static, state)
 
 
 def _check_chunk(
@@ -325,6 +325,13 @@ def _check_chunk(
             )
 
 
+def _static(state, dataset: ArrayDataset, batch_size, num_steps, mesh, teacher, subsets):
+    """The chunk's first argument: what it runs on, and its block of prepared steps."""
+    members = state.num_members or 1
+    block = block_steps(num_steps, batch_size, members, data_platform(dataset))
+    return (dataset, batch_size, num_steps, mesh, teacher, subsets, block)
+
+
 def compile_steps(
     state: TrainState,
     dataset: ArrayDataset,
@@ -334,24 +341,29 @@ def compile_steps(
     mesh: jax.sharding.Mesh | None = None,
     teacher: Teacher | TeacherTable | None = None,
     subsets: Int[Array, "members m"] | None = None,
+    donate: bool = True,
 ) -> "CompiledSteps":
     """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
     shaped like `state`.
 
     The arguments are those of `train_steps`; `state` is only looked at (its shapes,
     dtypes and shardings), not donated. Compiling apart from running lets a caller time
-    the two separately, and read XLA's own cost estimate of the chunk.
+    the two separately, and read XLA's own cost estimate of the chunk. With `donate`
+    left at `True` each call donates the state it is given; `False` keeps it valid, so
+    that a caller can use one interval's state while the next chunk runs (as
+    [`fit`][eqx_fmnist.train.fit] does).
 
     **Returns:**
 
     A [`CompiledSteps`][eqx_fmnist.step.CompiledSteps] `run`: `run(state)` returns
-    `(new_state, metrics)` without tracing or compiling again (it donates `state`), and
+    `(new_state, metrics)` without tracing or compiling again, and
     `run.compiled` is the XLA executable, for example `run.compiled.cost_analysis()`
     or `run.compiled.as_text()`.
     """
     _check_chunk(state, dataset, batch_size, num_steps, mesh, subsets)
-    static = (dataset, batch_size, num_steps, mesh, teacher, subsets)
-    lowered = _chunk_fn(state).lower(static, state)  # pyright: ignore[reportFunctionMemberAccess]
+    static = _static(state, dataset, batch_size, num_steps, mesh, teacher, subsets)
+    chunk = _chunk_fn(state, donate)
+    lowered = chunk.lower(static, state)  # pyright: ignore[reportFunctionMemberAccess]
     return CompiledSteps(lowered.compile(), static)
 
 
@@ -365,7 +377,9 @@ class CompiledSteps:
         """The XLA executable (`cost_analysis()`, `as_text()`)."""
 
     def __call__(self, state: TrainState) -> tuple[TrainState, dict[str, Array]]:
-        """Run the chunk on `state` (donated); returns the new state and the metrics."""
+        """Run the chunk on `state` (donated, unless compiled with `donate=False`);
+        returns the new state and the metrics. The call returns once the work is queued
+        on the device: the arrays it returns are ready when they are read."""
         return self._chunk(self._static, state)
 
 

@@ -90,10 +90,11 @@ def test_the_step_trains_on_the_augmented_gather(small):
     the step's key, then the one pure step; and a loop of `train_step` over the plain
     batches makes the same run (it applies the state's augmentation itself)."""
     from eqx_fmnist.augment import augment
+    from eqx_fmnist.batches import augment_key
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.dataset import batch_indices
     from eqx_fmnist.state import init_state
-    from eqx_fmnist.step import _step, augment_key, train_step, train_steps
+    from eqx_fmnist.step import _step, train_step, train_steps
 
     config = TrainConfig(steps=4, batch_size=32, hidden_sizes=(16,), shift=2, mirror=True)
     fused, _ = train_steps(init_state(config, len(small)), small, batch_size=32, num_steps=2)
@@ -133,7 +134,7 @@ def test_the_augmentation_stream_is_no_epochs_batch_order_stream():
     """JAX's rule: never reuse a key. Epoch `e`'s batch order folds `e` into the run's
     key; the augmentation's key must be none of those (with `jr.split(key)[1]` it was
     epoch 1's, since `split(k)[1] == fold_in(k, 1)` under partitionable threefry)."""
-    from eqx_fmnist.step import augment_key
+    from eqx_fmnist.batches import augment_key
 
     key = jr.PRNGKey(3)  # a run's key is a raw uint32[2] key, as init_state makes it
     ours = np.asarray(augment_key(key))
@@ -174,3 +175,58 @@ def test_each_image_is_one_of_the_finite_views_and_says_which(images, aug, count
         np.testing.assert_array_equal(moved[b], moved_numpy(images[b : b + 1], dx, dy, mirror)[0])
     if count > 2:
         assert len(set(np.asarray(which).tolist())) > count // 3  # it draws many views
+
+
+@pytest.mark.parametrize("bound", [0, 1, 2, 3, 27, 28])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_the_select_form_moves_each_image_as_numpy_does(images, bound, dtype):
+    """The accelerators' form (slices of a padded batch and selects) against numpy, image
+    by image, for moves up to `bound` in both directions, mirrored or not, a patch
+    erased or not; and the CPU's gather gives the same bits."""
+    from eqx_fmnist.augment import gather_moves, select_moves
+
+    rng = np.random.default_rng(bound)
+    n = len(images)
+    dx, dy = rng.integers(-bound, bound + 1, (2, n)).astype(np.int32)
+    flip = rng.integers(0, 2, n).astype(bool)
+    box = np.stack([*rng.integers(0, 28, (2, n)), *rng.integers(0, 15, (2, n))], 1)
+    box[::2, 2:] = 0  # every other image: nothing erased
+    x = images.astype(dtype) / (255 if dtype == np.float32 else 1)
+    args = (jnp.asarray(x), jnp.asarray(dx), jnp.asarray(dy), jnp.asarray(flip))
+    selected = np.asarray(
+        jax.jit(lambda *a: select_moves(*a, bound=bound))(*args, jnp.asarray(box, jnp.int32))
+    )
+    for b in range(n):
+        want = moved_numpy(x[b : b + 1], int(dx[b]), int(dy[b]), bool(flip[b]))[0].reshape(28, 28)
+        top, left, h, w = box[b]
+        want[top : top + h, left : left + w] = 0
+        np.testing.assert_array_equal(selected[b], want.reshape(784), err_msg=f"image {b}")
+    gathered = np.asarray(gather_moves(*args, jnp.asarray(box, jnp.int32)))
+    np.testing.assert_array_equal(selected, gathered)
+
+
+def test_moves_past_the_canvas_leave_nothing_in_either_form(images):
+    from eqx_fmnist.augment import gather_moves, select_moves
+
+    n = len(images)
+    for d in (28, -31, 100):
+        full = jnp.full((n,), d, jnp.int32)
+        flip = jnp.zeros((n,), bool)
+        for dx, dy in ((full, full * 0), (full * 0, full)):
+            assert not np.asarray(select_moves(jnp.asarray(images), dx, dy, flip)).any()
+            assert not np.asarray(gather_moves(jnp.asarray(images), dx, dy, flip)).any()
+
+
+def test_the_moves_lower_to_a_gather_on_a_cpu_and_to_selects_elsewhere(images):
+    """`move_batch` chooses its form when the program is lowered: the same traced
+    program holds a gather when lowered for a CPU and none for a TPU or a GPU (the
+    per-pixel gather took 98% of a TPU v5e step)."""
+    from eqx_fmnist.augment import Augmentation, augment
+
+    traced = jax.jit(lambda k, x: augment(k, x, Augmentation(shift=2, mirror=True))).trace(
+        jr.key(0), jnp.asarray(images)
+    )
+    lowered = {p: traced.lower(lowering_platforms=(p,)).as_text() for p in ("cpu", "tpu", "cuda")}
+    assert "stablehlo.gather" in lowered["cpu"]
+    assert "stablehlo.gather" not in lowered["tpu"] and "stablehlo.gather" not in lowered["cuda"]
+    assert "stablehlo.select" in lowered["tpu"]

@@ -1,0 +1,74 @@
+"""What each training step trains on: its batch (the examples the batch order names,
+gathered, moved, mirrored or erased as the state's augmentation says, and a teacher's
+answers on them from its table), one step at a time or a block of steps at once.
+
+The batch of global step `s` is a pure function of the run's key and `s`
+([`step_batch`][eqx_fmnist.batches.step_batch]), so preparing a block of steps' batches
+in one vectorised pass gives the same bits as preparing them one by one: on an
+accelerator, where every small operation costs microseconds of launch whatever its
+size, the chunk does that ([`block_steps`][eqx_fmnist.batches.block_steps]); on a CPU
+each step gathers its own batch while it is in cache.
+"""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+
+from .augment import SIDE, augment, augment_with_views
+from .dataset import ArrayDataset, batch_indices
+from .distill import TeacherTable
+from .state import TrainState
+
+AUGMENT_STREAM = 0xFFFFFFFF
+"""The number folded into a run's key for its augmentation stream. The batch order of
+epoch `e` folds in `e`, and an epoch number stays below 2**31 (the step count is an
+int32), so the two streams never meet."""
+
+
+def augment_key(key):
+    """The key of a run's augmentation stream, apart from every epoch's batch order."""
+    return jr.fold_in(key, jnp.uint32(AUGMENT_STREAM))
+
+
+def step_batch(st: TrainState, step, dataset: ArrayDataset, batch_size: int, teacher, subset):
+    """Global step `step`'s batch `(x, y, rows)`: its examples gathered and moved,
+    mirrored or erased as the state's augmentation says, and with a teacher's table
+    its answers on them (`rows`; `None` without one)."""
+    n = len(dataset) if subset is None else subset.shape[0]
+    with jax.named_scope("gather"):
+        idx = batch_indices(st.key, step, n, batch_size)
+        idx = idx if subset is None else subset[idx]  # a member's own rows
+        x, y = dataset.images[idx], dataset.labels[idx]
+    with jax.named_scope("augment"):
+        key = jr.fold_in(augment_key(st.key), step)
+        if isinstance(teacher, TeacherTable):  # its answers, read by (image, view)
+            x, views = augment_with_views(key, x, st.settings.augmentation)
+            return x, y, teacher.targets(idx, views)
+        return augment(key, x, st.settings.augmentation), y, None
+
+
+PREPARED_BYTES = 64 * 2**20
+"""At most this many bytes of pixels (all members together) are prepared at once by a
+block of steps on an accelerator (see [`block_steps`][eqx_fmnist.batches.block_steps])."""
+
+
+def block_steps(num_steps: int, batch_size: int, members: int, platform: str) -> int:
+    """How many steps of a chunk have their batches prepared at once: `1` on a CPU
+    (each step gathers and moves its own batch, while it is in cache); on an
+    accelerator, where every small operation of a step costs microseconds of launch
+    whatever its size, the largest divisor of `num_steps` whose batches (`members` x
+    `batch_size` x 784 bytes each) fit in [`PREPARED_BYTES`][eqx_fmnist.batches.PREPARED_BYTES].
+    The steps, their batches and their results are the same either way."""
+    if platform == "cpu":
+        return 1
+    most = max(1, PREPARED_BYTES // (members * batch_size * SIDE * SIDE))
+    return max(d for d in range(1, min(most, num_steps) + 1) if num_steps % d == 0)
+
+
+def data_platform(dataset: ArrayDataset) -> str:
+    """The platform (`"cpu"`, `"tpu"`, `"cuda"`, ...) of the device `dataset` lives on;
+    JAX's default backend's where it cannot say (traced arrays)."""
+    try:
+        return next(iter(dataset.images.devices())).platform
+    except (AttributeError, jax.errors.ConcretizationTypeError):
+        return jax.default_backend()
