@@ -50,7 +50,8 @@ class History(TypedDict):
     learning_rate: float
     """The learning rate of the interval's last step, as the step used it."""
     seconds: float
-    """Wall seconds of the interval's compiled call and its one host read."""
+    """Wall seconds from the previous interval's host read to this one's (the first:
+    from its compiled call): the pace at which the run's chunks finish."""
     examples_per_sec: float
     """Training examples per second over the interval (members x examples for a stack)."""
     valid_loss: NotRequired[float]
@@ -64,8 +65,8 @@ class History(TypedDict):
 
 Callback = Callable[[History, TrainState], None]
 """`callback(record, state)`, called after each logging interval. It may add keys to
-`record` (later callbacks and the history see them); `state` is valid until the next
-interval starts (its buffers are then donated)."""
+`record` (later callbacks and the history see them); `state` is the state at the
+interval's end, while the next interval already trains on the device."""
 
 _MEANS = ("loss", "accuracy", "grad_norm", "learning_rate", "valid_loss", "valid_accuracy")
 

@@ -12,6 +12,7 @@ the caller's ([`eqx_fmnist.runs`](runs.md), the command line).
 """
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -53,13 +54,12 @@ class TrainResult:
     - `history`: one [`History`][eqx_fmnist.intervals.History] record per logging interval
         (for members: their means, each member's under `"members"`).
     - `test`: [`EvalResult`][eqx_fmnist.evaluation.EvalResult] on all test images (for
-        members: the ensemble's, each member's in `test.members`), or `None` without a
-        test set.
+        members: the ensemble's, each member's in `test.members`), or `None`.
     - `validation`: the same on the validation split, or `None`.
     - `seconds`: `fit`'s wall time by [`FIT_SECONDS`][eqx_fmnist.train.FIT_SECONDS]:
-        `load` (data, state, a teacher's table), `compile`, `steps` (the training calls),
-        `host_reads` (their metrics), `validation`, `callbacks` (a run folder's history
-        and checkpoints, a progress bar) and `test` (the final evaluation).
+        `load` (data, state, a teacher's table), `compile`, `steps` (queueing the
+        training calls, waiting for them), `host_reads`, `validation`, `callbacks` (a
+        run folder's history and checkpoints, a progress bar), `test`.
     """
 
     state: TrainState
@@ -76,9 +76,10 @@ class TrainResult:
 
     @property
     def train_seconds(self) -> float:
-        """Time spent running the training calls and reading their metrics back: what
+        """The training calls' wall time, from the first call to the last interval's
+        metrics read (the history's `seconds` summed; compiling excluded): what
         [`examples_per_sec`][eqx_fmnist.train.TrainResult.examples_per_sec] divides by."""
-        return self.seconds["steps"] + self.seconds["host_reads"]
+        return float(sum(h["seconds"] for h in self.history))
 
     @property
     def config(self) -> TrainConfig:
@@ -104,11 +105,10 @@ class TrainResult:
 
     @property
     def examples_per_sec(self) -> float:
-        """Training throughput over the whole run, compile excluded (members x
-        examples for a stack: model-examples per second)."""
-        steps = sum(h["steps"] for h in self.history)
-        k = self.num_members or 1
-        return k * steps * self.config.batch_size / max(self.train_seconds, 1e-9)
+        """Training throughput over the whole run, compile excluded (for a stack,
+        model-examples per second)."""
+        examples = (self.num_members or 1) * self.config.batch_size
+        return examples * sum(h["steps"] for h in self.history) / max(self.train_seconds, 1e-9)
 
 
 class Members:
@@ -156,57 +156,61 @@ def run_chunks(
     subsets: jax.Array | None = None,
 ) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
     """Run the plan's chunks from the state's step, one compiled call and one host read
-    each.
+    each, each call queued before the previous chunk's metrics are read: the device
+    does not wait for the host's reads, checks and callbacks.
 
-    Yields `(state, step, metrics, seconds)` after each chunk: the new state (valid
-    until the next chunk runs: its buffers are then donated), the global step reached,
-    the chunk's metrics as numpy of shape `(members, steps)` (one member for a single
-    run), and the wall seconds of the call and its read. Each distinct chunk length is
-    compiled ahead of time, once; `seconds["compile"]`, `seconds["steps"]` (the call,
-    until its results are ready) and `seconds["host_reads"]` (copying its metrics to the
-    host) accumulate the three.
-
-    **Raises:**
-
-    `ValueError` for a state past the plan's end.
+    Yields `(state, step, metrics, seconds)` after each chunk: the state after it (not
+    donated: valid while the next chunk trains), the global step reached, the chunk's
+    metrics as numpy of shape `(members, steps)`, and its wall seconds from the previous
+    chunk's read (the first: from its call). Every distinct chunk length is compiled
+    before the first call; `seconds["compile"]`, `seconds["steps"]` (queueing calls and
+    waiting for them) and `seconds["host_reads"]` accumulate. `ValueError` for a state
+    past the plan's end.
     """
     step = state.global_step
     if step > plan.total_steps:
         raise ValueError(
             f"the state is at step {step}, past this config's {plan.total_steps} steps."
         )
-    compiled = {}
-    for k in plan.chunks(step):
-        if k not in compiled:  # compiled ahead of time, so compiling is timed on its own
+    sizes = list(plan.chunks(step))
+    t = time.perf_counter()
+    chunk = functools.partial(
+        compile_steps,  # not donated: a yielded state is used while the next one trains
+        batch_size=plan.batch_size,
+        mesh=mesh,
+        teacher=teacher,
+        subsets=subsets,
+        donate=False,
+    )
+    compiled = {k: chunk(state, train, num_steps=k) for k in sizes}
+    seconds["compile"] += _since(t)
+    pending, last_read = None, time.perf_counter()
+    for k in [*sizes, None]:  # None: no more calls, the last chunk's read
+        queued = None
+        if k is not None:
             t = time.perf_counter()
-            compiled[k] = compile_steps(
-                state,
-                train,
-                batch_size=plan.batch_size,
-                num_steps=k,
-                mesh=mesh,
-                teacher=teacher,
-                subsets=subsets,
-            )
-            seconds["compile"] += time.perf_counter() - t
-        t = time.perf_counter()
-        state, metrics = compiled[k](state)
-        jax.block_until_ready(metrics)
-        ran = time.perf_counter()
-        metrics = jax.device_get(metrics)  # the one host read of the interval
-        seconds["steps"] += ran - t
-        seconds["host_reads"] += _since(ran)
-        elapsed = _since(t)
-        step += k
-        if state.num_members is None:
-            metrics = {name: values[None] for name, values in metrics.items()}
-        yield state, step, metrics, elapsed
+            state, metrics = compiled[k](state)  # queued behind the pending chunk
+            seconds["steps"] += _since(t)
+            step += k
+            queued = (state, step, metrics)
+        if pending is not None:
+            done, at, read = pending
+            t = time.perf_counter()
+            jax.block_until_ready(read)
+            ran = time.perf_counter()
+            read = jax.device_get(read)  # the one host read of the interval
+            seconds["steps"] += ran - t
+            seconds["host_reads"] += _since(ran)
+            elapsed, last_read = _since(last_read), time.perf_counter()
+            if done.num_members is None:
+                read = {name: values[None] for name, values in read.items()}
+            yield done, at, read, elapsed
+        pending = queued
 
 
 def _check_splits(config: object, splits: object) -> None:
-    """`config` is one config and `splits` are what `fit` takes, made with the config's
-    held-out sizes (anything is taken here, so that the error names the fix even where a
-    type checker is off)."""
+    """`config` is one config and `splits` what `fit` takes, with the config's held-out
+    sizes (any type is taken, so that the error names the fix without a type checker)."""
     if not isinstance(config, TrainConfig):
         raise TypeError(
             f"`fit` trains one config, not {type(config).__name__}; for members pass "
@@ -237,7 +241,7 @@ _Trees = TypeVar("_Trees")
 
 def _place(config: TrainConfig, trees: _Trees) -> tuple[Mesh | None, _Trees]:
     """`(mesh, trees)`: the trees replicated over the config's devices (and processes),
-    or left where they are on one device; returned once they are in place."""
+    or left on one device; returned in place."""
     mesh = None
     if config.devices > 1 or jax.process_count() > 1:
         mesh = make_mesh(config.devices)  # the config checked the batch divides over it
@@ -258,8 +262,8 @@ def _evaluator(policy: Policy, views, batch_size: int, mesh: Mesh | None):
 
 def _intervals(chunks, plan: Plan, configs, validated, callbacks, state: TrainState, seconds):
     """Check, validate, record and report each interval's chunk: `(state, history,
-    validation)` at the end (validated once more if no interval ran); the validations'
-    and the callbacks' wall time accumulate in `seconds`."""
+    validation)` at the end (validated once more if no interval ran), the validations'
+    and callbacks' time in `seconds`."""
     history, v = [], None
     for state, step, metrics, elapsed in chunks:  # noqa: B020
         check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
@@ -282,7 +286,7 @@ def _intervals(chunks, plan: Plan, configs, validated, callbacks, state: TrainSt
     return state, history, v
 
 
-def _since(t: float) -> float:
+def _since(t: float) -> float:  # seconds since `t`
     return time.perf_counter() - t
 
 
@@ -316,13 +320,11 @@ def fit(
         trains on every fold but fold `i` and is validated on it; `validation` pools
         them, out-of-fold, each fold's figures in its `members`), `Bootstrap(n)`
         (resampled rows) or `Listed(configs)`. Members may differ only in `seed`,
-        `learning_rate`, `weight_decay` and `label_smoothing`. Defaults to `None`: one
-        run.
-    - `state`: a state to continue from, e.g. from
-        [`load_checkpoint`][eqx_fmnist.checkpoint.load_checkpoint]; training resumes
-        at its step and stops at the config's total steps. Its buffers are donated.
-        Defaults to [`init_state`][eqx_fmnist.state.init_state] (one config) or
-        [`init_members`][eqx_fmnist.state.init_members] (several).
+        `learning_rate`, `weight_decay`, `label_smoothing`. Defaults to `None`: one run.
+    - `state`: a state to continue from (not donated), e.g. a
+        [`load_checkpoint`][eqx_fmnist.checkpoint.load_checkpoint]'s, to its config's
+        total steps. Defaults to [`init_state`][eqx_fmnist.state.init_state] (one
+        config) or [`init_members`][eqx_fmnist.state.init_members] (several).
     - `callback`: one or more [`Callback`][eqx_fmnist.intervals.Callback]s, called as
         `callback(record, state)` after each logging interval, e.g. to draw a progress
         bar or keep a run folder. Defaults to `None`: none.

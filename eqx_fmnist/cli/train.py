@@ -218,7 +218,9 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
         highlight=False,
     )
     parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in seconds.items())
-    console.print(f"time (s): {parts}; examples/sec counts steps and host reads", highlight=False)
+    console.print(
+        f"time (s): {parts}; examples/sec counts the training calls' wall time", highlight=False
+    )
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

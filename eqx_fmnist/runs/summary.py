@@ -8,6 +8,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from ..calibration import Calibration
@@ -61,11 +62,21 @@ def summarise(
         "compile_seconds": result.compile_seconds,
         "train_seconds": result.train_seconds,
         "load_seconds": result.seconds["load"],
+        # What the matmuls multiplied in, where they ran: "float32 (highest)" on a TPU
+        # is float32 products, not JAX's default bfloat16 passes.
+        "matmul_products": result.policy.products,
+        "device": _device(),
         "per_class_accuracy": dict(zip(CLASS_NAMES, map(float, recall), strict=True)),
         "config": result.config.to_dict(),
         "checkpoint": CHECKPOINT_NAME,
         **({} if calibration is None else {"trust": calibration.to_dict()}),
     }
+
+
+def _device() -> str:
+    """The device the run trained on, as JAX names its kind: `"cpu"`, `"TPU v5 lite"`."""
+    device = jax.devices()[0]
+    return device.device_kind if device.platform != "cpu" else "cpu"
 
 
 def tensorboard_writer(folder: Path):
