@@ -156,6 +156,24 @@ class Policy(eqx.Module):
         f32 = jnp.dtype("float32")
         return f32 if self.compute_dtype.itemsize < f32.itemsize else self.compute_dtype
 
+    @property
+    def matmul_precision(self) -> jax.lax.Precision:
+        """The precision every matmul of the policy asks XLA for: `HIGHEST` for a float32
+        (or float64) compute dtype, so that `c=f32` means float32 products on every
+        backend (JAX's default lets a TPU multiply float32 in one bfloat16 pass, about
+        three digits, and recent NVIDIA GPUs in TF32); `DEFAULT` for bfloat16 and
+        float16, whose operands each backend multiplies exactly, accumulating in
+        float32. A CPU computes float32 products either way."""
+        if self.compute_dtype.itemsize >= 4:
+            return jax.lax.Precision.HIGHEST
+        return jax.lax.Precision.DEFAULT
+
+    @property
+    def products(self) -> str:
+        """What the matmuls multiply in, as a run's summary and `bench` record it:
+        `"float32 (highest)"`, `"bfloat16 (default)"`, ..."""
+        return f"{self.compute_dtype.name} ({self.matmul_precision.name.lower()})"
+
     def matmul(self, a: Float[Array, "*a"], b: Float[Array, "*b"]) -> Float[Array, "*c"]:
         """`a @ b` that multiplies in `compute_dtype` and accumulates in
         [`accumulate_dtype`][eqx_fmnist.precision.Policy.accumulate_dtype].
@@ -164,12 +182,13 @@ class Policy(eqx.Module):
         accumulation dtype (`preferred_element_type`), never rounded back to the
         compute dtype. That is the form bfloat16 hardware runs fast (GPU and TPU tensor
         cores, CPUs with AMX or AVX512-BF16 where XLA uses them), and it keeps float32's
-        accuracy in every sum. With a float32 policy it is an ordinary float32 matmul.
+        accuracy in every sum. With a float32 policy it is a float32 matmul at
+        [`matmul_precision`][eqx_fmnist.precision.Policy.matmul_precision] `HIGHEST`.
         """
         a, b = self.cast_to_compute(a), self.cast_to_compute(b)
         acc = self.accumulate_dtype
         preferred = None if acc == self.compute_dtype else acc
-        return jnp.matmul(a, b, preferred_element_type=preferred)
+        return jnp.matmul(a, b, precision=self.matmul_precision, preferred_element_type=preferred)
 
     @property
     def lowers_matmuls(self) -> bool:
@@ -188,10 +207,11 @@ class Policy(eqx.Module):
         gradient `g.T @ x` are two matmuls of compute-dtype operands that accumulate in
         float32, each one matmul over the batch. (Left to autodiff, the transpose of a
         dot with `preferred_element_type=float32` multiplies the float32 gradient by a
-        float32 copy of the operand.) With a float32 policy it is an ordinary matmul.
+        float32 copy of the operand.) With a float32 policy it is a float32 matmul at `HIGHEST`.
         """
         if not self.lowers_matmuls:
-            return jnp.matmul(self.cast_to_compute(x), self.cast_to_compute(weight).T)
+            x, weight = self.cast_to_compute(x), self.cast_to_compute(weight)
+            return jnp.matmul(x, weight.T, precision=self.matmul_precision)
         return _dense(x, weight, self.compute_dtype, self.accumulate_dtype)
 
     @property

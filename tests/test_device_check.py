@@ -34,7 +34,7 @@ def test_the_device_check_runs_dry_on_the_cpu(tmp_path, real_data):
     assert "tests collected" in done.stdout and "device check done" in done.stdout
     table = (tmp_path / "device_check.md").read_text()
     for part in (
-        "| p=f32,c=f32,o=f32 @ highest |",
+        "| p=f32,c=f32,o=f32 |",
         "| p=f32,c=bf16,o=f32 |",
         "members in one program",
         "test accuracy after",

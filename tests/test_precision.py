@@ -206,10 +206,18 @@ def test_the_batch_forward_is_the_vmapped_model_exactly_in_float32():
     assert not np.array_equal(bf16, vmapped)
 
 
-@pytest.mark.parametrize("precision, bf16_dots", [("float32", 0), ("p=f32,c=bf16,o=f32", 8)])
-def test_a_bf16_step_takes_bf16_operands_in_all_eight_dots(precision, bf16_dots):
+@pytest.mark.parametrize(
+    "precision, bf16_dots, asked",
+    [
+        ("float32", 0, "precision = [HIGHEST, HIGHEST]"),
+        ("p=f32,c=bf16,o=f32", 8, "precision = [DEFAULT, DEFAULT]"),
+    ],
+)
+def test_a_bf16_step_takes_bf16_operands_in_all_eight_dots(precision, bf16_dots, asked):
     """The lowered StableHLO of `train_step`: 3 forward dots, 3 weight gradients and 2
-    input gradients (the pixels' gradient is not computed)."""
+    input gradients (the pixels' gradient is not computed). Every dot of a float32
+    policy asks for `HIGHEST` precision (float32 products on a TPU or GPU too), and a
+    bfloat16 policy's dots ask for the default (bfloat16 products are exact)."""
     import re
 
     import equinox as eqx
@@ -222,6 +230,7 @@ def test_a_bf16_step_takes_bf16_operands_in_all_eight_dots(precision, bf16_dots)
     dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
     both_bf16 = [d for d in dots if re.search(r"\(tensor<[^>]*bf16>, tensor<[^>]*bf16>\)", d)]
     assert len(dots) == 8 and len(both_bf16) == bf16_dots
+    assert all(asked in d for d in dots)
 
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data

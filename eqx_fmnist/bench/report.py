@@ -178,8 +178,9 @@ class BenchmarkReport:
             "CPU with numpy and PyTorch, taking the faster; on another backend with "
             "`jnp.matmul` on the device at the matmul precision in use), the best of nine "
             "timings each: a step made of nothing else would run at that rate. "
-            '`@ highest` runs float32 under `jax.default_matmul_precision("highest")` '
-            "(a GPU's default lets float32 matmuls use TF32).\n"
+            "Each policy asks for its own matmul precision: float32 products at "
+            "`highest` (no TF32 on a GPU, no bfloat16 passes on a TPU), bfloat16 and "
+            "float16 at the default.\n"
             f"Tokens/sec is a projection: examples/sec x {TOKENS_PER_EXAMPLE} (7 x 7 "
             "patches per image), not a measurement.",
         ]
