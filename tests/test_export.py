@@ -30,7 +30,9 @@ def test_a_stablehlo_export_matches_on_every_test_image(trained, test_images, tm
         trained.model, trained.state.policy, trained.config, path, check_images=test_images
     )
     assert manifest["parity"]["images"] == 10_000 and manifest["parity"]["mismatches"] == 0
-    assert manifest["platforms"] == ["cpu", "cuda"] and manifest["bytes"] == path.stat().st_size
+    assert (
+        manifest["platforms"] == ["cpu", "cuda", "tpu"] and manifest["bytes"] == path.stat().st_size
+    )
     on_disk = json.loads((tmp_path / "model.stablehlo.manifest.json").read_text())
     assert on_disk["sha256"] == manifest["sha256"] and len(on_disk["class_names"]) == 10
     artifact = load_artifact(path)

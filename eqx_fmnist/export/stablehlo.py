@@ -1,5 +1,5 @@
 """StableHLO through `jax.export`: the whole forward pass, `uint8` pixels in, with a
-symbolic batch size, lowered for CPU and CUDA, that runs with `jax` alone."""
+symbolic batch size, lowered for CPU, CUDA and TPU, that runs with `jax` alone."""
 
 import dataclasses
 import hashlib
@@ -22,7 +22,7 @@ from .format import ExportFormat, ExportInputs, Outputs
 from .manifest import ExportError, manifest_path
 from .portable import PortableTrust
 
-PLATFORMS = ("cpu", "cuda")
+PLATFORMS = ("cpu", "cuda", "tpu")
 OUTPUTS = ("logits", "probabilities", "trust_score", "unusual", "prediction_set")
 """The artifact's outputs, in order; an uncalibrated model's stop after the first two,
 a calibration without prediction sets after the first four."""
@@ -110,7 +110,7 @@ def to_stablehlo(
 ) -> bytes:
     """The serialised `jax.export` of the
     [`serving_function`][eqx_fmnist.export.stablehlo.serving_function], with a symbolic batch,
-    lowered for CPU and CUDA."""
+    lowered for CPU, CUDA and TPU."""
     (batch,) = jax.export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((batch, IMAGE_SIZE), jnp.uint8)
     serve = serving_function(
