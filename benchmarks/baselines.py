@@ -99,6 +99,54 @@ def codelab_trainer(
     return run
 
 
+def scan_epoch_trainer(dataset: ArrayDataset, config: TrainConfig) -> Trainer:
+    """Tutorial 4's hand-written epoch: the library's MLP, `optax.adamw`, and one
+    `jax.jit`-compiled function per epoch that draws the epoch's permutation and runs
+    its steps as one `lax.scan`, each step gathering its batch; the loss is read once
+    per epoch. `run(num_steps)` runs whole epochs (`num_steps` a multiple of an
+    epoch's steps)."""
+    import equinox as eqx
+
+    from eqx_fmnist.model import MLP
+
+    tx = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
+    model = MLP(hidden_sizes=config.hidden_sizes, key=jr.PRNGKey(config.seed))
+    batch, spe = config.batch_size, steps_per_epoch(len(dataset), config.batch_size)
+    params, static = eqx.partition(model, eqx.is_array)
+
+    def loss_fn(params, x, y):
+        logits = jax.vmap(eqx.combine(params, static))(x)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    @jax.jit
+    def epoch(images, labels, params, opt, key):
+        key, shuffle = jr.split(key)
+        order = jr.permutation(shuffle, len(labels))[: spe * batch].reshape(spe, batch)
+
+        def body(carry, idx):
+            params, opt = carry
+            loss, grads = jax.value_and_grad(loss_fn)(params, normalize(images[idx]), labels[idx])
+            with optax_promotion():
+                updates, opt = tx.update(grads, opt, params)
+            return (optax.apply_updates(params, updates), opt), loss
+
+        (params, opt), losses = jax.lax.scan(body, (params, opt), order)
+        return params, opt, key, losses
+
+    state = {"params": params, "opt": tx.init(params), "key": jr.PRNGKey(1)}
+
+    def run(num_steps: int) -> float:
+        losses = None
+        for _ in range(max(1, num_steps // spe)):
+            s = state
+            s["params"], s["opt"], s["key"], losses = epoch(
+                dataset.images, dataset.labels, s["params"], s["opt"], s["key"]
+            )
+        return float(np.asarray(losses)[-1])
+
+    return run
+
+
 def pytorch_trainer(dataset: ArrayDataset, config: TrainConfig, *, read_every: int = 25) -> Trainer:
     """The same MLP, initial weights and AdamW in PyTorch eager on the CPU.
 

@@ -57,8 +57,9 @@ SMOKE = {
     ),
     "step_costs.py": (
         ["--steps", "2", "--repeats", "1", "--epochs", "1", "--fit-repeats", "1"],
-        "| fit, default recipe |",
+        "| selects |",
     ),
+    "call_costs.py": (["--repeats", "1", "--queued", "2"], "| hand-written scan epoch, float32 |"),
 }
 
 

@@ -131,7 +131,8 @@ def machine_facts() -> dict[str, Any]:
     `devices` (count and kind, e.g. `1 x NVIDIA H200`), `matmul_precision` (JAX's
     `jax_default_matmul_precision`: on a GPU, `"default"` lets float32 matmuls run in
     TF32), `torch_device` (where the PyTorch row runs, or `None` without torch), `jax`,
-    `jaxlib`, `python` and `XLA_FLAGS`.
+    `jaxlib`, `runtime` (the accelerator's runtime package, e.g. `libtpu 0.0.42.1`, or
+    `""`), `python` and `XLA_FLAGS`.
     """
     cpu, flags = cpu_info() or ("", frozenset())  # not Linux: the name only
     cpu = cpu or platform.processor() or platform.machine()
@@ -152,13 +153,26 @@ def machine_facts() -> dict[str, Any]:
         "torch_device": _torch_device(),
         "jax": jax.__version__,
         "jaxlib": importlib.metadata.version("jaxlib"),
+        "runtime": _runtime(),
         "python": platform.python_version(),
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
     }
 
 
+def _runtime() -> str:
+    """The accelerator's runtime package and version (`libtpu 0.0.42.1`, the CUDA
+    plugin's), or `""` where JAX runs on the CPU."""
+    for name in ("libtpu", "libtpu-nightly", "jax-cuda13-plugin", "jax-cuda12-plugin"):
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
 def machine_line(command: str | None = None) -> str:
-    """The first line of a results file: the machine (CPU model, cores, the flags of
+    """The first line of a results file: the accelerator JAX runs on (its devices and
+    runtime), if any, and the host (CPU model, cores, the flags of
     [`CPU_FLAGS`][eqx_fmnist.bench.timing.CPU_FLAGS] it has, or that it has none of
     them), the jax version, and the command that made the file (by default this
     process's: `python` and its arguments).
@@ -171,10 +185,11 @@ def machine_line(command: str | None = None) -> str:
     facts = machine_facts()
     flags = ", ".join(facts["flags"]) or f"none of {', '.join(CPU_FLAGS)}"
     command = command or " ".join(["python", *sys.argv])
-    return (
-        f"Machine: {facts['cpu']}, {facts['cores']} cores (flags: {flags}); "
-        f"jax {facts['jax']}. Made by `{command}`."
-    )
+    host = f"{facts['cpu'] or 'CPU model unknown'}, {facts['cores']} cores (flags: {flags})"
+    if facts["backend"] != "cpu":
+        runtime = f", {facts['runtime']}" if facts["runtime"] else ""
+        host = f"{facts['devices']} ({facts['backend']}{runtime}) on a host of {host}"
+    return f"Machine: {host}; jax {facts['jax']}. Made by `{command}`."
 
 
 def _torch_device() -> str | None:
