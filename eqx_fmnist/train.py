@@ -182,7 +182,7 @@ def run_chunks(
         subsets=subsets,
         donate=False,
     )
-    compiled = {k: chunk(state, train, num_steps=k) for k in sizes}
+    compiled = {k: chunk(state, train, num_steps=k) for k in dict.fromkeys(sizes)}
     seconds["compile"] += _since(t)
     pending, last_read = None, time.perf_counter()
     for k in [*sizes, None]:  # None: no more calls, the last chunk's read

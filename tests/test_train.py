@@ -61,10 +61,11 @@ def test_fit_splits_its_wall_time(small):
 def test_fit_queues_the_next_chunk_before_the_host_reads_this_one(small, monkeypatch):
     """The device never waits for the host between intervals: chunk k + 1 is called
     before chunk k's metrics are read and its callbacks run, and the state a callback
-    gets (not donated) is the one at its interval's end, still readable then."""
+    gets (not donated) is the one at its interval's end, still readable then. Three
+    chunks of one length are compiled once, before the first call."""
     import jax
 
-    from eqx_fmnist import step as step_module
+    from eqx_fmnist import step as step_module, train as train_module
     from eqx_fmnist.dataset import Splits
     from eqx_fmnist.train import fit
 
@@ -76,6 +77,13 @@ def test_fit_queues_the_next_chunk_before_the_host_reads_this_one(small, monkeyp
         return call(self, state)
 
     monkeypatch.setattr(step_module.CompiledSteps, "__call__", logged)
+    compile_steps = train_module.compile_steps
+
+    def compiled(*args, **kwargs):
+        events.append(("compile", kwargs["num_steps"]))
+        return compile_steps(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "compile_steps", compiled)
     steps = []
 
     def callback(record, state):
@@ -85,6 +93,7 @@ def test_fit_queues_the_next_chunk_before_the_host_reads_this_one(small, monkeyp
 
     fit(small_config(log_every=8, steps=24), Splits(small, small), callback=callback)
     assert events == [
+        ("compile", 8),
         ("call", 0),
         ("call", 8),
         ("callback", 8),
