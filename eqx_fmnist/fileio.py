@@ -46,14 +46,21 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.filename in (None, tmp):
-            raise _naming(e, path) from None  # the file asked for, not the temporary one
+        # A file error (errno set) names the file asked for, not the temporary one; the
+        # caller's own errors (a `URLError` is an `OSError` without an errno) pass as
+        # they came.
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
+            raise _naming(e, path) from None
         raise
 
 
 def _naming(e: OSError, path: Path) -> OSError:
-    """`e` about `path` (the file the caller asked for), keeping its errno."""
-    return type(e)(e.errno, e.strerror or str(e), str(path))
+    """`e` about `path` (the file the caller asked for), keeping its errno and type
+    where the type takes `(errno, strerror, filename)`, else a plain `OSError`."""
+    try:
+        return type(e)(e.errno, e.strerror or str(e), str(path))
+    except TypeError:
+        return OSError(e.errno, e.strerror or str(e), str(path))
 
 
 def remove_stale_parts(folder: str | os.PathLike) -> list[Path]:

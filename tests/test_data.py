@@ -337,6 +337,23 @@ def test_the_final_error_lists_every_url_and_why(server):
     assert list(data.cache_dir().iterdir()) == []
 
 
+def test_a_refused_connection_is_one_line_and_leaves_nothing(server):
+    """A machine whose sockets are refused (no network): urllib raises a `URLError`
+    inside the temporary file's block, and the error says which URL and why."""
+    import socket
+
+    import eqx_fmnist.data as data
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(data.DownloadError) as info:
+        data.download_fashion_mnist(mirrors=[f"http://127.0.0.1:{port}/"], timeout=5.0)
+    assert f"http://127.0.0.1:{port}/train-images-idx3-ubyte.gz: " in str(info.value)
+    assert "refused" in str(info.value).lower()
+    assert list(data.cache_dir().iterdir()) == []
+
+
 def test_only_https_mirrors_are_accepted():
     import eqx_fmnist.data as data
 

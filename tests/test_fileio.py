@@ -61,6 +61,21 @@ def test_a_failed_write_names_the_file_asked_for_not_the_temporary_one(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_callers_own_os_error_passes_through_unchanged(tmp_path):
+    """A `URLError` is an `OSError` without an errno and with another constructor: it
+    leaves the block as it came (renaming it once raised a `TypeError`)."""
+    import urllib.error
+
+    from eqx_fmnist.fileio import atomic_write
+
+    with pytest.raises(urllib.error.URLError) as info:
+        with atomic_write(tmp_path / "x.gz") as f:
+            f.write(b"1")
+            raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+    assert isinstance(info.value.reason, ConnectionRefusedError)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_killed_writers_part_files_are_removed_when_a_run_takes_the_folder(tmp_path):
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.runs import RunFolder
