@@ -23,6 +23,53 @@ def test_flops_per_example_is_the_exact_matmul_count():
     assert sum(2 * m * k * n for m, k, n in shapes) == 512 * 1_007_104
 
 
+def test_step_traffic_counts_the_model_the_moments_and_the_activations():
+    """The roofline's bytes from the library's own model and AdamW state, counted
+    here leaf by leaf."""
+    import jax
+    import optax
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.bench import step_traffic
+
+    model = ef.init_state(ef.TrainConfig(), 60_000).model
+    params = sum(leaf.size for leaf in jax.tree.leaves(model))
+    moments = optax.adamw(1e-3).init(model)
+    moment_bytes = sum(4 * leaf.size for leaf in jax.tree.leaves(moments) if leaf.size > 1)
+    assert moment_bytes == 2 * 4 * params  # mu and nu, float32
+    # pixels read; params read twice and written once; moments read and written;
+    # 256 + 128 + 10 activations a row, written and read, float32
+    expected = 512 * 784 + 3 * 4 * params + 2 * moment_bytes + 2 * 4 * 512 * (256 + 128 + 10)
+    assert step_traffic(512) == expected == 8_599_320
+
+
+def test_the_roofline_is_the_slower_of_compute_and_memory():
+    from eqx_fmnist.bench import DevicePeaks, matmul_flops_per_example, roofline, step_traffic
+
+    peaks = DevicePeaks({"float32": 1e12, "bfloat16": 1e14}, 1e11, 8, 4, 0.0, "test")
+    f32, bf16 = roofline(512, peaks), roofline(512, peaks, dtype="bfloat16")
+    assert f32.flops == 512 * matmul_flops_per_example()
+    # float32: 515.6 MFLOP at 1 TFLOP/s (516 us) outlasts 8.6 MB at 100 GB/s (86 us)
+    assert f32.limit == "compute" and f32.step_seconds == pytest.approx(f32.flops / 1e12)
+    assert bf16.limit == "memory" and bf16.step_seconds == pytest.approx(step_traffic(512) / 1e11)
+    assert bf16.examples_per_sec == pytest.approx(512 / bf16.step_seconds)
+    with pytest.raises(ValueError, match="dtype"):
+        roofline(512, peaks, dtype="float16")
+
+
+def test_measure_peaks_times_one_matmul_and_one_pass():
+    """Sizes small enough for the CPU; the peaks must be of a plausible order (a
+    2-core CPU does over 1 GFLOP/s and moves over 100 MB/s; no CPU reaches 100 TFLOP/s
+    or 10 TB/s)."""
+    from eqx_fmnist.bench import measure_peaks
+
+    peaks = measure_peaks(matmul_size=128, copy_mib=1, repeats=2)
+    assert set(peaks.flops_per_sec) == {"float32", "bfloat16"}
+    assert all(1e9 < f < 1e14 for f in peaks.flops_per_sec.values())
+    assert 1e8 < peaks.bytes_per_sec < 1e13 and peaks.copy_bytes == 2**20
+    assert peaks.device.startswith("cpu")
+
+
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_xla_counts_at_least_the_matmul_flops(real_datasets):
     """XLA's cost analysis of one compiled step counts every matmul FLOP and a little

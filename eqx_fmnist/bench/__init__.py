@@ -1,5 +1,6 @@
 """Honest throughput of the library's own paths: the harness (`timing`), the training
-paths measured side by side (`suite`) and their tables (`report`): what
+paths measured side by side (`suite`), the device's peaks and the step's roofline
+(`roofline`) and their tables (`report`): what
 `eqx-fmnist bench` prints.
 
 Every comparison is measured in one process, in interleaved repetitions, as a median;
@@ -9,6 +10,13 @@ codelab's, PyTorch's) live beside the package, in `benchmarks/baselines.py`, and
 """
 
 from .report import BenchmarkReport as BenchmarkReport, Cadence as Cadence
+from .roofline import (
+    DevicePeaks as DevicePeaks,
+    Roofline as Roofline,
+    measure_peaks as measure_peaks,
+    roofline as roofline,
+    step_traffic as step_traffic,
+)
 from .suite import (
     TRAINERS as TRAINERS,
     compare_training as compare_training,

@@ -4,6 +4,7 @@ import dataclasses
 import math
 from typing import Any
 
+from .roofline import DevicePeaks, Roofline, peaks_line, roofline
 from .timing import TOKENS_PER_EXAMPLE, MatmulBound, Throughput
 
 
@@ -52,7 +53,9 @@ class BenchmarkReport:
         steps each.
     - `cadence`: `fit` at a host read every 25 steps and once per epoch.
     - `precision`: the fused path under each policy.
-    - `batch_sizes`: the fused path at each batch size, with its matmul bound.
+    - `batch_sizes`: the fused path at each batch size, with the step's bound: its
+        matmuls timed one by one on a CPU, its roofline elsewhere.
+    - `peaks`: the device's measured peaks (the roofline's), when measured.
     - `main_job`: `fit` of the default recipe, the same without augmentation, and the
         plain fused epoch ([`main_job_rows`][eqx_fmnist.bench.suite.main_job_rows]).
     - `skipped`: variants left out, and why.
@@ -66,7 +69,8 @@ class BenchmarkReport:
     read_every: int
     cadence: list[Cadence]
     precision: list[Throughput]
-    batch_sizes: list[tuple[Throughput, MatmulBound]]
+    batch_sizes: list[tuple[Throughput, MatmulBound | Roofline]]
+    peaks: DevicePeaks | None = None
     main_job: list[Throughput] = dataclasses.field(default_factory=list)
     skipped: list[str] = dataclasses.field(default_factory=list)
 
@@ -85,7 +89,7 @@ class BenchmarkReport:
                 return "n/a"
             return f"{100 * t.examples_per_sec / bound_512.examples_per_sec:.0f}%"
 
-        header = ["path", "examples/sec", *(f"x {b}" for b in bases), "% of matmul bound"]
+        header = ["path", "examples/sec", *(f"x {b}" for b in bases), "% of bound"]
         rows = [
             [
                 t.name,
@@ -120,7 +124,7 @@ class BenchmarkReport:
                 for t in self.precision
             ],
         )
-        header = ["fused path, batch", "examples/sec", "matmul bound (examples/sec)"]
+        header = ["fused path, batch", "examples/sec", "bound (examples/sec)"]
         batches = _table(
             [*header, "% of bound", "bound from"],
             [
@@ -174,16 +178,19 @@ class BenchmarkReport:
             f"Matmul FLOPs per training example: {self.flops_per_example:,} by hand; XLA's "
             f"`cost_analysis()` of the compiled chunk counts {self.xla_flops_per_example:,.0f} "
             "(every floating-point operation it emits, elementwise work included).",
-            "The matmul bound times each of the step's eight matmul shapes on its own (on a "
-            "CPU with numpy and PyTorch, taking the faster; on another backend with "
-            "`jnp.matmul` on the device at the matmul precision in use), the best of nine "
-            "timings each: a step made of nothing else would run at that rate. "
+            "On a CPU the bound times each of the step's eight matmul shapes on its own "
+            "(with numpy and PyTorch, the faster, the best of nine timings each): a step "
+            "made of nothing else would run at that rate. On an accelerator, where one "
+            "small dispatch times the dispatch, it is the step's roofline from the "
+            "device's own peaks (below). "
             "Each policy asks for its own matmul precision: float32 products at "
             "`highest` (no TF32 on a GPU, no bfloat16 passes on a TPU), bfloat16 and "
             "float16 at the default.\n"
             f"Tokens/sec is a projection: examples/sec x {TOKENS_PER_EXAMPLE} (7 x 7 "
             "patches per image), not a measurement.",
         ]
+        if self.peaks is not None:
+            parts.append(peaks_line(self.peaks, roofline(512, self.peaks)))
         if self.skipped:
             parts.append("\n".join(f"- skipped: {s}" for s in self.skipped))
         return "\n\n".join(parts) + "\n"

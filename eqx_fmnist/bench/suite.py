@@ -1,7 +1,7 @@
 """The library's own training paths, measured in one process and gathered into a
 [`BenchmarkReport`][eqx_fmnist.bench.report.BenchmarkReport]: per step against fused,
-`fit` at two logging cadences, precision policies, and batch sizes against the matmul
-bound.
+`fit` at two logging cadences, precision policies, and batch sizes against the step's
+bound (its matmuls on a CPU, its roofline elsewhere).
 
 The loops the library replaces (the codelab's, PyTorch's) are not part of the package:
 `python benchmarks/throughput.py` passes them in as more `trainers`."""
@@ -22,6 +22,7 @@ from ..state import init_state
 from ..step import compile_steps, train_step, train_steps
 from ..train import fit
 from .report import BenchmarkReport, Cadence
+from .roofline import measure_peaks, roofline
 from .timing import (
     Throughput,
     machine_facts,
@@ -342,9 +343,19 @@ def run_benchmark(
     say("precision policies")
     precision = precision_rows(train, config, repeats=repeats)
     batch_sizes = (128, 512) if quick else (128, 512, 2048)
-    say(f"batch sizes {batch_sizes} and their matmul bounds")
+    say(f"batch sizes {batch_sizes}, the device's peaks and the step's bounds")
     by_batch = batch_rows(train, config, batch_sizes, examples=n * 512, repeats=repeats)
-    bounds = [matmul_bound(b, min_seconds=0.01 if quick else 0.2) for b in batch_sizes]
+    peaks = measure_peaks(
+        matmul_size=256 if quick else None, copy_mib=4 if quick else None, repeats=2 if quick else 5
+    )
+    # On a CPU the step's own matmuls, timed one by one with numpy and PyTorch, bound it
+    # more tightly than the peaks do; elsewhere a small dispatch times the dispatch.
+    bounds = [
+        matmul_bound(b, min_seconds=0.01 if quick else 0.2)
+        if facts["backend"] == "cpu"
+        else roofline(b, peaks)
+        for b in batch_sizes
+    ]
     say("the main job: fit of the default recipe, without augmentation, the fused epoch")
     main_job = main_job_rows(Splits(train, test), epochs=1 if quick else 2, repeats=repeats)
     say("XLA's FLOP count")
@@ -359,6 +370,7 @@ def run_benchmark(
         cadence=cadence,
         precision=precision,
         batch_sizes=list(zip(by_batch, bounds, strict=True)),
+        peaks=peaks,
         main_job=main_job,
         skipped=list(skipped),
     )
