@@ -118,10 +118,28 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
 def test_schedules_reach_zero_and_warm_up():
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.optim import make_optimizer, make_schedule
+    from eqx_fmnist.precision import optax_promotion
 
     c = TrainConfig(steps=100, schedule="warmup_cosine", warmup_steps=10, learning_rate=1e-2)
     unit = make_schedule(c, 100)
     lrs = [c.learning_rate * float(unit(s)) for s in (0, 5, 10, 55, 100)]
     assert lrs[0] == 0 and abs(lrs[1] - 5e-3) < 1e-9 and abs(lrs[2] - 1e-2) < 1e-9
     assert abs(lrs[3] - 5e-3) < 1e-4 and lrs[4] == 0
-    assert make_optimizer(dataclasses.replace(c, grad_clip=1.0)) is not None
+    # Clipping comes before AdamW: a gradient of norm 10 counts as norm 1 in the moments,
+    # so a second, small gradient weighs as much against it as a gradient of norm 1
+    # would (Adam's first update alone cannot show it: it does not see the scale).
+    clipped = make_optimizer(dataclasses.replace(c, grad_clip=1.0, weight_decay=0.0))
+    params = {"w": jnp.zeros((2, 2), jnp.float32)}
+    grads = [np.full((2, 2), 5.0, np.float32), np.array([[0.1, -0.1], [0.2, 0.0]], np.float32)]
+    opt = clipped.init(params)
+    for g in grads:
+        with optax_promotion():
+            update, opt = clipped.update({"w": jnp.asarray(g)}, opt, params)
+    m, v = np.zeros((2, 2)), np.zeros((2, 2))
+    for g in grads:  # numpy: clip to global norm 1, then Adam's moments
+        g = g * min(1.0, 1.0 / np.linalg.norm(g))
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+    expected = -1e-2 * (m / (1 - 0.9**2)) / (np.sqrt(v / (1 - 0.999**2)) + 1e-8)
+    # float32's 1 - 0.999**2 (Adam's bias correction) is off by about 1e-8 / 2e-3 = 5e-6
+    # of itself; a clip to norm 2 instead of 1 moves the update by over 10%.
+    np.testing.assert_allclose(np.asarray(update["w"]), expected, rtol=1e-4)
