@@ -61,6 +61,14 @@ if _CACHE:  # as eqx_fmnist.cache.enable_compile_cache does; the package is not 
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+# One process at a time can hold a TPU chip (libtpu's lock file), and the suite starts
+# JAX processes of its own (the CLI, workers, exported programs): where this process
+# runs on an accelerator, they run on the CPU, as they do in CI. Set once the backend is
+# up, so that it does not move this process.
+if "JAX_PLATFORMS" not in os.environ and jax.default_backend() != "cpu":
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _release_compiled_programs():
     """Each module's compiled programs are let go when it ends: a worker that kept every

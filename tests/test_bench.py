@@ -44,17 +44,17 @@ def test_step_traffic_counts_the_model_the_moments_and_the_activations():
 
 
 def test_the_roofline_is_the_slower_of_compute_and_memory():
-    from eqx_fmnist.bench import DevicePeaks, matmul_flops_per_example, roofline, step_traffic
+    from eqx_fmnist.bench import DevicePeaks, matmul_flops_per_example, step_roofline, step_traffic
 
     peaks = DevicePeaks({"float32": 1e12, "bfloat16": 1e14}, 1e11, 8, 4, 0.0, "test")
-    f32, bf16 = roofline(512, peaks), roofline(512, peaks, dtype="bfloat16")
+    f32, bf16 = step_roofline(512, peaks), step_roofline(512, peaks, dtype="bfloat16")
     assert f32.flops == 512 * matmul_flops_per_example()
     # float32: 515.6 MFLOP at 1 TFLOP/s (516 us) outlasts 8.6 MB at 100 GB/s (86 us)
     assert f32.limit == "compute" and f32.step_seconds == pytest.approx(f32.flops / 1e12)
     assert bf16.limit == "memory" and bf16.step_seconds == pytest.approx(step_traffic(512) / 1e11)
     assert bf16.examples_per_sec == pytest.approx(512 / bf16.step_seconds)
     with pytest.raises(ValueError, match="dtype"):
-        roofline(512, peaks, dtype="float16")
+        step_roofline(512, peaks, dtype="float16")
 
 
 def test_measure_peaks_times_one_matmul_and_one_pass():

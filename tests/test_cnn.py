@@ -215,7 +215,10 @@ def test_exports_of_the_mlps_layers_refuse_a_cnn_and_stablehlo_carries_it(
     assert not any(tmp_path.glob("m.*"))
 
 
-def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(real_data, tmp_path):
+def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(
+    real_data, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("EQX_FMNIST_DATA", str(real_data.source))  # found as the user has it
     out = tmp_path / "cnn"
     args = ["--model", "cnn", "--channels", "4,8", "--steps", "4", "--hidden", "16"]
     trained = run_cli_here("train", *args, "--out", out)

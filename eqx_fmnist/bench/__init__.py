@@ -14,7 +14,7 @@ from .roofline import (
     DevicePeaks as DevicePeaks,
     Roofline as Roofline,
     measure_peaks as measure_peaks,
-    roofline as roofline,
+    step_roofline as step_roofline,
     step_traffic as step_traffic,
 )
 from .suite import (

@@ -4,7 +4,7 @@ import dataclasses
 import math
 from typing import Any
 
-from .roofline import DevicePeaks, Roofline, peaks_line, roofline
+from .roofline import DevicePeaks, Roofline, peaks_line, step_roofline
 from .timing import TOKENS_PER_EXAMPLE, MatmulBound, Throughput
 
 
@@ -190,7 +190,7 @@ class BenchmarkReport:
             "patches per image), not a measurement.",
         ]
         if self.peaks is not None:
-            parts.append(peaks_line(self.peaks, roofline(512, self.peaks)))
+            parts.append(peaks_line(self.peaks, step_roofline(512, self.peaks)))
         if self.skipped:
             parts.append("\n".join(f"- skipped: {s}" for s in self.skipped))
         return "\n\n".join(parts) + "\n"

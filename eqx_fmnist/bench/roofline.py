@@ -147,7 +147,7 @@ class Roofline:
         return (f"roofline ({self.limit}, {self.dtype})",)
 
 
-def roofline(
+def step_roofline(
     batch_size: int,
     peaks: DevicePeaks,
     hidden: Sequence[int] = (256, 128),

@@ -22,8 +22,9 @@ from ..state import init_state
 from ..step import compile_steps, train_step, train_steps
 from ..train import fit
 from .report import BenchmarkReport, Cadence
-from .roofline import measure_peaks, roofline
+from .roofline import DevicePeaks, Roofline, measure_peaks, step_roofline
 from .timing import (
+    MatmulBound,
     Throughput,
     machine_facts,
     matmul_bound,
@@ -288,6 +289,23 @@ def batch_rows(
     )
 
 
+def step_bounds(
+    batch_sizes: Sequence[int], *, quick: bool = False
+) -> tuple[DevicePeaks, list[MatmulBound | Roofline]]:
+    """The device's peaks, and each batch size's bound: on a CPU the step's own matmuls
+    timed one by one with numpy and PyTorch (tighter than the peaks there), elsewhere,
+    where a small dispatch times the dispatch, the step's roofline."""
+    peaks = measure_peaks(
+        matmul_size=256 if quick else None, copy_mib=4 if quick else None, repeats=2 if quick else 5
+    )
+    cpu = jax.default_backend() == "cpu"
+    bounds: list[MatmulBound | Roofline] = [
+        matmul_bound(b, min_seconds=0.01 if quick else 0.2) if cpu else step_roofline(b, peaks)
+        for b in batch_sizes
+    ]
+    return peaks, bounds
+
+
 def run_benchmark(
     data: tuple[ArrayDataset, ArrayDataset],
     *,
@@ -345,17 +363,7 @@ def run_benchmark(
     batch_sizes = (128, 512) if quick else (128, 512, 2048)
     say(f"batch sizes {batch_sizes}, the device's peaks and the step's bounds")
     by_batch = batch_rows(train, config, batch_sizes, examples=n * 512, repeats=repeats)
-    peaks = measure_peaks(
-        matmul_size=256 if quick else None, copy_mib=4 if quick else None, repeats=2 if quick else 5
-    )
-    # On a CPU the step's own matmuls, timed one by one with numpy and PyTorch, bound it
-    # more tightly than the peaks do; elsewhere a small dispatch times the dispatch.
-    bounds = [
-        matmul_bound(b, min_seconds=0.01 if quick else 0.2)
-        if facts["backend"] == "cpu"
-        else roofline(b, peaks)
-        for b in batch_sizes
-    ]
+    peaks, bounds = step_bounds(batch_sizes, quick=quick)
     say("the main job: fit of the default recipe, without augmentation, the fused epoch")
     main_job = main_job_rows(Splits(train, test), epochs=1 if quick else 2, repeats=repeats)
     say("XLA's FLOP count")
