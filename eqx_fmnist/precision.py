@@ -158,15 +158,17 @@ class Policy(eqx.Module):
 
     @property
     def matmul_precision(self) -> jax.lax.Precision:
-        """The precision every matmul of the policy asks XLA for: `HIGHEST` for a float32
-        (or float64) compute dtype, so that `c=f32` means float32 products on every
-        backend (JAX's default lets a TPU multiply float32 in one bfloat16 pass, about
-        three digits, and recent NVIDIA GPUs in TF32); `DEFAULT` for bfloat16 and
-        float16, whose operands each backend multiplies exactly, accumulating in
-        float32. A CPU computes float32 products either way."""
-        if self.compute_dtype.itemsize >= 4:
-            return jax.lax.Precision.HIGHEST
-        return jax.lax.Precision.DEFAULT
+        """The precision every matmul of the policy asks XLA for: `DEFAULT` for a
+        bfloat16 compute dtype, whose operands every backend multiplies exactly,
+        accumulating in float32; `HIGHEST` for the others, so that `c=f32` means float32
+        products on every backend (JAX's default lets a TPU multiply float32 in one
+        bfloat16 pass, about three digits, and recent NVIDIA GPUs in TF32) and `c=f16`
+        float16 products (a TPU has no float16 multiplier: at the default it rounds the
+        operands to bfloat16, 8 bits of their 11). A CPU computes the products asked for
+        either way."""
+        if self.compute_dtype == jnp.bfloat16:
+            return jax.lax.Precision.DEFAULT
+        return jax.lax.Precision.HIGHEST
 
     @property
     def products(self) -> str:
@@ -212,7 +214,7 @@ class Policy(eqx.Module):
         if not self.lowers_matmuls:
             x, weight = self.cast_to_compute(x), self.cast_to_compute(weight)
             return jnp.matmul(x, weight.T, precision=self.matmul_precision)
-        return _dense(x, weight, self.compute_dtype, self.accumulate_dtype)
+        return _dense(x, weight, self.compute_dtype, self.accumulate_dtype, self.matmul_precision)
 
     @property
     def needs_loss_scale(self) -> bool:
@@ -225,30 +227,36 @@ _CONTRACT_OUT = (((1,), (0,)), ((), ()))  # (b, o) x (o, i) -> (b, i)
 _CONTRACT_INNER = (((1,), (0,)), ((), ()))  # (o, b) x (b, i) -> (o, i)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _dense(x, weight, compute, accumulate):
-    return _dense_fwd(x, weight, compute, accumulate)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _dense(x, weight, compute, accumulate, precision):
+    return _dense_fwd(x, weight, compute, accumulate, precision)[0]
 
 
-def _dense_fwd(x, weight, compute, accumulate):
+def _dense_fwd(x, weight, compute, accumulate, precision):
     xc, wc = x.astype(compute), weight.astype(compute)
-    out = jax.lax.dot_general(xc, wc, _CONTRACT_LAST, preferred_element_type=accumulate)
+    out = jax.lax.dot_general(
+        xc, wc, _CONTRACT_LAST, precision=precision, preferred_element_type=accumulate
+    )
     # The residuals are the compute-dtype copies: half the memory of float32 ones. A
     # zero-size array of each input's dtype tells the backward pass what to return.
     return out, (xc, wc, jnp.zeros((0,), x.dtype), jnp.zeros((0,), weight.dtype))
 
 
-def _dense_bwd(compute, accumulate, residuals, g):
+def _dense_bwd(compute, accumulate, precision, residuals, g):
     xc, wc, x_kind, w_kind = residuals
     gc = g.astype(compute)
-    dx = jax.lax.dot_general(gc, wc, _CONTRACT_OUT, preferred_element_type=accumulate)
+    dx = jax.lax.dot_general(
+        gc, wc, _CONTRACT_OUT, precision=precision, preferred_element_type=accumulate
+    )
     # The weight gradient g.T @ x as a plain matmul of g.T, transposed before the cast
     # (the barrier keeps XLA from folding the transpose into the dot): contracting both
     # operands' batch axis instead, XLA's CPU backend runs the bf16 step at 1.14x a
     # float32 one; in this form, 1.2x (benchmarks/results/step_costs.md). The same
     # numbers either way.
     gt = jax.lax.optimization_barrier(g.T).astype(compute)
-    dw = jax.lax.dot_general(gt, xc, _CONTRACT_INNER, preferred_element_type=accumulate)
+    dw = jax.lax.dot_general(
+        gt, xc, _CONTRACT_INNER, precision=precision, preferred_element_type=accumulate
+    )
     return dx.astype(x_kind.dtype), dw.astype(w_kind.dtype)
 
 

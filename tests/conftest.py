@@ -13,6 +13,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # `EQX_FMNIST_TEST_OPTIMIZE=all` compiles every test fully optimised.
 _CHEAP_ALLOWED = os.environ.get("EQX_FMNIST_TEST_OPTIMIZE", "") != "all"
 
+_HUGEPAGES = "ignore:Transparent hugepages are not enabled:UserWarning"
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
@@ -67,6 +69,11 @@ if _CACHE:  # as eqx_fmnist.cache.enable_compile_cache does; the package is not 
 # up, so that it does not move this process.
 if "JAX_PLATFORMS" not in os.environ and jax.default_backend() != "cpu":
     os.environ["JAX_PLATFORMS"] = "cpu"
+# The warning a TPU VM's JAX prints at import (see pyproject.toml) is not the child's
+# own output either: a one-line error stays one line there.
+os.environ["PYTHONWARNINGS"] = ",".join(
+    filter(None, [os.environ.get("PYTHONWARNINGS"), _HUGEPAGES])
+)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -194,6 +194,28 @@ def test_an_export_that_fails_its_check_writes_nothing(trained, test_images, tmp
     assert list(tmp_path.iterdir()) == []
 
 
+def test_only_a_near_tie_may_change_class_between_two_float32_computations():
+    """Logits written here: image 0's two top classes are 5e-5 apart (of a largest
+    logit of 10: within 1e-4 of it), image 1's 0.5 apart. A swap of image 0's top two is
+    float32's rounding; a swap of image 1's is a wrong export."""
+    from eqx_fmnist.export.check import check_parity
+
+    ours = np.zeros((2, 10), np.float32)
+    ours[0, 3], ours[0, 5] = 10.0, 10.0 - 5e-5
+    ours[1, 3], ours[1, 5] = 10.0, 9.5
+    probs = np.full((2, 10), 0.1, np.float32)
+
+    def swapped(rows):
+        theirs = ours.copy()
+        theirs[rows, 3], theirs[rows, 5] = ours[rows, 5], ours[rows, 3]
+        return {"logits": theirs, "probabilities": probs}
+
+    near, _ = check_parity({"logits": ours, "probabilities": probs}, swapped([0]))
+    assert (near.mismatches, near.tied) == (1, 1)
+    both, _ = check_parity({"logits": ours, "probabilities": probs}, swapped([0, 1]))
+    assert (both.mismatches, both.tied) == (2, 1)
+
+
 def test_broken_artifacts_are_refused_by_name(trained, test_images, tmp_path):
     from eqx_fmnist.export import ExportError, export_model, load_artifact
 

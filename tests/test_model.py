@@ -24,9 +24,15 @@ def reference_params(model):
 
 
 def reference_mlp(params, x):
-    h = jax.nn.gelu(x @ params["w1"] + params["b1"])
-    h = jax.nn.gelu(h @ params["w2"] + params["b2"])
-    return h @ params["w3"] + params["b3"]
+    """The codelab's forward pass with float32 products on every backend (a TPU's default
+    would multiply in one bfloat16 pass)."""
+
+    def mm(a, b):
+        return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
+
+    h = jax.nn.gelu(mm(x, params["w1"]) + params["b1"])
+    h = jax.nn.gelu(mm(h, params["w2"]) + params["b2"])
+    return mm(h, params["w3"]) + params["b3"]
 
 
 def reference_loss(params, x, y):

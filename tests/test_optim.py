@@ -124,7 +124,9 @@ def test_schedules_reach_zero_and_warm_up():
     unit = make_schedule(c, 100)
     lrs = [c.learning_rate * float(unit(s)) for s in (0, 5, 10, 55, 100)]
     assert lrs[0] == 0 and abs(lrs[1] - 5e-3) < 1e-9 and abs(lrs[2] - 1e-2) < 1e-9
-    assert abs(lrs[3] - 5e-3) < 1e-4 and lrs[4] == 0
+    # The cosine's end, (1 + cos(pi)) / 2, is 0 within float32's rounding of cos(pi)
+    # (a TPU's cosine is a few ulp off -1).
+    assert abs(lrs[3] - 5e-3) < 1e-4 and abs(lrs[4]) < 1e-2 * 1e-6
     # Clipping comes before AdamW: a gradient of norm 10 counts as norm 1 in the moments,
     # so a second, small gradient weighs as much against it as a gradient of norm 1
     # would (Adam's first update alone cannot show it: it does not see the scale).

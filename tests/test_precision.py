@@ -211,13 +211,15 @@ def test_the_batch_forward_is_the_vmapped_model_exactly_in_float32():
     [
         ("float32", 0, "precision = [HIGHEST, HIGHEST]"),
         ("p=f32,c=bf16,o=f32", 8, "precision = [DEFAULT, DEFAULT]"),
+        ("p=f32,c=f16,o=f32", 0, "precision = [HIGHEST, HIGHEST]"),
     ],
 )
 def test_a_bf16_step_takes_bf16_operands_in_all_eight_dots(precision, bf16_dots, asked):
     """The lowered StableHLO of `train_step`: 3 forward dots, 3 weight gradients and 2
     input gradients (the pixels' gradient is not computed). Every dot of a float32
-    policy asks for `HIGHEST` precision (float32 products on a TPU or GPU too), and a
-    bfloat16 policy's dots ask for the default (bfloat16 products are exact)."""
+    policy asks for `HIGHEST` precision (float32 products on a TPU or GPU too), a
+    bfloat16 policy's dots for the default (bfloat16 products are exact), and a float16
+    policy's for `HIGHEST` (at the default a TPU rounds float16 operands to bfloat16)."""
     import re
 
     import equinox as eqx

@@ -84,11 +84,22 @@ def measure_peaks(
     bf16 = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
     big = jnp.zeros((elements,), jnp.float32)
     flops = 2 * n**3
+
+    def beyond_the_call(seconds: float, what: str) -> float:
+        if seconds < 2 * call:  # mostly the call's own cost: no peak can be read from it
+            raise ValueError(
+                f"{what} took {seconds * 1e6:,.0f} us, under twice an empty call's "
+                f"{call * 1e6:,.0f} us: give a larger size (`matmul_size`, `copy_mib`)."
+            )
+        return seconds - call
+
     peaks = {
-        "float32": flops / max(_best(lambda: f32(a), repeats) - call, 1e-9),
-        "bfloat16": flops / max(_best(lambda: bf16(a16), repeats) - call, 1e-9),
+        "float32": flops / beyond_the_call(_best(lambda: f32(a), repeats), f"a {n}-square matmul"),
+        "bfloat16": flops
+        / beyond_the_call(_best(lambda: bf16(a16), repeats), f"a {n}-square bf16 matmul"),
     }
-    copy = 2 * 4 * elements / max(_best(lambda: empty(big), repeats) - call, 1e-9)
+    copy_time = _best(lambda: empty(big), repeats)
+    copy = 2 * 4 * elements / beyond_the_call(copy_time, f"a pass over {4 * elements:,} bytes")
     device = jax.devices()[0]
     name = device.platform
     if device.device_kind.lower() != name:

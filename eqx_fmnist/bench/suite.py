@@ -296,7 +296,7 @@ def step_bounds(
     timed one by one with numpy and PyTorch (tighter than the peaks there), elsewhere,
     where a small dispatch times the dispatch, the step's roofline."""
     peaks = measure_peaks(
-        matmul_size=256 if quick else None, copy_mib=4 if quick else None, repeats=2 if quick else 5
+        matmul_size=512 if quick else None, copy_mib=4 if quick else None, repeats=2 if quick else 5
     )
     cpu = jax.default_backend() == "cpu"
     bounds: list[MatmulBound | Roofline] = [

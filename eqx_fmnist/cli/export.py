@@ -59,7 +59,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     console.print(
         f"wrote {out} ({manifest['bytes']:,} bytes) and {manifest_path(out).name}: "
         f"{parity['mismatches']} of {parity['images']:,} test images predicted differently "
-        f"from the library, largest logit difference {parity['max_logit_difference']:.1e}; "
+        f"from the library{_ties(parity)}, largest logit difference {parity['max_logit_difference']:.1e}; "
         f"{manifest['export_seconds']:.1f} s",
         highlight=False,
     )
@@ -72,3 +72,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "html":
         console.print(f"open it in a browser: {out.resolve().as_uri()}", highlight=False)
     return 0
+
+
+def _ties(parity: dict) -> str:
+    """What of the differing classes float32's rounding explains, when any does."""
+    tied = parity.get("tied", 0)
+    return f" ({tied} of them near ties of two classes)" if tied else ""
