@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import numpy_gelu, run_cli, run_cli_here
+from helpers import mlp_logits_atol, numpy_gelu, run_cli, run_cli_here
 
 
 def numpy_logits(model, images):
@@ -39,7 +39,10 @@ def test_a_stablehlo_export_matches_on_every_test_image(trained, test_images, tm
     logits, probs = artifact(test_images)
     reference = numpy_logits(trained.model, test_images)
     assert np.array_equal(logits.argmax(-1), reference.argmax(-1))
-    np.testing.assert_allclose(logits, reference, atol=1e-4)
+    # float32's rounding followed through the layers: 1e-3 for this model (a TPU's
+    # float32 at HIGHEST, six bfloat16 passes, was 1.6e-4 off the float64 reference)
+    atol = mlp_logits_atol(trained.model, test_images)
+    np.testing.assert_allclose(logits, reference, atol=atol)
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
     for n in (1, 7):  # the batch is symbolic: any size runs
         assert artifact(test_images[:n])[0].shape == (n, 10)

@@ -142,6 +142,8 @@ def test_schedules_reach_zero_and_warm_up():
         g = g * min(1.0, 1.0 / np.linalg.norm(g))
         m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
     expected = -1e-2 * (m / (1 - 0.9**2)) / (np.sqrt(v / (1 - 0.999**2)) + 1e-8)
-    # float32's 1 - 0.999**2 (Adam's bias correction) is off by about 1e-8 / 2e-3 = 5e-6
-    # of itself; a clip to norm 2 instead of 1 moves the update by over 10%.
-    np.testing.assert_allclose(np.asarray(update["w"]), expected, rtol=1e-4)
+    # Adam's bias correction 1 - 0.999**2 = 0.002 magnifies the rounding of 0.999**2 by
+    # 500: an ulp of it is 3e-5 of the update, and an accelerator's power (exp and log,
+    # a few ulps off) moved it by 2.8e-4 on a TPU; a clip to norm 2 instead of 1 moves it
+    # by 14%.
+    np.testing.assert_allclose(np.asarray(update["w"]), expected, rtol=1e-3)

@@ -187,9 +187,13 @@ def test_distributed_without_a_scheduler_is_one_line():
 
     if any(name in os.environ for name in slurm_env(0, 0)):
         pytest.skip("the suite itself runs under Slurm")
+    import jax
+
     r = run_cli("--distributed", "data")  # a fresh process: JAX not yet started
     assert r.returncode == 2 and not r.stdout
     (line,) = r.stderr.splitlines()
+    if jax.default_backend() == "tpu":  # JAX takes a TPU VM for a cluster, and asks its
+        return  # metadata server for the other hosts: its error, in one line
     assert "no job scheduler found" in line and "srun or mpirun" in line
 
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import helpers
 from helpers import same_arrays, tree_allclose
 
 pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
@@ -105,12 +106,14 @@ def test_per_member_runs_a_function_on_each_member_of_a_stack_or_on_one_model():
     x = np.random.default_rng(0).random((5, 784)).astype(np.float32)
 
     def first_layer(m, images, scale):  # one member: (its weight @ x.T).T * scale
-        return {"z": images @ m.layers[0].weight.T * scale, "b": m.layers[0].bias}
+        z = jnp.matmul(images, m.layers[0].weight.T, precision="highest")  # float32 anywhere
+        return {"z": z * scale, "b": m.layers[0].bias}
 
     out = per_member(first_layer, stacked, jnp.asarray(x), 2.0)
     for i in range(3):
         w = np.asarray(select_members(stacked, i).layers[0].weight, np.float64)
-        np.testing.assert_allclose(out["z"][i], x @ w.T * 2.0, rtol=1e-5, atol=1e-5)
+        atol = 2.0 * helpers.f32_matmul_atol(x, w.T)  # float32's rounding of a 784-term sum
+        np.testing.assert_allclose(out["z"][i], x @ w.T * 2.0, rtol=0, atol=atol)
         assert jnp.array_equal(out["b"][i], select_members(stacked, i).layers[0].bias)
     one = select_members(stacked, 1)
     alone = per_member(first_layer, one, jnp.asarray(x), 2.0)
