@@ -1,5 +1,6 @@
 """Shared test helpers: IDX writers, synthetic data, tree comparison."""
 
+import contextlib
 import gzip
 import hashlib
 import http.server
@@ -261,12 +262,42 @@ def run_cli_here(*args):
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),
         mock.patch.dict(os.environ, {"COLUMNS": "120"}),
+        _signals_taken_by_runs() as taken,
     ):
         try:
             status = main(["--no-compile-cache", *map(str, args)])
         except SystemExit as e:  # argparse's usage errors exit, as in a shell
             status = e.code
+    pass_on_signals(taken)
     return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _signals_taken_by_runs():
+    """The stop requests a run folder's signal handler makes while inside."""
+    from unittest import mock
+
+    from eqx_fmnist.runs.folder import RunFolder
+
+    taken, original = [], RunFolder.request_stop
+
+    def recording(self, reason: str = "a stop was requested") -> None:
+        taken.append(reason)
+        original(self, reason)
+
+    with mock.patch.object(RunFolder, "request_stop", recording):
+        yield taken
+
+
+def pass_on_signals(taken: list[str]) -> None:
+    """No test signals a command run in this process (those use `run_cli`): a signal a
+    run took (`interrupted (SIGTERM)`) was the suite's own (`timeout`, Ctrl-C). Deliver
+    it again, to the suite, as the command's process would have ended on it."""
+    import signal
+
+    for name in ("SIGTERM", "SIGINT"):
+        if any(f"({name})" in reason for reason in taken):
+            signal.raise_signal(getattr(signal, name))
 
 
 def start_cli(*args, quiet: bool = False):

@@ -385,3 +385,24 @@ def test_help_lists_the_exit_statuses():
     text = " ".join(result.stdout.split())
     for status in ("0 done", "1 training stopped on a NaN", "2 bad input", "130 interrupted"):
         assert status in text
+
+
+def test_a_signal_a_run_in_the_suites_process_took_is_passed_on_to_the_suite(monkeypatch):
+    """`timeout`'s SIGTERM to the suite, taken by a command's run in the suite's process
+    (`run_cli_here`), ends the suite as it would have ended the command's process."""
+    import signal
+    import types
+
+    from eqx_fmnist.runs.folder import RunFolder
+
+    import helpers
+
+    raised = []
+    monkeypatch.setattr(signal, "raise_signal", raised.append)
+    with helpers._signals_taken_by_runs() as taken:
+        folder = types.SimpleNamespace(_stop_reason=None)
+        RunFolder.request_stop(folder, "interrupted (SIGTERM)")  # what its handler does
+    assert folder._stop_reason == "interrupted (SIGTERM)"  # the run still stops
+    helpers.pass_on_signals(taken)
+    helpers.pass_on_signals(["the time limit was reached"])  # not a signal
+    assert raised == [signal.SIGTERM]

@@ -25,10 +25,11 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def _facts_line(facts: dict[str, Any]) -> str:
     flags = ", ".join(facts["flags"]) or "none of them"
+    runtime = f" ({facts['runtime']})" if facts.get("runtime") else ""
     line = (
         f"Machine: {facts['cpu']}, {facts['cores']} cores (flags: {flags}); "
-        f"{facts['backend']} backend, {facts['devices']}, matmul precision "
-        f"{facts.get('matmul_precision', 'default')}; jax {facts['jax']}, "
+        f"{facts['backend']} backend, {facts['devices']}{runtime}, JAX's default matmul "
+        f"precision {facts.get('matmul_precision', 'default')}; jax {facts['jax']}, "
         f"jaxlib {facts['jaxlib']}, Python {facts['python']}"
     )
     if facts.get("torch_device"):
