@@ -102,8 +102,8 @@ def codelab_trainer(
 def scan_epoch_trainer(dataset: ArrayDataset, config: TrainConfig) -> Trainer:
     """Tutorial 4's hand-written epoch: the library's MLP, `optax.adamw`, and one
     `jax.jit`-compiled function per epoch that draws the epoch's permutation and runs
-    its steps as one `lax.scan`, each step gathering its batch; the loss is read once
-    per epoch. `run(num_steps)` runs whole epochs (`num_steps` a multiple of an
+    its steps as one `lax.scan`, each step gathering its batch; the model multiplies as
+    the config's policy says; the loss is read once per epoch. `run(num_steps)` runs whole epochs (`num_steps` a multiple of an
     epoch's steps)."""
     import equinox as eqx
 
@@ -115,7 +115,8 @@ def scan_epoch_trainer(dataset: ArrayDataset, config: TrainConfig) -> Trainer:
     params, static = eqx.partition(model, eqx.is_array)
 
     def loss_fn(params, x, y):
-        logits = jax.vmap(eqx.combine(params, static))(x)
+        # The config's policy says the products (float32 at `highest`, or bfloat16).
+        logits = jax.vmap(lambda e: eqx.combine(params, static)(e, policy=config.policy))(x)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
     @jax.jit
