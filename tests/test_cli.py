@@ -258,6 +258,39 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, tmp_path, train
     assert not out_dir.exists() or not any(out_dir.iterdir())
 
 
+@pytest.mark.parametrize(
+    "case, phrase",
+    [
+        ("train --out FILE", "is a file, not a folder"),
+        ("data --data-dir FILE", "is a file, not a folder"),
+        ("a value swept twice", "lists 0.001 more than once"),
+        ("an artifact without its manifest", "manifest model.stablehlo.manifest.json is not"),
+    ],
+)
+def test_a_path_or_a_grid_is_named_for_what_it_is(case, phrase, tmp_path, real_data, monkeypatch):
+    """The error says what is wrong with the thing given: a file where a folder was
+    wanted, a grid value given twice (the same member would be trained and ranked
+    twice), an export separated from its manifest (not 'not a checkpoint')."""
+    from PIL import Image
+
+    monkeypatch.setenv("EQX_FMNIST_DATA", str(real_data.source))
+    file, image = tmp_path / "a-file", tmp_path / "shoe.png"
+    file.write_text("x")
+    Image.new("L", (28, 28)).save(image)
+    (tmp_path / "model.stablehlo").write_bytes(b"an artifact")
+    args = {
+        "train --out FILE": ["train", "--steps", "1", "--out", file],
+        "data --data-dir FILE": ["data", "--data-dir", file],
+        "a value swept twice": ["sweep", "--lr", "1e-3,1e-3", "--out", tmp_path / "s"],
+        "an artifact without its manifest": ["predict", tmp_path / "model.stablehlo", image],
+    }[case]
+    result = run_cli_here(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    (line,) = result.stderr.strip().splitlines()
+    assert phrase in line, line
+    assert file.read_text() == "x" and not (tmp_path / "s").exists()
+
+
 def test_train_refuses_a_folder_with_results(trained_run, real_data):
     out, _ = trained_run
     data = ("--data-dir", str(real_data.source))

@@ -73,7 +73,9 @@ def find_data_dir(data_dir: str | os.PathLike | None = None) -> tuple[str, Path]
         folder = Path(data_dir).expanduser()
         missing = [f"{s.name}(.gz)" for s in facts.FILES.values() if _file_in(folder, s) is None]
         if missing:
-            where = "does not exist" if not folder.is_dir() else f"lacks {', '.join(missing)}"
+            where = f"lacks {', '.join(missing)}"
+            if not folder.is_dir():
+                where = "is a file, not a folder" if folder.exists() else "does not exist"
             raise DataNotFoundError(
                 f"data_dir {folder} {where}; give a folder that holds the four Fashion-MNIST "
                 "files, or leave it out to use the search order."

@@ -52,7 +52,7 @@ def grid_configs(
 
     `ValueError` for a grid name that is not a `TrainConfig` field, one that cannot be
     batched (it changes the program: hidden sizes, batch size, ...), or an empty or
-    invalid list of values.
+    invalid list of values, or one that lists a value twice.
     """
     if not grid:
         raise ValueError(f"the grid is empty; sweep some of {', '.join(BATCHED)}.")
@@ -72,6 +72,12 @@ def grid_configs(
             )
         if isinstance(values, str) or not isinstance(values, Sequence) or not values:
             raise ValueError(f"grid[{name!r}] must be a non-empty list of numbers, got {values!r}.")
+        twice = sorted({v for v in values if list(values).count(v) > 1})
+        if twice:  # the same member trained and ranked twice
+            raise ValueError(
+                f"grid[{name!r}] lists {', '.join(map(str, twice))} more than once; give "
+                "each value once."
+            )
     seeds = member_seeds(config, seeds)
     names = list(grid)
     points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())]

@@ -17,10 +17,31 @@ def manifest_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + MANIFEST_SUFFIX)
 
 
+EXPORT_SUFFIXES = (".stablehlo", ".safetensors", ".onnx", ".html")
+"""The names the exports give their files (`model.stablehlo`, ...)."""
+
+
 def is_export(path: str | os.PathLike) -> bool:
     """Whether `path` is an artifact: a file with its manifest beside it (not a run
-    folder or a checkpoint)."""
-    return Path(path).is_file() and manifest_path(path).is_file()
+    folder or a checkpoint).
+
+    **Raises:**
+
+    `ExportError` for a file named as an export whose manifest is not beside it: it is
+    an artifact that cannot be read, not a checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if manifest_path(path).is_file():
+        return True
+    if path.suffix in EXPORT_SUFFIXES:
+        raise ExportError(
+            f"{path} is named as an export, but its manifest {manifest_path(path).name} is "
+            "not beside it (it says how to read the artifact): copy it there, or export "
+            "the model again."
+        )
+    return False
 
 
 def read_manifest(path: str | os.PathLike) -> dict:

@@ -175,6 +175,8 @@ class RunFolder:
         except ValueError as e:
             raise RunError(str(e)) from None
         self.folder = Path(folder)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise RunError(f"{self.folder} is a file, not a folder; give the run a folder.")
         source = self.folder if resume_from is None else Path(resume_from)
         own = bool(start_step) and source.resolve() == self.folder.resolve()
         if not overwrite:
