@@ -73,7 +73,8 @@ class TrainConfig:
 
     **Fields:**
 
-    - `epochs` / `steps`: the run's length; give one (with neither, `epochs = 30`).
+    - `epochs` / `steps`: the run's length; give one (with neither, `epochs = 80`:
+        `DEFAULT_EPOCHS`).
     - `batch_size`, `learning_rate`, `weight_decay`, `schedule`, `warmup_steps`,
         `grad_clip`, `label_smoothing`: the optimiser and the loss.
     - `hidden_sizes`, `precision`: the model and its

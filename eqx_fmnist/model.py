@@ -207,8 +207,8 @@ class CNN(eqx.Module):
         padded by a pixel of zeros on every side, stride 2) is one matmul of the batch's
         3 x 3 patches by the kernel ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]:
         the compute dtype, accumulating in the accumulation dtype), not XLA's
-        convolution, whose gradient runs about fifty times slower on a CPU inside the
-        training loop's `lax.scan` than outside it (jax-ml/jax#12868)."""
+        convolution, whose gradient runs many times slower on a CPU inside the training
+        loop's `lax.scan` than outside it (reported in jax-ml/jax#12868)."""
         y = x.reshape(-1, SIDE, SIDE, 1).astype(policy.accumulate_dtype)
         for kernel, bias in zip(self.kernels, self.biases, strict=True):
             n, side, c_in = y.shape[0], (y.shape[1] + 1) // 2, y.shape[-1]

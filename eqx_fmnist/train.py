@@ -363,7 +363,7 @@ def fit(
 
         config = ef.TrainConfig(epochs=5)
         result = ef.fit(config, ef.split_data(ef.load_fashion_mnist()))
-        result.test.accuracy  # 0.88 here, on all 10,000 test images
+        result.test.accuracy  # 0.864 on all 10,000 test images (0.904 after 80 epochs)
         ```
     """
     start = time.perf_counter()
