@@ -55,12 +55,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
 
 
 def _naming(e: OSError, path: Path) -> OSError:
-    """`e` about `path` (the file the caller asked for), keeping its errno and type
-    where the type takes `(errno, strerror, filename)`, else a plain `OSError`."""
-    try:
-        return type(e)(e.errno, e.strerror or str(e), str(path))
-    except TypeError:
-        return OSError(e.errno, e.strerror or str(e), str(path))
+    """`e` about `path` (the file the caller asked for), keeping its errno."""
+    return type(e)(e.errno, e.strerror or str(e), str(path))
 
 
 def remove_stale_parts(folder: str | os.PathLike) -> list[Path]:

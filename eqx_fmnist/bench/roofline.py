@@ -23,9 +23,8 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
+from ..data import IMAGE_SIZE
 from .timing import matmul_flops_per_example
-
-IMAGE_PIXELS = 784
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,10 +119,10 @@ def step_traffic(
     moments read and written; every layer's activations written on the forward pass
     and read on the backward pass. 8.6 MB for a batch of 512 of the 784-256-128-10
     MLP."""
-    sizes = (IMAGE_PIXELS, *hidden, out_size)
+    sizes = (IMAGE_SIZE, *hidden, out_size)
     params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
     activations = batch_size * sum(sizes[1:])
-    return batch_size * IMAGE_PIXELS + 7 * 4 * params + 2 * activation_bytes * activations
+    return batch_size * IMAGE_SIZE + 7 * 4 * params + 2 * activation_bytes * activations
 
 
 @dataclasses.dataclass(frozen=True)
