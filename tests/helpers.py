@@ -86,6 +86,23 @@ def float32_widening() -> float:
     return TPU_FLOAT32_WIDENING if jax.default_backend() == "tpu" else 1.0
 
 
+TPU_FLOAT16_PRODUCT = 2.0**-15
+"""A TPU has no float16 multiplier: each 11-bit operand is two bfloat16 halves and the
+product three passes (the low halves' product dropped), about 2**-16 of each product's
+size; this bound (measured there: 1.3e-4 on sums of 20 terms near 13) is added, times
+`|a| @ |b|`, to a float16 matmul's tolerance on a TPU."""
+
+
+def float16_products_atol(a, b) -> np.ndarray:
+    """`TPU_FLOAT16_PRODUCT` times `|a| @ |b|` on a TPU, `0` elsewhere (an IEEE float16
+    product is exact in float32)."""
+    if jax.default_backend() != "tpu":
+        return np.zeros(())
+    return TPU_FLOAT16_PRODUCT * (
+        np.abs(np.asarray(a, np.float64)) @ np.abs(np.asarray(b, np.float64))
+    )
+
+
 def f32_sum_atol(k: int, magnitude: float) -> float:
     """A tolerance for two float32 evaluations of one `k`-term sum whose terms' magnitudes
     add up to `magnitude`, whatever the order or blocking of their additions (batched vs
@@ -110,29 +127,88 @@ def f32_matmul_atol(a, b) -> float:
 GELU_SLOPE = 1.13  # the steepest slope of GELU, exact or tanh form (1.1289 at x = 1.5)
 
 
-def mlp_logits_atol(model, images) -> float:
-    """A tolerance for two float32 evaluations of one MLP's logits on `images` (uint8,
-    `(n, 784)`), however each orders its sums (batched vs alone, vmapped vs looped).
+def mlp_rounding(model, images) -> tuple[list[np.ndarray], np.ndarray]:
+    """How far one float32 evaluation of an MLP on `images` (uint8, `(n, 784)`) can sit
+    from the exact one, per image and unit: each hidden layer's activations, then the
+    logits (float64 arrays of the activations' shapes).
 
-    The rounding is followed through the layers in float64, as `f32_sum_atol` reasons:
-    each layer's matmul and bias add contribute `sqrt(k) u` times their terms'
-    magnitudes (`|W| |h| + |b|`); an error coming in from the layer below passes through
-    `W` with independent signs (root-sum-square over `W`'s rows) and through GELU at a
-    slope of at most `GELU_SLOPE`. The largest logit's figure, times `SAFETY`, for two
-    evaluations.
+    The rounding is followed through the layers, as `f32_sum_atol` reasons: each layer's
+    matmul and bias add contribute `sqrt(k) u` times their terms' magnitudes
+    (`|W| |h| + |b|`); an error coming in from the layer below passes through `W` with
+    independent signs (root-sum-square over `W`'s rows) and through GELU at a slope of
+    at most `GELU_SLOPE`. `u` is float32's, widened on a TPU (`float32_widening`).
     """
+    u = F32_U * float32_widening()
     h = np.asarray(images, np.float64).reshape(len(images), -1) / 255.0
-    err = np.zeros_like(h)
+    err, hidden = np.zeros_like(h), []
     layers = model.layers
     for i, layer in enumerate(layers):
         w, b = np.asarray(layer.weight, np.float64), np.asarray(layer.bias, np.float64)
-        own = np.sqrt(w.shape[1] + 1) * F32_U * (np.abs(h) @ np.abs(w).T + np.abs(b))
+        own = np.sqrt(w.shape[1] + 1) * u * (np.abs(h) @ np.abs(w).T + np.abs(b))
         err = np.sqrt((err**2) @ (w**2).T + own**2)
         z = h @ w.T + b
         if i < len(layers) - 1:
             h = numpy_gelu(z)
-            err = GELU_SLOPE * err + 4 * F32_U * np.abs(h)
-    return SAFETY * 2 * float(err.max())
+            err = GELU_SLOPE * err + 4 * u * np.abs(h)
+            hidden.append(err)
+    return hidden, err
+
+
+def mlp_logits_atol(model, images) -> float:
+    """A tolerance for two float32 evaluations of one MLP's logits on `images` (uint8,
+    `(n, 784)`), however each orders its sums (batched vs alone, vmapped vs looped):
+    the largest logit's `mlp_rounding`, times `SAFETY`, for two evaluations."""
+    return SAFETY * 2 * float(mlp_rounding(model, images)[1].max())
+
+
+def probabilities_atol(members, images) -> float:
+    """A tolerance for float32 probabilities against float64's: the logits' own
+    (`mlp_logits_atol`, the largest over `members`) moves a probability by at most
+    `e^(2 d) - 1` of itself, plus the softmax's own rounding."""
+    logit_atol = max(mlp_logits_atol(m, images) for m in members)
+    return float(np.expm1(2 * logit_atol)) + 8 * F32_U * float32_widening()
+
+
+def assert_flags_match(got, ref, trust, members, images) -> None:
+    """An artifact's or the library's trust scores and flags against `numpy_reference`'s:
+    the scores within `trust_score_atol`, the flags equal but where the reference's
+    score is that close to the threshold."""
+    atol = trust_score_atol(members, images, trust)
+    assert (np.abs(got["trust_score"] - ref["trust_score"]) <= atol).all()
+    near = np.abs(ref["trust_score"] - trust.threshold) <= atol
+    assert ((np.asarray(got["unusual"]) == ref["unusual"]) | near).all()
+
+
+def trust_score_atol(members, images, trust) -> np.ndarray:
+    """Per image, how far a float32 trust score (the smallest squared Mahalanobis
+    distance to a class mean, averaged over `members`) can sit from float64's.
+
+    With the features `f` off by `e` (`mlp_rounding` of every hidden layer, times
+    `SAFETY`, for two evaluations), each class's `(f - m)' P (f - m)` moves by at most
+    `2 |P (f - m)|' e + e' |P| e`, and the smallest of them by at most the largest move.
+    """
+    total = np.zeros(len(images))
+    means = np.asarray(trust.means, np.float64).reshape(len(members), *trust.means.shape[-2:])
+    precision = np.asarray(trust.precision, np.float64)
+    precision = precision.reshape(len(members), *precision.shape[-2:])
+    for model, m, p in zip(members, means, precision, strict=True):
+        forward = _numpy_hidden(model, images)
+        e = SAFETY * 2 * np.concatenate(mlp_rounding(model, images)[0], 1)
+        pd = np.einsum("hj,ncj->nch", p, forward[:, None, :] - m[None])
+        move = 2 * np.einsum("nch,nh->nc", np.abs(pd), e)
+        move += np.einsum("nh,hj,nj->n", e, np.abs(p), e)[:, None]
+        total += move.max(1)
+    return total / len(members)
+
+
+def _numpy_hidden(model, images) -> np.ndarray:
+    """Every hidden layer's activations side by side, in float64."""
+    h = np.asarray(images, np.float64).reshape(len(images), -1) / 255.0
+    hidden = []
+    for layer in model.layers[:-1]:
+        h = numpy_gelu(h @ np.asarray(layer.weight, np.float64).T + np.asarray(layer.bias))
+        hidden.append(h)
+    return np.concatenate(hidden, 1)
 
 
 def tree_allclose(a, b, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:

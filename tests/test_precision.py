@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import small_config, tree_allclose
+from helpers import float16_products_atol, small_config, tree_allclose
 
 pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
 
@@ -183,12 +183,9 @@ def test_dense_multiplies_in_the_compute_dtype_forward_and_backward(compute):
     assert out.dtype == dx.dtype == dw.dtype == jnp.float32
 
     def close(got, a, b):
-        atol = 1e-5
-        if compute == "float16" and jax.default_backend() == "tpu":
-            # No float16 multiplier: each 11-bit operand is two bfloat16 halves and the
-            # product three passes (the low halves' product dropped), about 2**-16 of
-            # each product's size (measured there: 1.3e-4 on sums of 20 terms near 13).
-            atol += 2.0**-15 * (np.abs(a) @ np.abs(b)).max()
+        atol = 1e-5  # float32 accumulation of 20 terms
+        if compute == "float16":  # the TPU's three passes (`float16_products_atol`)
+            atol += float16_products_atol(a, b).max()
         np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=atol)
 
     close(out, rounded(x), rounded(w).T)

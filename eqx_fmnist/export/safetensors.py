@@ -16,16 +16,22 @@ from .portable import Portable, numpy_serve
 def weight_arrays(models: MLP) -> dict[str, np.ndarray]:
     """The weights by name: `layers.{i}.weight` of shape `(out, in)` and
     `layers.{i}.bias` (PyTorch's `nn.Linear` layout); `members.{k}.` in front for an
-    ensemble."""
+    ensemble. Each array is C-contiguous: `safetensors.numpy.save` copies from the
+    array's data pointer, and an array fetched from a TPU can come back in another
+    memory order (the first TPU export wrote transposed weights)."""
     arrays, members = {}, num_members(models) is not None
+
+    def c_order(array) -> np.ndarray:
+        return np.ascontiguousarray(array, np.float32)
+
     for i, layer in enumerate(models.layers):
         weight, bias = np.asarray(layer.weight, np.float32), np.asarray(layer.bias, np.float32)
         if not members:
-            arrays[f"layers.{i}.weight"], arrays[f"layers.{i}.bias"] = weight, bias
+            arrays[f"layers.{i}.weight"], arrays[f"layers.{i}.bias"] = c_order(weight), c_order(bias)
             continue
         for k in range(weight.shape[0]):
-            arrays[f"members.{k}.layers.{i}.weight"] = weight[k]
-            arrays[f"members.{k}.layers.{i}.bias"] = bias[k]
+            arrays[f"members.{k}.layers.{i}.weight"] = c_order(weight[k])
+            arrays[f"members.{k}.layers.{i}.bias"] = c_order(bias[k])
     return arrays
 
 
