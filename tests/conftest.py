@@ -12,6 +12,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # saved as much compile time as they cost in running the tests that train for longer).
 # `EQX_FMNIST_TEST_OPTIMIZE=all` compiles every test fully optimised.
 _CHEAP_ALLOWED = os.environ.get("EQX_FMNIST_TEST_OPTIMIZE", "") != "all"
+_CHEAP_ALWAYS = os.environ.get("EQX_FMNIST_TEST_OPTIMIZE", "") == "none"
 
 _HUGEPAGES = "ignore:Transparent hugepages are not enabled:UserWarning"
 
@@ -243,7 +244,9 @@ def _compile_cheaply(cheap: bool) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    _compile_cheaply(_CHEAP_ALLOWED and item.get_closest_marker("quick_compile") is not None)
+    _compile_cheaply(
+        _CHEAP_ALWAYS or (_CHEAP_ALLOWED and item.get_closest_marker("quick_compile") is not None)
+    )
     _TALLY.current = item.nodeid
     yield
     _TALLY.current = compile_report.OUTSIDE

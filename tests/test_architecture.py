@@ -291,6 +291,22 @@ def test_no_module_over_400_lines_and_no_function_over_60_lines_of_code(module):
     assert not size_problems(module.read_text()), size_problems(module.read_text())
 
 
+# The package's and the command line's line totals, held where they stand so that
+# features move rather than multiply. Issue 53 aims at 13,000 and 1,000: lower these as
+# code leaves, never raise them without saying why in the commit.
+MAX_PACKAGE_LINES = 14_300
+MAX_CLI_LINES = 1_300
+
+
+def test_the_package_and_its_command_line_hold_their_size():
+    def total(files) -> int:
+        return sum(len(p.read_text().splitlines()) for p in files)
+
+    package, cli = total(PACKAGE_FILES), total((PACKAGE / "cli").glob("*.py"))
+    assert package <= MAX_PACKAGE_LINES, f"the package has {package:,} lines"
+    assert cli <= MAX_CLI_LINES, f"cli/ has {cli:,} lines"
+
+
 def test_the_size_checker_counts_code_not_docstrings_or_comments():
     """The signature counts; the docstring, comments and blank lines do not."""
     body = "\n".join(f"    x{i} = {i}" for i in range(60))

@@ -371,30 +371,6 @@ def test_an_internal_type_error_is_a_bug_with_a_traceback_not_a_usage_error(monk
         cli.main(["--no-compile-cache", "data"])
 
 
-def test_a_resumed_distillation_finds_its_teacher_in_the_run_folder(trained_run, tmp_path):
-    import argparse
-    import json
-    import shutil
-
-    from eqx_fmnist.cli.train import _teacher_of
-    from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.runs import TEACHER_FILE, Run
-
-    teacher_run, _ = trained_run
-    folder = tmp_path / "student"
-    folder.mkdir()
-    shutil.copy(teacher_run / "checkpoint.eqx", folder / "checkpoint.eqx")
-    args = argparse.Namespace(teacher=None, resume=str(folder / "checkpoint.eqx"))
-    student = Run.open(folder)
-    assert _teacher_of(args, TrainConfig(), student) == (None, None)  # not distilled
-    (folder / TEACHER_FILE).write_text(json.dumps({"teacher": str(teacher_run)}))
-    path, model = _teacher_of(args, TrainConfig(), student)
-    assert path == teacher_run / "checkpoint.eqx" and model.hidden_sizes == (256, 128)
-    (folder / TEACHER_FILE).write_text("[]")  # damaged: one line naming the file
-    with pytest.raises(Exception, match=f"{TEACHER_FILE} does not name a teacher"):
-        _teacher_of(args, TrainConfig(), student)
-
-
 def test_a_finished_run_is_read_only_to_resume(trained_run, tmp_path):
     """`train --resume` of a finished run, into its folder or into another run's, is one
     line and changes nothing (it once rewrote the summary's timings as 0)."""

@@ -5,10 +5,7 @@ import argparse
 import errno
 import re
 import sys
-import tempfile
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
 import jax
 from rich.console import Console
@@ -23,12 +20,9 @@ from rich.progress import (
 from rich.table import Table
 
 from .. import data as data_mod
-from ..config import TrainConfig
-from ..data import FashionMNIST
 from ..intervals import NonFiniteError
-from ..runs import CheckpointEvery, Interrupted, RunFolder
+from ..runs import Finished, Interrupted, RunFolder, Training
 from ..runs.profile import IntervalProfiler
-from ..train import Members
 
 console = Console()
 err_console = Console(stderr=True)
@@ -107,24 +101,33 @@ def lost_process(e: BaseException, run: RunFolder | None = None) -> str:
     )
 
 
-def train_with_progress(
-    run: RunFolder,
-    train: Callable[[list], Any],
-    *,
-    total: int,
-    start: int,
-    command: str = "train",
-    profile_intervals: int | None = None,
-) -> Any:
-    """`train(callbacks)` with a progress bar (the members' means when many train at
-    once) and the run folder's callback; the result, or the exit status if it stopped."""
+def train_in_folder(
+    training: Training, describe: str, *, command: str = "train", profile: bool = False
+) -> Finished | int:
+    """Say where `training` trains (`describe`: what trains), train it with a progress
+    bar (the members' means when many train at once), and say why it stopped; the
+    finished run, or the exit status of a stopped one."""
+    folder = training.folder
+    console.quiet = console.quiet or jax.process_index() != 0  # process 0 speaks
+    console.print(
+        f"{'run' if command == 'train' else command} folder [bold]{folder.folder}[/]: "
+        f"{describe}, checkpoint every {folder.checkpoint_every}\n"
+        f"data: {training.data.source} ({training.data.origin})"
+        + (
+            f"\nresuming at step {training.start:,} of {training.total_steps:,}"
+            * bool(training.start)
+        ),
+        highlight=False,
+    )
     columns = (
         TextColumn(f"[bold]{command}[/]"),
         BarColumn(),
         TextColumn("step {task.completed:,.0f}/{task.total:,.0f}"),
     )
     with Progress(*columns, TextColumn("{task.fields[m]}"), console=console) as bar:
-        task = bar.add_task(command, total=total, completed=start, m="compiling ...")
+        task = bar.add_task(
+            command, total=training.total_steps, completed=training.start, m="compiling ..."
+        )
 
         def show(r, _):
             m = f"loss {r['loss']:.4f}  acc {r['accuracy']:.3f}  {r['examples_per_sec']:,.0f} ex/s"
@@ -136,18 +139,18 @@ def train_with_progress(
                 m += f"  valid {r['valid_accuracy']:.4f}"
             bar.update(task, completed=r["step"], m=m)
 
-        callbacks = [show, run.callback]
+        callbacks: list = [show]
         profiler = None
-        if profile_intervals is not None:
-            profiler = IntervalProfiler(run.folder / "profile", profile_intervals)
+        if profile:
+            profiler = IntervalProfiler(folder.folder / "profile", folder.plan.intervals())
             callbacks.append(profiler)
         try:
-            return train(callbacks)
+            return training.run(callbacks)
         except (Interrupted, KeyboardInterrupt, NonFiniteError, jax.errors.JaxRuntimeError) as e:
             if isinstance(e, jax.errors.JaxRuntimeError) and not is_lost_process(e):
                 raise
             bar.stop()
-            return stopped(e, run, command)
+            return stopped(e, folder, command)
         finally:
             if profiler is not None and profiler.stop() is not None:
                 console.print(f"profile: {profiler.trace} (open it at https://ui.perfetto.dev)")
@@ -160,61 +163,6 @@ def table(title: str, columns: Sequence[str], rows) -> Table:
     for row in rows:
         t.add_row(*row)
     return t
-
-
-def train_in_folder(
-    args: argparse.Namespace,
-    out: Path,
-    config: TrainConfig,
-    train: Callable[[list], Any],
-    finish: Callable[[RunFolder, Any], object],
-    *,
-    data: FashionMNIST,
-    num_train: int,
-    members: Members | None,
-    start: int,
-    command: str,
-    describe: Callable[[int], str],
-    teacher: Path | None = None,
-    resume_from: Path | None = None,
-    tensorboard: bool = False,
-    profile: bool = False,
-) -> Any:
-    """Keep a run folder (`--out`, `--overwrite`, `--checkpoint-every`) and train in it
-    with a progress bar: `train(callbacks)`, then `finish(run, result)`; the result, or
-    the exit status of a stopped run. `describe(total_steps)` says what trains."""
-    every = CheckpointEvery.parse(args.checkpoint_every)
-    # In a multi-process run every process trains; only process 0 keeps the run folder.
-    scratch = None if jax.process_index() == 0 else tempfile.TemporaryDirectory()
-    if scratch is not None:
-        out, args.overwrite, console.quiet = Path(scratch.name), True, True
-    folder = RunFolder(
-        out,
-        config,
-        num_train=num_train,
-        start_step=start,
-        overwrite=args.overwrite,
-        checkpoint_every=every,
-        tensorboard=tensorboard,
-        members=members,
-        teacher=teacher,
-        resume_from=resume_from,
-    )
-    total = folder.plan.total_steps
-    with folder as run, run.stop_on_signals():
-        console.print(
-            f"{'run' if command == 'train' else command} folder [bold]{out}[/]: "
-            f"{describe(total)}, checkpoint every {every}\ndata: {data.source} ({data.origin})"
-            + (f"\nresuming at step {start:,} of {total:,}" if start else ""),
-            highlight=False,
-        )
-        intervals = folder.plan.intervals() if profile else None
-        result = train_with_progress(
-            run, train, total=total, start=start, command=command, profile_intervals=intervals
-        )
-        if not isinstance(result, int):
-            finish(run, result)
-    return result
 
 
 _OS_HINTS = {

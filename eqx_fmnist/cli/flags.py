@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..augment import TTA_VIEWS
 from ..config import _FIELDS, TrainConfig, field_type, literal_choices
-from ..runs import Run
+from ..runs import CheckpointEvery
 from .common import UsageError
 
 
@@ -164,18 +164,20 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return base.with_changes(**given)
 
 
-def resumed(args: argparse.Namespace, what: str, *, members: bool = False) -> Run | None:
-    """The run `--resume` names (`None` without it), refusing flags that would change
-    it: a resumed run continues with its saved config. `members`: the run must be one
-    of members (a sweep's, cv's)."""
-    if not args.resume:
-        return None
+def refuse_flags_on_resume(args: argparse.Namespace, what: str) -> None:
+    """`--resume` continues the saved `what` with its saved config: refuse the flags
+    that would change it."""
     given = given_flags(args) + ["--seeds"] * (getattr(args, "seeds", None) is not None)
     if given:
         raise UsageError(
             f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
         )
-    run = Run.open(args.resume)
-    if members and run.members is None:
-        raise UsageError(f"{args.resume} is one run's checkpoint, not a {what}'s.")
-    return run
+
+
+def folder_options(args: argparse.Namespace) -> dict[str, typing.Any]:
+    """The run folder's options from its flags, for `Run.new` and `Run.resume`."""
+    return {
+        "overwrite": args.overwrite,
+        "checkpoint_every": CheckpointEvery.parse(args.checkpoint_every),
+        "tensorboard": getattr(args, "tensorboard", False),
+    }

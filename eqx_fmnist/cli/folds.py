@@ -8,16 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..audit import audit_labels, require_cleanlab
-from ..ensemble import CrossValidation, Folds, cross_validate
+from ..ensemble import CrossValidation, Folds
 from ..evaluation import predict_proba
 from ..runs import (
     OUT_OF_FOLD,
     Run,
-    RunFolder,
     default_folder,
     read_out_of_fold,
     run_splits,
-    write_cross_validation,
     write_suspects,
 )
 from .common import UsageError, console, load_data, table, train_in_folder
@@ -26,8 +24,9 @@ from .flags import (
     add_data_args,
     add_run_folder_flags,
     config_from_args,
+    folder_options,
     out_path,
-    resumed,
+    refuse_flags_on_resume,
 )
 
 
@@ -68,49 +67,28 @@ def add_audit_parser(sub) -> None:
 
 
 def cmd_cv(args: argparse.Namespace) -> int:
-    resume = resumed(args, "cv run", members=True)
-    if resume is not None:
-        args.folds, args.out = len(resume.members or ()), args.out or resume.folder
-    config = resume.config if resume else config_from_args(args)
-    try:
-        members = Folds(args.folds)
-    except ValueError as e:
-        raise UsageError(f"--folds {args.folds}: {e}") from None
-    if config.validation_size:
-        raise UsageError("cv validates each member on its own fold: drop --validation-size.")
-    fm = load_data(args)
-    splits = run_splits(config, fm)
-    subsets = members.rows(len(splits.train), config)  # checks the sizes
-    if resume and (
-        resume.saved.num_train != subsets.size or resume.members != members.configs(config)
-    ):
-        raise UsageError(f"{args.resume} was not written by `eqx-fmnist cv` on this data.")
-    state, out = resume.state if resume else None, args.out or default_folder()
-
-    def finish(run: RunFolder, cv: CrossValidation) -> None:
-        run.finish(cv.result, fm)
-        write_cross_validation(run.folder, cv)
-
-    cv = train_in_folder(
-        args,
-        out,
-        config,
-        lambda cbs: cross_validate(config, splits, args.folds, callback=cbs, state=state),
-        finish,
-        data=fm,
-        num_train=subsets.size,
-        members=members,
-        start=resume.step if resume else 0,
-        resume_from=resume.folder if resume else None,
-        command="cv",
-        describe=lambda total: (
-            f"{args.folds} folds of {len(splits.train):,} images "
-            f"({subsets.size:,} to train on each), {total:,} steps, one program"
-        ),
+    fm, options = load_data(args), folder_options(args)
+    if args.resume:
+        refuse_flags_on_resume(args, "cv run")
+        training = Run.resume(args.resume, kind="cv", out=args.out, data=fm, **options)
+    else:
+        try:
+            folds = Folds(args.folds)
+        except ValueError as e:
+            raise UsageError(f"--folds {args.folds}: {e}") from None
+        out, config = args.out or default_folder(), config_from_args(args)
+        training = Run.new(out, config, members=folds, data=fm, **options)
+    assert training.members is not None
+    k, train = len(training.members.configs(training.config)), len(training.splits.train)
+    describe = (
+        f"{k} folds of {train:,} images ({training.folder.num_train:,} to train on each), "
+        f"{training.total_steps:,} steps, one program"
     )
-    if isinstance(cv, int):
-        return cv
-    _print_cv(cv, out)
+    done = train_in_folder(training, describe, command="cv")
+    if isinstance(done, int):
+        return done
+    assert isinstance(done.outcome, CrossValidation)
+    _print_cv(done.outcome, training.folder.folder)
     return 0
 
 

@@ -2,23 +2,19 @@
 sweep` (a grid x seeds as one program): one way to make a run folder for both."""
 
 import argparse
-import functools
 from pathlib import Path
 
 from ..config import TrainConfig
-from ..ensemble import Grid, Seeds, grid_of, member_seeds, sweep
-from ..ensemble.grid import SWEEP_VALIDATION
-from ..model import Model
+from ..ensemble import Grid, Seeds, SweepResult, member_seeds
 from ..runs import (
     CHECKPOINT_NAME,
+    TEACHER_FOLDER,
     TOKENS_PER_EXAMPLE,
     Run,
-    RunError,
+    RunResult,
+    Training,
     default_folder,
-    open_teacher,
-    refuse_results,
-    run_splits,
-    train_run,
+    teacher_training,
 )
 from ..state import BATCHED
 from ..train import TrainResult
@@ -28,7 +24,8 @@ from .flags import (
     add_data_args,
     add_run_folder_flags,
     config_from_args,
-    resumed,
+    folder_options,
+    refuse_flags_on_resume,
 )
 
 
@@ -69,92 +66,54 @@ def add_sweep_parser(sub) -> None:
     add_data_args(p)
 
 
-def _teacher_of(
-    args: argparse.Namespace, config: TrainConfig, resume: Run | None
-) -> tuple[Path, Model] | tuple[None, None]:
-    """The teacher given by `--teacher`, or (resuming) the one the run folder names."""
-    where = args.teacher
-    if where is None and resume is not None:
-        where = resume.teacher()
-    if where is None:
-        return None, None
-    try:
-        return open_teacher(where, config)
-    except RunError as e:
-        raise UsageError(f"--teacher {where}: {e}") from None
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    resume = resumed(args, "run")
-    if resume is not None:
-        config, members, out = resume.config, resume.choice, args.out or resume.folder
-    else:
-        config, out = config_from_args(args), args.out or default_folder()
-        members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
-    if args.distilled and args.teacher is None and resume is None:
-        if not args.overwrite:  # refused before its teacher trains, not minutes after
-            refuse_results(out)
-        status = _train_the_teacher(args, config, out / TEACHER_FOLDER)
-        if status:
-            return status
-        args.teacher = str(out / TEACHER_FOLDER)
-    return _train(args, config, members, out, resume)
-
-
-TEACHER_FOLDER = "teacher"
-"""Where `train --distilled` trains its teacher, inside the student's run folder."""
-
-
-def _train_the_teacher(args: argparse.Namespace, student: TrainConfig, where: Path) -> int:
-    """`--distilled` without `--teacher`: train `TrainConfig.teacher()` into `where`
-    (holding out the student's splits, so that no held-out image taught it), or reuse
-    the finished run there."""
-    if (where / "summary.json").is_file() and not args.overwrite:
-        console.print(f"teacher: {where}, trained before (--overwrite trains it again)")
-        return 0
-    config = TrainConfig.teacher(
-        seed=student.seed,
-        validation_size=student.validation_size,
-        calibration_size=student.calibration_size,
-    )
-    length = f"{config.epochs} epoch{'s' * (config.epochs != 1)}"
-    console.print(f"teacher: a CNN ({length}), into {where}", highlight=False)
-    own = argparse.Namespace(**{**vars(args), "teacher": None, "tensorboard": False})
-    return _train(own, config, None, where, None)
-
-
-def _train(args, config: TrainConfig, members, out: Path, resume: Run | None) -> int:
-    teacher_path, teacher = _teacher_of(args, config, resume)
-    fm = load_data(args)
-    splits, state = run_splits(config, fm), resume.state if resume else None
-
-    def train(callbacks):
-        return train_run(
-            config, splits, members=members, state=state, callback=callbacks, teacher=teacher
+    fm, options = load_data(args), folder_options(args)
+    if args.resume:
+        refuse_flags_on_resume(args, "run")
+        training = Run.resume(args.resume, kind="train", out=args.out, data=fm, **options)
+        return _train(training, profile=args.profile)
+    config, out = config_from_args(args), args.out or default_folder()
+    members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
+    teacher = args.teacher
+    if args.distilled and teacher is None:
+        first = teacher_training(
+            out,
+            config,
+            data=fm,
+            overwrite=args.overwrite,
+            checkpoint_every=options["checkpoint_every"],
         )
+        if first is None:
+            console.print(
+                f"teacher: {out / TEACHER_FOLDER}, trained before (--overwrite trains it again)"
+            )
+        else:
+            console.print(
+                f"teacher: a CNN ({_epochs(first.config)}), into {first.folder.folder}",
+                highlight=False,
+            )
+            status = _train(first)
+            if status:
+                return status
+        teacher = out / TEACHER_FOLDER
+    training = Run.new(out, config, members=members, teacher=teacher, data=fm, **options)
+    return _train(training, profile=args.profile)
 
-    configs = None if members is None else members.configs(config)
-    summaries = []  # the summary the folder writes, for its time line
-    run = train_in_folder(
-        args,
-        out,
-        config,
-        train,
-        lambda folder, r: summaries.append(folder.finish(r.result, fm, r.calibration)),
-        data=fm,
-        num_train=len(splits.train),
-        members=members,
-        start=resume.step if resume else 0,
-        command="train",
-        describe=functools.partial(_describe_run, config, configs, teacher_path),
-        teacher=teacher_path,
-        resume_from=resume.folder if resume else None,
-        tensorboard=args.tensorboard,
-        profile=args.profile,
-    )
-    if isinstance(run, int):
-        return run
-    print_results(run.result, out, summaries[0]["seconds"])
+
+def _epochs(config: TrainConfig) -> str:
+    return f"{config.epochs} epoch{'s' * (config.epochs != 1)}"
+
+
+def _train(training: Training, *, profile: bool = False) -> int:
+    """Train `training` with the progress bar, then print its results."""
+    configs = None if training.members is None else training.members.configs(training.config)
+    describe = _describe_run(training.config, configs, training.teacher, training.total_steps)
+    done = train_in_folder(training, describe, command="train", profile=profile)
+    if isinstance(done, int):
+        return done
+    run = done.outcome
+    assert isinstance(run, RunResult)
+    print_results(run.result, training.folder.folder, done.summary["seconds"])
     if run.calibration is not None:
         console.print(
             f"calibrated on {run.calibration.held_out:,} held-out images: temperature "
@@ -225,10 +184,10 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     grid = {name: getattr(args, name) for name in BATCHED if getattr(args, name) is not None}
-    resume = resumed(args, "sweep", members=True)
-    if resume is not None:
-        config, out = resume.config, args.out or resume.folder
-        grid, seeds = grid_of(resume.members or ())
+    fm, options = load_data(args), folder_options(args)
+    if args.resume:
+        refuse_flags_on_resume(args, "sweep")
+        training = Run.resume(args.resume, kind="sweep", out=args.out, data=fm, **options)
     else:
         if not grid:
             raise UsageError(
@@ -237,42 +196,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
         for name in grid:
             setattr(args, name, None)
-        config = config_from_args(args)
-        if not config.validation_size:
-            config = config.with_changes(validation_size=SWEEP_VALIDATION)
-        seeds, out = (
-            member_seeds(config, 2 if args.seeds is None else args.seeds),
-            args.out or default_folder(),
-        )
-    members = Grid(grid, seeds)
-    configs = members.configs(config)
-
-    def describe(total: int) -> str:
-        shown = "; ".join(f"{k} {', '.join(f'{v:g}' for v in vs)}" for k, vs in grid.items())
-        return (
-            f"{shown}; seeds {', '.join(map(str, seeds))}: {len(configs)} members in one "
-            f"program, {total:,} steps each, ranked on {config.validation_size:,} "
-            "validation images"
-        )
-
-    fm = load_data(args)
-    splits, state = run_splits(config, fm), resume.state if resume else None
-    result = train_in_folder(
-        args,
-        out,
-        config,
-        lambda cbs: sweep(config, splits, grid, seeds, state=state, callback=cbs),
-        lambda folder, r: folder.finish_sweep(r),
-        data=fm,
-        num_train=len(splits.train),
-        members=members,
-        start=resume.step if resume else 0,
-        resume_from=resume.folder if resume else None,
-        command="sweep",
-        describe=describe,
+        seeds = member_seeds(config_from_args(args), 2 if args.seeds is None else args.seeds)
+        members = Grid(grid, seeds)
+        out = args.out or default_folder()
+        training = Run.new(out, config_from_args(args), members=members, data=fm, **options)
+    members = training.members
+    assert isinstance(members, Grid)
+    count, config = len(members.configs(training.config)), training.config
+    shown = "; ".join(f"{k} {', '.join(f'{v:g}' for v in vs)}" for k, vs in members.values.items())
+    seeds = member_seeds(config, members.seeds)
+    describe = (
+        f"{shown}; seeds {', '.join(map(str, seeds))}: {count} members in one "
+        f"program, {training.total_steps:,} steps each, ranked on {config.validation_size:,} "
+        "validation images"
     )
-    if isinstance(result, int):
-        return result
-    console.print(result.to_markdown(), markup=False, highlight=False)
+    done = train_in_folder(training, describe, command="sweep")
+    if isinstance(done, int):
+        return done
+    assert isinstance(done.outcome, SweepResult)
+    console.print(done.outcome.to_markdown(), markup=False, highlight=False)
+    out = training.folder.folder
     console.print(f"wrote {out}/: sweep.md, sweep.json, sweep_heatmap.png, checkpoint.eqx, ...")
     return 0

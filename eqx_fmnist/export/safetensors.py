@@ -27,7 +27,10 @@ def weight_arrays(models: MLP) -> dict[str, np.ndarray]:
     for i, layer in enumerate(models.layers):
         weight, bias = np.asarray(layer.weight, np.float32), np.asarray(layer.bias, np.float32)
         if not members:
-            arrays[f"layers.{i}.weight"], arrays[f"layers.{i}.bias"] = c_order(weight), c_order(bias)
+            arrays[f"layers.{i}.weight"], arrays[f"layers.{i}.bias"] = (
+                c_order(weight),
+                c_order(bias),
+            )
             continue
         for k in range(weight.shape[0]):
             arrays[f"members.{k}.layers.{i}.weight"] = c_order(weight[k])

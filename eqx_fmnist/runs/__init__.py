@@ -6,7 +6,9 @@ stops, the summary and the figures), `report` (the test report a folder writes a
 [`RunError`][eqx_fmnist.runs.RunError]), `run` (the splits a config asks for, the
 training, and the calibration after it), `saved` (a run folder read back:
 [`Run.open`][eqx_fmnist.runs.saved.Run.open], its model, calibration, views, answer and
-teacher) and `files` (what a sweep, `cv` and `audit` write beside the folder's own files). Nothing here prints.
+teacher), `start` (a run started or resumed, trained in its folder and finished:
+[`Run.new`][eqx_fmnist.runs.saved.Run.new], [`Run.resume`][eqx_fmnist.runs.saved.Run.resume],
+[`Training`][eqx_fmnist.runs.start.Training]) and `files` (what a sweep, `cv` and `audit` write beside the folder's own files). Nothing here prints.
 """
 
 from .cadence import CheckpointEvery as CheckpointEvery, Interrupted as Interrupted
@@ -40,6 +42,13 @@ from .saved import (
     checkpoint_path as checkpoint_path,
     open_teacher as open_teacher,
     read_teacher as read_teacher,
+)
+from .start import (
+    TEACHER_FOLDER as TEACHER_FOLDER,
+    Finished as Finished,
+    Outcome as Outcome,
+    Training as Training,
+    teacher_training as teacher_training,
 )
 from .summary import (
     CHECKPOINT_NAME as CHECKPOINT_NAME,

@@ -15,12 +15,14 @@ from ..augment import TTA_VIEWS, Move, tta_name
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
+from ..data import FashionMNIST
 from ..distill import Teacher
 from ..ensemble import members_from
 from ..model import Model
 from ..precision import Policy
 from ..state import TrainState
 from ..train import Members
+from .cadence import EVERY_MINUTE, CheckpointEvery
 from .summary import CHECKPOINT_NAME, RunError
 
 TEACHER_FILE = "teacher.json"
@@ -71,6 +73,90 @@ class Run:
         file = path.parent / CALIBRATION_FILE
         calibration = Calibration.load(file) if file.is_file() else None
         return cls(path, load_checkpoint(path), calibration)
+
+    @staticmethod
+    def new(
+        out: str | os.PathLike,
+        config: TrainConfig,
+        *,
+        members: Members | None = None,
+        teacher: str | os.PathLike | None = None,
+        data: FashionMNIST | None = None,
+        overwrite: bool = False,
+        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+        tensorboard: bool = False,
+    ):
+        """A new run in folder `out`, ready to train: a
+        [`Training`][eqx_fmnist.runs.start.Training] (call its `run`).
+
+        **Arguments:**
+
+        - `out`: the run folder (created if needed).
+        - `config`: the run's [`TrainConfig`][eqx_fmnist.config.TrainConfig].
+        - `members`: `Seeds` (an ensemble), `Grid` (a sweep, ranked on a validation
+            split: 10,000 images when `config` holds out none) or `Folds`
+            (cross-validation). Defaults to `None`: one run.
+        - `teacher`: a run folder or checkpoint to distil from (named in the folder's
+            `teacher.json`, so that a resume finds it). Defaults to `None`.
+        - `data`: the data set. Defaults to
+            [`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist].
+        - `overwrite`, `checkpoint_every`, `tensorboard`: as for
+            [`RunFolder`][eqx_fmnist.runs.RunFolder].
+
+        **Raises:**
+
+        `RunError` before a file is written: a folder holding another run's results, a
+        teacher this student cannot learn from, members too large for the memory, or
+        splits the members cannot use.
+        """
+        from .start import new_run  # start.py builds on this module
+
+        return new_run(
+            out,
+            config,
+            members=members,
+            teacher=teacher,
+            data=data,
+            overwrite=overwrite,
+            checkpoint_every=checkpoint_every,
+            tensorboard=tensorboard,
+        )
+
+    @staticmethod
+    def resume(
+        checkpoint: str | os.PathLike,
+        *,
+        kind: str | None = None,
+        out: str | os.PathLike | None = None,
+        data: FashionMNIST | None = None,
+        overwrite: bool = False,
+        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+        tensorboard: bool = False,
+    ):
+        """The run of `checkpoint` (a file or its folder), ready to train on from its
+        step: a [`Training`][eqx_fmnist.runs.start.Training] with the saved config,
+        members, state and teacher, in its own folder or in `out` (which then takes
+        its history). `kind`: the kind of run it must be (`"train"`, `"sweep"` or
+        `"cv"`; see [`Training.kind`][eqx_fmnist.runs.start.Training.kind]), or `None`.
+
+        **Raises:**
+
+        `RunError` before a file is written: no checkpoint, another kind of run than
+        `kind`, a run that has finished
+        (its summary written; `overwrite` finishes it again), a teacher gone, or
+        cross-validation's checkpoint on other data.
+        """
+        from .start import resume_run  # start.py builds on this module
+
+        return resume_run(
+            checkpoint,
+            kind=kind,
+            out=out,
+            data=data,
+            overwrite=overwrite,
+            checkpoint_every=checkpoint_every,
+            tensorboard=tensorboard,
+        )
 
     @property
     def folder(self) -> Path:

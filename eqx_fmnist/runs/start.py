@@ -1,0 +1,280 @@
+"""A run started or resumed, trained in its folder and finished: what `eqx-fmnist train`,
+`sweep` and `cv` do, as the library calls a notebook makes too.
+
+[`Run.new`][eqx_fmnist.runs.saved.Run.new] and
+[`Run.resume`][eqx_fmnist.runs.saved.Run.resume] check everything that could refuse the
+run before a file is written, and return a [`Training`][eqx_fmnist.runs.start.Training]:
+its folder, config, members, data and (resuming) state, step and teacher.
+[`Training.run`][eqx_fmnist.runs.start.Training.run] trains in the folder (checkpoints
+on the folder's cadence, the first SIGINT or SIGTERM a clean stop) and finishes it (the
+summary, the figures, the calibration; a sweep's table, cv's out-of-fold file).
+
+!!! example
+
+    ```python
+    training = ef.runs.Run.new("runs/a", ef.TrainConfig(epochs=5))
+    done = training.run()  # checkpoints, summary.json, figures
+    # after an interruption (ef.runs.Interrupted), from its checkpoint:
+    done = ef.runs.Run.resume("runs/a").run()
+    ```
+"""
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from ..config import TrainConfig
+from ..data import FashionMNIST, load_fashion_mnist
+from ..dataset import Splits
+from ..ensemble import CrossValidation, Folds, Grid, SweepResult, cross_validate, sweep
+from ..ensemble.grid import SWEEP_VALIDATION
+from ..intervals import Callback
+from ..model import Model
+from ..state import TrainState
+from ..train import Members
+from .cadence import EVERY_MINUTE, CheckpointEvery
+from .files import write_cross_validation
+from .folder import RunFolder, refuse_results
+from .run import RunResult, run_splits, train_run
+from .saved import Run, open_teacher
+from .summary import RunError
+
+TEACHER_FOLDER = "teacher"
+"""Where a distilled run without a teacher of its own trains one, inside its folder."""
+
+Outcome = RunResult | SweepResult | CrossValidation
+"""What a finished [`Training`][eqx_fmnist.runs.start.Training] trained: a run's
+`RunResult`, a sweep's `SweepResult` or cross-validation's `CrossValidation`."""
+
+
+@dataclasses.dataclass
+class Finished:
+    """What [`Training.run`][eqx_fmnist.runs.start.Training.run] returns: the `outcome`
+    (see `Outcome`) and the `summary` written to `summary.json`."""
+
+    outcome: Outcome
+    summary: dict[str, Any]
+
+
+@dataclasses.dataclass
+class Training:
+    """A run ready to train in its folder; make one with
+    [`Run.new`][eqx_fmnist.runs.saved.Run.new] or
+    [`Run.resume`][eqx_fmnist.runs.saved.Run.resume].
+
+    **Fields:** `folder` (the [`RunFolder`][eqx_fmnist.runs.RunFolder]: its path, plan,
+    checkpoint and last saved step), `config`, `members` (the choice of an ensemble,
+    sweep or cv, else `None`), `data`, `splits`, `state` and `start` (a resume's), and
+    `teacher` (the teacher's checkpoint, for a distilled run)."""
+
+    folder: RunFolder
+    config: TrainConfig
+    members: Members | None
+    data: FashionMNIST
+    splits: Splits
+    state: TrainState | None
+    start: int
+    teacher: Path | None
+    teacher_model: Model | None
+
+    @property
+    def kind(self) -> str:
+        """`"sweep"` (a `Grid`), `"cv"` (`Folds`) or `"train"` (one run or an ensemble)."""
+        return _kind(self.members)
+
+    @property
+    def total_steps(self) -> int:
+        return self.folder.plan.total_steps
+
+    def run(self, callbacks: Sequence[Callback] = ()) -> Finished:
+        """Train in the folder, then finish it; `callbacks` are called after each
+        logging interval, before the folder's own (history, checkpoint, stop).
+
+        **Raises:**
+
+        [`Interrupted`][eqx_fmnist.runs.Interrupted] after the checkpoint of a stop
+        asked for (a first SIGINT or SIGTERM, or `folder.request_stop()`): continue with
+        `Run.resume(folder.checkpoint)`. `NonFiniteError`, as `fit` raises it.
+        """
+        with self.folder as folder, folder.stop_on_signals():
+            outcome = self._train([*callbacks, folder.callback])
+            return Finished(outcome, self._finish(outcome))
+
+    def _train(self, callbacks: list[Callback]) -> Outcome:
+        config, splits, state = self.config, self.splits, self.state
+        if isinstance(self.members, Grid):
+            grid, seeds = self.members.values, self.members.seeds
+            return sweep(config, splits, grid, seeds, state=state, callback=callbacks)
+        if isinstance(self.members, Folds):
+            k = self.members.k
+            return cross_validate(config, splits, k, callback=callbacks, state=state)
+        return train_run(
+            config,
+            splits,
+            members=self.members,
+            state=state,
+            callback=callbacks,
+            teacher=self.teacher_model,
+        )
+
+    def _finish(self, outcome: Outcome) -> dict[str, Any]:
+        if isinstance(outcome, SweepResult):
+            return self.folder.finish_sweep(outcome)
+        if isinstance(outcome, CrossValidation):
+            summary = self.folder.finish(outcome.result, self.data)
+            write_cross_validation(self.folder.folder, outcome)
+            return summary
+        return self.folder.finish(outcome.result, self.data, outcome.calibration)
+
+
+def _kind(members: Members | None) -> str:
+    if isinstance(members, Grid):
+        return "sweep"
+    return "cv" if isinstance(members, Folds) else "train"
+
+
+def new_run(
+    out: str | os.PathLike,
+    config: TrainConfig,
+    *,
+    members: Members | None = None,
+    teacher: str | os.PathLike | None = None,
+    data: FashionMNIST | None = None,
+    overwrite: bool = False,
+    checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+    tensorboard: bool = False,
+) -> Training:
+    """[`Run.new`][eqx_fmnist.runs.saved.Run.new]."""
+    if isinstance(members, Grid) and not config.validation_size:
+        config = config.with_changes(validation_size=SWEEP_VALIDATION)
+    return _training(
+        out,
+        config,
+        members,
+        data,
+        teacher=teacher,
+        overwrite=overwrite,
+        checkpoint_every=checkpoint_every,
+        tensorboard=tensorboard,
+    )
+
+
+def resume_run(
+    checkpoint: str | os.PathLike,
+    *,
+    kind: str | None = None,
+    out: str | os.PathLike | None = None,
+    data: FashionMNIST | None = None,
+    overwrite: bool = False,
+    checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+    tensorboard: bool = False,
+) -> Training:
+    """[`Run.resume`][eqx_fmnist.runs.saved.Run.resume]."""
+    saved = Run.open(checkpoint)
+    found = _kind(saved.choice)
+    if kind is not None and found != kind:
+        raise RunError(f"{checkpoint} is the checkpoint of a {found} run, not of a {kind} run.")
+    return _training(
+        saved.folder if out is None else out,
+        saved.config,
+        saved.choice,
+        data,
+        resume=saved,
+        teacher=saved.teacher(),
+        overwrite=overwrite,
+        checkpoint_every=checkpoint_every,
+        tensorboard=tensorboard,
+    )
+
+
+def _training(
+    out: str | os.PathLike,
+    config: TrainConfig,
+    members: Members | None,
+    data: FashionMNIST | None,
+    *,
+    teacher: str | os.PathLike | None,
+    resume: Run | None = None,
+    **folder_options: Any,
+) -> Training:
+    """Every check before a file is written, then the folder; in a multi-process run
+    every process trains and only process 0 keeps the folder (the others write a
+    temporary one)."""
+    teacher_path, teacher_model = None, None
+    if teacher is not None:
+        try:
+            teacher_path, teacher_model = open_teacher(teacher, config)
+        except RunError as e:
+            raise RunError(f"the teacher {teacher}: {e}") from None
+    data = load_fashion_mnist() if data is None else data
+    try:
+        splits = run_splits(config, data)
+        num_train = len(splits.train)
+        if isinstance(members, Folds):
+            _check_cv(config, members, num_train, resume)
+            num_train = members.rows(num_train, config).size
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    if jax.process_index() != 0:
+        out, folder_options["overwrite"] = tempfile.mkdtemp(prefix="eqx-fmnist-"), True
+    folder = RunFolder(
+        out,
+        config,
+        num_train=num_train,
+        start_step=resume.step if resume else 0,
+        members=members,
+        teacher=teacher_path,
+        resume_from=resume.folder if resume else None,
+        **folder_options,
+    )
+    state, start = (resume.state, resume.step) if resume else (None, 0)
+    return Training(
+        folder, config, members, data, splits, state, start, teacher_path, teacher_model
+    )
+
+
+def _check_cv(config: TrainConfig, folds: Folds, num_train: int, resume: Run | None) -> None:
+    """Cross-validation's own checks: no validation split (each fold validates its
+    member) and, resuming, a checkpoint written by cross-validation on these data."""
+    if config.validation_size:
+        raise ValueError(
+            "cross-validation validates each member on its own fold: give no validation split (validation_size=0)."
+        )
+    size = folds.rows(num_train, config).size
+    if resume and (resume.saved.num_train != size or resume.members != folds.configs(config)):
+        raise ValueError(f"{resume.checkpoint} was not written by cross-validation on these data.")
+
+
+def teacher_training(
+    out: str | os.PathLike,
+    student: TrainConfig,
+    *,
+    teacher: TrainConfig | None = None,
+    data: FashionMNIST | None = None,
+    overwrite: bool = False,
+    checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+) -> Training | None:
+    """The teacher a distilled run without one trains first (`eqx-fmnist train
+    --distilled`), into `out/teacher`: `teacher` (defaults to
+    [`TrainConfig.teacher()`][eqx_fmnist.config.TrainConfig.teacher], a CNN) with the
+    student's seed and held-out splits, so that no image the student holds out teaches
+    it. `None` when a finished teacher is there already (and not `overwrite`). A student
+    folder that holds results is refused first, not minutes later.
+    """
+    out = Path(out)
+    if not overwrite:
+        refuse_results(out)
+    where = out / TEACHER_FOLDER
+    if (where / "summary.json").is_file() and not overwrite:
+        return None
+    config = (TrainConfig.teacher() if teacher is None else teacher).with_changes(
+        seed=student.seed,
+        validation_size=student.validation_size,
+        calibration_size=student.calibration_size,
+    )
+    return new_run(where, config, data=data, overwrite=overwrite, checkpoint_every=checkpoint_every)
