@@ -12,7 +12,6 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # saved as much compile time as they cost in running the tests that train for longer).
 # `EQX_FMNIST_TEST_OPTIMIZE=all` compiles every test fully optimised.
 _CHEAP_ALLOWED = os.environ.get("EQX_FMNIST_TEST_OPTIMIZE", "") != "all"
-_CHEAP_ALWAYS = os.environ.get("EQX_FMNIST_TEST_OPTIMIZE", "") == "none"
 
 _HUGEPAGES = "ignore:Transparent hugepages are not enabled:UserWarning"
 

@@ -144,7 +144,7 @@ def test_a_single_runs_checkpoint_is_not_a_sweep(tmp_path, capsys):
     config = TrainConfig(steps=5, hidden_sizes=(8,))
     save_checkpoint(tmp_path / "c.eqx", init_state(config, 100), config, num_train=100)
     status = cli.main(["--no-compile-cache", "sweep", "--resume", str(tmp_path / "c.eqx")])
-    assert status == 2 and "not a sweep's" in capsys.readouterr().err
+    assert status == 2 and "not of a sweep run" in capsys.readouterr().err
 
 
 @pytest.mark.slow
