@@ -243,9 +243,7 @@ def _compile_cheaply(cheap: bool) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    _compile_cheaply(
-        _CHEAP_ALWAYS or (_CHEAP_ALLOWED and item.get_closest_marker("quick_compile") is not None)
-    )
+    _compile_cheaply(_CHEAP_ALLOWED and item.get_closest_marker("quick_compile") is not None)
     _TALLY.current = item.nodeid
     yield
     _TALLY.current = compile_report.OUTSIDE
