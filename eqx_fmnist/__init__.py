@@ -41,6 +41,7 @@ from .cache import (
 )
 from .calibration import (
     Calibration as Calibration,
+    ViewsError as ViewsError,
     calibrate as calibrate,
     calibration_metrics as calibration_metrics,
 )

@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Shaped
 
 from .attributions import Explanation, explain
-from .augment import Move, tta_name
+from .augment import Move
 from .calibration import Calibration
 from .evaluation import member_probabilities, predict_logits, scaled_softmax
 from .model import Model
@@ -101,18 +101,13 @@ def answer(
 
     **Raises:**
 
-    `ValueError` for views other than the calibration's, or a calibration and a
-    temperature together.
+    `ViewsError` (a `ValueError`) for views other than the calibration's; `ValueError`
+    for a calibration and a temperature together.
     """
     if calibration is not None:
-        if tta is not None and tuple(tta) != tuple(calibration.tta or ()):
-            raise ValueError(
-                f"the calibration was fitted with tta {tta_name(calibration.tta)}, not "
-                f"{tta_name(tta)}: its temperature and sets hold only for those views."
-            )
         if temperature != 1.0:
             raise ValueError("give a calibration or a temperature, not both.")
-        tta, temperature = calibration.tta, calibration.temperature
+        tta, temperature = calibration.views(tta), calibration.temperature
     x = jnp.asarray(images)
     logits = predict_logits(model, x, policy=policy, tta=tta).astype(jnp.float32)
     probs = np.asarray(scaled_softmax(logits, temperature))

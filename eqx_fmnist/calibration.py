@@ -18,6 +18,7 @@ detector, and is saved beside a run's checkpoint (`calibration.safetensors`).
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer
 
+from .augment import tta_name
 from .conformal import COVERAGE, ConformalSets, fit_sets
 from .dataset import ArrayDataset
 from .evaluation import padded_logits
@@ -261,6 +263,10 @@ def calibration_report(
 # --------------------------------------------------------------------------- stored
 
 
+class ViewsError(ValueError):
+    """Views other than those a calibration was fitted on."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """What a run learns about its own probabilities on held-out images: the temperature,
@@ -274,6 +280,24 @@ class Calibration:
     held_out: int
     sets: ConformalSets | None = None
     tta: tuple[Move, ...] | None = None
+
+    def views(self, tta: Sequence[Move] | None = None) -> tuple[Move, ...] | None:
+        """The views to average over under this calibration: its own (`self.tta`, the
+        outputs its temperature and sets were fitted on). `tta`, when given (`()` for
+        the image alone), must repeat them.
+
+        **Raises:**
+
+        `ViewsError` (a `ValueError`) naming both, for other views: the library's one
+        rule for them (answers, exports, a run's `--tta`).
+        """
+        if tta is not None and tuple(tta) != tuple(self.tta or ()):
+            raise ViewsError(
+                f"the calibration was fitted with tta {tta_name(self.tta)}, not "
+                f"{tta_name(tuple(tta))}: its temperature and prediction sets hold only for "
+                "those views; use them, or calibrate again with these."
+            )
+        return self.tta
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write a safetensors file (atomically); the numbers are in its metadata."""

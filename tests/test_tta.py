@@ -125,7 +125,7 @@ def test_every_export_computes_the_views_it_was_calibrated_on(fmt, images, tmp_p
 
     import eqx_fmnist as ef
     from eqx_fmnist.augment import TTA_SHIFTS
-    from eqx_fmnist.export import ExportError, export_model
+    from eqx_fmnist.export import export_model
     from eqx_fmnist.export.check import FORMATS
 
     if fmt == "onnx":
@@ -168,7 +168,7 @@ def test_every_export_computes_the_views_it_was_calibrated_on(fmt, images, tmp_p
     assert_sets_match(out["prediction_set"], ref, calibration.sets.thresholds)
     # Views other than the calibration's would void its temperature and sets.
     for other in (((0, 0, False), (0, 0, True)), ()):  # the mirror alone; no views at all
-        with pytest.raises(ExportError, match="fitted on the views"):
+        with pytest.raises(ef.ViewsError, match="fitted with tta shifts, not"):
             export_model(
                 stack,
                 ef.FLOAT32,
@@ -275,7 +275,7 @@ def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(tmp
         ("export", out, "--tta", "none", "--out", tmp_path / "no" / "m.stablehlo", *data),
     ):
         refused = run_cli_here(*argv)
-        assert refused.returncode == 2 and "calibrated with --tta mirror" in refused.stderr
+        assert refused.returncode == 2 and "fitted with tta mirror, not" in refused.stderr
         assert not (tmp_path / "no").exists()
     artifact = tmp_path / "m.stablehlo"
     assert run_cli_here("export", out, "--out", artifact, *data).returncode == 0

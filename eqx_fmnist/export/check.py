@@ -261,7 +261,7 @@ def export_model(
     if tta is None and calibration is None:
         tta = config.views
     portable = to_portable(models, calibration=calibration, temperature=temperature, tta=tta)
-    tta = calibration.tta if calibration is not None else (tuple(tta or ()) or None)
+    tta = calibration.views(tta) if calibration is not None else (tuple(tta or ()) or None)
     trust = calibration if kind.trust else None
     # A format that does not keep the run's policy holds float32 weights and is checked
     # as a consumer runs it, in float32.

@@ -124,7 +124,8 @@ def to_portable(
     **Raises:**
 
     `ExportError` for a model whose activation is not `jax.nn.gelu` (the tanh form every
-    artifact writes), or `tta` other than the views the calibration was fitted on.
+    artifact writes); `ViewsError` for `tta` other than the views the calibration was
+    fitted on.
     """
     if isinstance(models, MLP) and models.activation is not jax.nn.gelu:
         raise ExportError(
@@ -132,13 +133,7 @@ def to_portable(
             f"{getattr(models.activation, '__name__', models.activation)!r}."
         )
     if calibration is not None:
-        if tta is not None and tuple(tta) != (calibration.tta or ()):
-            raise ExportError(
-                f"the calibration was fitted on the views {calibration.tta or 'none'}, not "
-                f"{tuple(tta) or 'none'}: its temperature and sets hold only for those; "
-                "export with its views."
-            )
-        temperature, tta = calibration.temperature, calibration.tta
+        temperature, tta = calibration.temperature, calibration.views(tta)
     k = num_members(models)
     # The MLP's layers, which the formats other than StableHLO write (another model
     # has none: they refuse it).

@@ -11,7 +11,7 @@ import numpy as np
 from jaxtyping import Array, Shaped
 
 from ..answers import Answer, answer
-from ..augment import TTA_VIEWS, Move, tta_name
+from ..augment import TTA_VIEWS, Move
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
@@ -202,19 +202,13 @@ class Run:
 
         **Raises:**
 
-        `RunError` for views other than a calibration's: its temperature and prediction
-        sets were fitted on those outputs and hold for no other.
+        `ViewsError` for views other than a calibration's
+        ([`Calibration.views`][eqx_fmnist.calibration.Calibration.views]).
         """
+        named = None if tta is None else TTA_VIEWS[tta]
         if self.calibration is None:
-            return self.config.views if tta is None else TTA_VIEWS[tta]
-        fitted = tta_name(self.calibration.tta)
-        if tta is not None and tta != fitted:
-            raise RunError(
-                f"--tta {tta}: the run was calibrated with --tta {fitted}, and its "
-                f"temperature and prediction sets hold only for those outputs; use --tta "
-                f"{fitted}, or train again with --tta {tta}."
-            )
-        return self.calibration.tta
+            return self.config.views if tta is None else named
+        return self.calibration.views(None if tta is None else (named or ()))
 
     def answer(
         self,
