@@ -379,8 +379,8 @@ def fit(
             "own trains as one run from its first step (a state already holds its model)."
         )
     check_own_model(config, model)
+    plan = plan_run(config, num_train, members=len(configs))
     state = starting_state(configs, members is not None, state, num_train, model)
-    plan = plan_run(config, num_train)
     soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
     if soft is not None and table_pays(config, plan.total_steps, len(train)):
         soft = soft.table(train.images, augmentation_of(config)) or soft

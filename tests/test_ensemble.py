@@ -125,18 +125,22 @@ def test_a_member_that_diverges_is_named(small):
 
 def test_members_that_would_not_fit_in_memory_are_refused_before_compiling(small, monkeypatch):
     import eqx_fmnist as ef
-    from eqx_fmnist import step
-    from eqx_fmnist.ensemble import members
+    from eqx_fmnist import intervals, step
 
-    monkeypatch.setattr(members, "_device_memory", lambda device: (50 * 2**20, "free"))
+    monkeypatch.setattr(intervals, "_device_memory", lambda device: (50 * 2**20, "free"))
     traces = eqx.debug.get_num_traces(step._steps_traced)
     with pytest.raises(ValueError, match=r"100 members need about .* GiB.*at most \d+ members"):
         ef.fit_ensemble(config(hidden_sizes=(256, 128)), ef.Splits(small, small), seeds=100)
+    # Every kind of members is checked where fit plans the run: cross-validation too.
+    with pytest.raises(ValueError, match=r"100 members need about .* GiB"):
+        ef.fit(
+            config(hidden_sizes=(256, 128)), ef.Splits(small, None), members=ef.ensemble.Folds(100)
+        )
     assert eqx.debug.get_num_traces(step._steps_traced) == traces
 
 
 def test_the_memory_estimate_grows_with_the_members():
-    from eqx_fmnist.ensemble import check_memory
+    from eqx_fmnist.intervals import check_memory
     from eqx_fmnist.state import state_bytes
 
     c = config()

@@ -2,7 +2,7 @@
 
 The modules: `choice` (members as a choice: `Seeds`, `Grid`, `Folds`, `Bootstrap`,
 `Listed`, each knowing its configs, rows and validation; the seeds and grids they are
-made of), `members` (`fit_ensemble`, the memory check), `grid` (`sweep`, `SweepResult`),
+made of), `members` (`fit_ensemble`; `fit` checks that the members fit in memory), `grid` (`sweep`, `SweepResult`),
 `cv` (`cross_validate`, `CrossValidation`). The wrappers choose the members and call
 [`fit`][eqx_fmnist.train.fit], whose stacked state
 ([`init_members`][eqx_fmnist.state.init_members]) runs every chunk of steps under
@@ -27,8 +27,4 @@ from .choice import (
 )
 from .cv import CrossValidation as CrossValidation, cross_validate as cross_validate
 from .grid import SweepResult as SweepResult, sweep as sweep
-from .members import (
-    MEMORY_FRACTION as MEMORY_FRACTION,
-    check_memory as check_memory,
-    fit_ensemble as fit_ensemble,
-)
+from .members import fit_ensemble as fit_ensemble

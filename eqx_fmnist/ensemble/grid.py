@@ -14,7 +14,6 @@ from ..intervals import Callback
 from ..state import TrainState, select_members
 from ..train import TrainResult, fit
 from .choice import Grid, grid_configs
-from .members import check_memory
 
 
 @dataclasses.dataclass
@@ -161,7 +160,6 @@ def sweep(
         )
     config = config.with_changes(validation_size=len(splits.validation))
     points, seeds, configs = grid_configs(config, grid, seeds)
-    check_memory(configs, len(splits.train))
     unseen = dataclasses.replace(splits, test=None)  # the test set is not for choosing
     members = fit(
         config,

@@ -42,7 +42,7 @@ from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import save_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
-from ..ensemble import SweepResult, check_memory
+from ..ensemble import SweepResult
 from ..fileio import FolderInUse, FolderLock, atomic_write, remove_stale_parts
 from ..intervals import History, plan_run
 from ..parallel import make_mesh
@@ -165,13 +165,12 @@ class RunFolder:
         the device's memory.
         """
         # What would refuse the run refuses it before a file is written.
-        self.plan = plan_run(config, num_train)
         self.members = None if members is None else members.configs(config)
         self._choice = None if members is None else members.to_dict()
         try:
+            self.plan = plan_run(config, num_train, members=len(self.members or (config,)))
             if config.devices > 1 or jax.process_count() > 1:
                 make_mesh(config.devices)  # as many devices as it asks for
-            check_memory(self.members or (config,), num_train)
         except ValueError as e:
             raise RunError(str(e)) from None
         self.folder = Path(folder)
