@@ -81,6 +81,9 @@ def test_subsets_are_refused_where_they_do_not_fit(small):
         ef.fit(config(), ef.Splits(small.take(np.arange(100)), small), members=two)
     with pytest.raises(ValueError, match="validation split"):
         ef.fit(config(), ef.Splits(small, small, validation=small), members=Folds(2))
+    # One rule, in the folds: a config that holds out a validation split.
+    with pytest.raises(ValueError, match="on its own fold: give validation_size=0"):
+        ef.cross_validate(config(validation_size=64), ef.Splits(small, small), k=2)
     with pytest.raises(ValueError, match="at least 2 folds"):
         Folds(1)
     # Configs where `members` is meant: the suite's type checker refuses them in `fit`;

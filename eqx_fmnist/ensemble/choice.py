@@ -226,6 +226,13 @@ class Folds(_OnTheirRows):
         return _checked([config.with_changes(seed=s) for s in member_seeds(config, self.k)])
 
     def rows(self, num_train: int, config: TrainConfig) -> Subsets:
+        """The folds (`ValueError` for a config that holds out a validation split: each
+        fold validates its own member)."""
+        if config.validation_size:
+            raise ValueError(
+                "cross-validation validates each member on its own fold: give "
+                "validation_size=0 (drop --validation-size)."
+            )
         subsets = kfold(num_train, self.k, seed=config.seed)
         if subsets.size < config.batch_size:
             raise ValueError(

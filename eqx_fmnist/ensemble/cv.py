@@ -98,10 +98,6 @@ def cross_validate(
         cv.accuracy_mean, cv.accuracy_std, cv.probabilities.shape  # (60000, 10)
         ```
     """
-    if config.validation_size:
-        raise ValueError(
-            "cross-validation validates each member on its own fold: give validation_size=0."
-        )
     splits = (
         data
         if isinstance(data, Splits)

@@ -239,12 +239,8 @@ def _training(
 
 
 def _check_cv(config: TrainConfig, folds: Folds, num_train: int, resume: Run | None) -> None:
-    """Cross-validation's own checks: no validation split (each fold validates its
-    member) and, resuming, a checkpoint written by cross-validation on these data."""
-    if config.validation_size:
-        raise ValueError(
-            "cross-validation validates each member on its own fold: give no validation split (validation_size=0)."
-        )
+    """Resuming cross-validation: a checkpoint it wrote on these data (the folds check
+    the config themselves)."""
     size = folds.rows(num_train, config).size
     if resume and (resume.saved.num_train != size or resume.members != folds.configs(config)):
         raise ValueError(f"{resume.checkpoint} was not written by cross-validation on these data.")
