@@ -104,8 +104,8 @@ def cross_validate(
         else split_data(data, calibration_size=config.calibration_size)
     )
     folds = Folds(k)
+    subsets = folds.rows(len(splits.train), config)  # the rows fit deals, and their checks
     result = fit(config, splits, members=folds, callback=callback, state=state)
-    subsets = folds.rows(len(splits.train), config)  # dealt again: the same rows
     assert subsets.held_out is not None
     probs = np.zeros((len(splits.train), 10), np.float32)
     for i, fold in enumerate(subsets.held_out):
