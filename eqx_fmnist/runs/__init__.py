@@ -25,6 +25,7 @@ from .folder import (
     FIGURES as FIGURES,
     LOCK_NAME as LOCK_NAME,
     RESULT_FILES as RESULT_FILES,
+    TEACHER_FILE as TEACHER_FILE,
     RunFolder as RunFolder,
     default_folder as default_folder,
     refuse_results as refuse_results,
@@ -37,7 +38,6 @@ from .report import (
 )
 from .run import RunResult as RunResult, run_splits as run_splits, train_run as train_run
 from .saved import (
-    TEACHER_FILE as TEACHER_FILE,
     Run as Run,
     checkpoint_path as checkpoint_path,
     open_teacher as open_teacher,

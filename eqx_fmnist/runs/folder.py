@@ -57,10 +57,11 @@ from ..train import Members, TrainResult
 from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
 from .files import SWEEP_FILES, write_sweep
 from .report import run_report, time_split
-from .saved import TEACHER_FILE
 from .summary import CHECKPOINT_NAME, RunError, read_history, summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"
+TEACHER_FILE = "teacher.json"
+"""Where a distilled run's folder names its teacher, so that a resume finds it."""
 FIGURES = (
     "examples.png",
     "training_curve.png",

@@ -17,16 +17,16 @@ from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..distill import Teacher
-from ..ensemble import members_from
+from ..ensemble import Grid, members_from
+from ..ensemble.grid import SWEEP_VALIDATION
 from ..model import Model
 from ..precision import Policy
 from ..state import TrainState
 from ..train import Members
 from .cadence import EVERY_MINUTE, CheckpointEvery
+from .folder import TEACHER_FILE
+from .start import Resumed, Training, kind_of, start_training
 from .summary import CHECKPOINT_NAME, RunError
-
-TEACHER_FILE = "teacher.json"
-"""Where a distilled run's folder names its teacher, so that a resume finds it."""
 
 
 def checkpoint_path(where: str | os.PathLike) -> Path:
@@ -85,7 +85,7 @@ class Run:
         overwrite: bool = False,
         checkpoint_every: CheckpointEvery = EVERY_MINUTE,
         tensorboard: bool = False,
-    ):
+    ) -> Training:
         """A new run in folder `out`, ready to train: a
         [`Training`][eqx_fmnist.runs.start.Training] (call its `run`).
 
@@ -109,14 +109,20 @@ class Run:
         teacher this student cannot learn from, members too large for the memory, or
         splits the members cannot use.
         """
-        from .start import new_run  # start.py builds on this module
-
-        return new_run(
+        if isinstance(members, Grid) and not config.validation_size:
+            config = config.with_changes(validation_size=SWEEP_VALIDATION)
+        opened = None
+        if teacher is not None:
+            try:
+                opened = open_teacher(teacher, config)
+            except RunError as e:
+                raise RunError(f"the teacher {teacher}: {e}") from None
+        return start_training(
             out,
             config,
-            members=members,
-            teacher=teacher,
-            data=data,
+            members,
+            data,
+            teacher=opened,
             overwrite=overwrite,
             checkpoint_every=checkpoint_every,
             tensorboard=tensorboard,
@@ -132,7 +138,7 @@ class Run:
         overwrite: bool = False,
         checkpoint_every: CheckpointEvery = EVERY_MINUTE,
         tensorboard: bool = False,
-    ):
+    ) -> Training:
         """The run of `checkpoint` (a file or its folder), ready to train on from its
         step: a [`Training`][eqx_fmnist.runs.start.Training] with the saved config,
         members, state and teacher, in its own folder or in `out` (which then takes
@@ -146,13 +152,19 @@ class Run:
         (its summary written; `overwrite` finishes it again), a teacher gone, or
         cross-validation's checkpoint on other data.
         """
-        from .start import resume_run  # start.py builds on this module
-
-        return resume_run(
-            checkpoint,
-            kind=kind,
-            out=out,
-            data=data,
+        run = Run.open(checkpoint)
+        found = kind_of(run.choice)
+        if kind is not None and found != kind:
+            raise RunError(f"{checkpoint} is the checkpoint of a {found} run, not of a {kind} run.")
+        where = run.teacher()
+        opened = None if where is None else open_teacher(where, run.config)
+        return start_training(
+            run.folder if out is None else out,
+            run.config,
+            run.choice,
+            data,
+            teacher=opened,
+            resume=Resumed(run.checkpoint, run.saved),
             overwrite=overwrite,
             checkpoint_every=checkpoint_every,
             tensorboard=tensorboard,

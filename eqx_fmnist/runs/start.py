@@ -28,11 +28,11 @@ from typing import Any
 
 import jax
 
+from ..checkpoint import Checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import Splits
 from ..ensemble import CrossValidation, Folds, Grid, SweepResult, cross_validate, sweep
-from ..ensemble.grid import SWEEP_VALIDATION
 from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
@@ -41,7 +41,6 @@ from .cadence import EVERY_MINUTE, CheckpointEvery
 from .files import write_cross_validation
 from .folder import RunFolder, refuse_results
 from .run import RunResult, run_splits, train_run
-from .saved import Run, open_teacher
 from .summary import RunError
 
 TEACHER_FOLDER = "teacher"
@@ -85,7 +84,7 @@ class Training:
     @property
     def kind(self) -> str:
         """`"sweep"` (a `Grid`), `"cv"` (`Folds`) or `"train"` (one run or an ensemble)."""
-        return _kind(self.members)
+        return kind_of(self.members)
 
     @property
     def total_steps(self) -> int:
@@ -132,118 +131,67 @@ class Training:
         return self.folder.finish(outcome.result, self.data, outcome.calibration)
 
 
-def _kind(members: Members | None) -> str:
-    if isinstance(members, Grid):
-        return "sweep"
-    return "cv" if isinstance(members, Folds) else "train"
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """What a resume continues from: the checkpoint's path and what it holds."""
+
+    checkpoint: Path
+    saved: Checkpoint
 
 
-def new_run(
-    out: str | os.PathLike,
-    config: TrainConfig,
-    *,
-    members: Members | None = None,
-    teacher: str | os.PathLike | None = None,
-    data: FashionMNIST | None = None,
-    overwrite: bool = False,
-    checkpoint_every: CheckpointEvery = EVERY_MINUTE,
-    tensorboard: bool = False,
-) -> Training:
-    """[`Run.new`][eqx_fmnist.runs.saved.Run.new]."""
-    if isinstance(members, Grid) and not config.validation_size:
-        config = config.with_changes(validation_size=SWEEP_VALIDATION)
-    return _training(
-        out,
-        config,
-        members,
-        data,
-        teacher=teacher,
-        overwrite=overwrite,
-        checkpoint_every=checkpoint_every,
-        tensorboard=tensorboard,
-    )
-
-
-def resume_run(
-    checkpoint: str | os.PathLike,
-    *,
-    kind: str | None = None,
-    out: str | os.PathLike | None = None,
-    data: FashionMNIST | None = None,
-    overwrite: bool = False,
-    checkpoint_every: CheckpointEvery = EVERY_MINUTE,
-    tensorboard: bool = False,
-) -> Training:
-    """[`Run.resume`][eqx_fmnist.runs.saved.Run.resume]."""
-    saved = Run.open(checkpoint)
-    found = _kind(saved.choice)
-    if kind is not None and found != kind:
-        raise RunError(f"{checkpoint} is the checkpoint of a {found} run, not of a {kind} run.")
-    return _training(
-        saved.folder if out is None else out,
-        saved.config,
-        saved.choice,
-        data,
-        resume=saved,
-        teacher=saved.teacher(),
-        overwrite=overwrite,
-        checkpoint_every=checkpoint_every,
-        tensorboard=tensorboard,
-    )
-
-
-def _training(
+def start_training(
     out: str | os.PathLike,
     config: TrainConfig,
     members: Members | None,
     data: FashionMNIST | None,
     *,
-    teacher: str | os.PathLike | None,
-    resume: Run | None = None,
+    teacher: tuple[Path, Model] | None = None,
+    resume: Resumed | None = None,
     **folder_options: Any,
 ) -> Training:
-    """Every check before a file is written, then the folder; in a multi-process run
+    """Every check before a file is written, then the folder (what
+    [`Run.new`][eqx_fmnist.runs.saved.Run.new] and
+    [`Run.resume`][eqx_fmnist.runs.saved.Run.resume] share); in a multi-process run
     every process trains and only process 0 keeps the folder (the others write a
     temporary one)."""
-    teacher_path, teacher_model = None, None
-    if teacher is not None:
-        try:
-            teacher_path, teacher_model = open_teacher(teacher, config)
-        except RunError as e:
-            raise RunError(f"the teacher {teacher}: {e}") from None
     data = load_fashion_mnist() if data is None else data
     try:
         splits = run_splits(config, data)
         num_train = len(splits.train)
         if isinstance(members, Folds):
-            _check_cv(config, members, num_train, resume)
-            num_train = members.rows(num_train, config).size
+            num_train = members.rows(num_train, config).size  # the folds check the config
+            if resume and (
+                resume.saved.num_train != num_train
+                or resume.saved.members != members.configs(config)
+            ):
+                raise ValueError(
+                    f"{resume.checkpoint} was not written by cross-validation on these data."
+                )
     except ValueError as e:
         raise RunError(str(e)) from None
     if jax.process_index() != 0:
         out, folder_options["overwrite"] = tempfile.mkdtemp(prefix="eqx-fmnist-"), True
+    step = resume.saved.step if resume else 0
     folder = RunFolder(
         out,
         config,
         num_train=num_train,
-        start_step=resume.step if resume else 0,
+        start_step=step,
         members=members,
-        teacher=teacher_path,
-        resume_from=resume.folder if resume else None,
+        teacher=teacher[0] if teacher else None,
+        resume_from=resume.checkpoint.parent if resume else None,
         **folder_options,
     )
-    state, start = (resume.state, resume.step) if resume else (None, 0)
-    return Training(
-        folder, config, members, data, splits, state, start, teacher_path, teacher_model
-    )
+    state = resume.saved.state if resume else None
+    path, model = teacher if teacher else (None, None)
+    return Training(folder, config, members, data, splits, state, step, path, model)
 
 
-def _check_cv(config: TrainConfig, folds: Folds, num_train: int, resume: Run | None) -> None:
-    """Resuming cross-validation: a checkpoint it wrote on these data (the folds check
-    the config themselves)."""
-    size = folds.rows(num_train, config).size
-    if resume and (resume.saved.num_train != size or resume.members != folds.configs(config)):
-        raise ValueError(f"{resume.checkpoint} was not written by cross-validation on these data.")
+def kind_of(members: Members | None) -> str:
+    """What a run of `members` is: `"sweep"` (a `Grid`), `"cv"` (`Folds`) or `"train"`."""
+    if isinstance(members, Grid):
+        return "sweep"
+    return "cv" if isinstance(members, Folds) else "train"
 
 
 def teacher_training(
@@ -273,4 +221,6 @@ def teacher_training(
         validation_size=student.validation_size,
         calibration_size=student.calibration_size,
     )
-    return new_run(where, config, data=data, overwrite=overwrite, checkpoint_every=checkpoint_every)
+    return start_training(
+        where, config, None, data, overwrite=overwrite, checkpoint_every=checkpoint_every
+    )
