@@ -196,10 +196,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
         for name in grid:
             setattr(args, name, None)
-        seeds = member_seeds(config_from_args(args), 2 if args.seeds is None else args.seeds)
-        members = Grid(grid, seeds)
+        config = config_from_args(args)
+        members = Grid(grid, member_seeds(config, 2 if args.seeds is None else args.seeds))
         out = args.out or default_folder()
-        training = Run.new(out, config_from_args(args), members=members, data=fm, **options)
+        training = Run.new(out, config, members=members, data=fm, **options)
     members = training.members
     assert isinstance(members, Grid)
     count, config = len(members.configs(training.config)), training.config

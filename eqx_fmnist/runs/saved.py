@@ -111,18 +111,12 @@ class Run:
         """
         if isinstance(members, Grid) and not config.validation_size:
             config = config.with_changes(validation_size=SWEEP_VALIDATION)
-        opened = None
-        if teacher is not None:
-            try:
-                opened = open_teacher(teacher, config)
-            except RunError as e:
-                raise RunError(f"the teacher {teacher}: {e}") from None
         return start_training(
             out,
             config,
             members,
             data,
-            teacher=opened,
+            teacher=_opened_teacher(teacher, config),
             overwrite=overwrite,
             checkpoint_every=checkpoint_every,
             tensorboard=tensorboard,
@@ -156,14 +150,12 @@ class Run:
         found = kind_of(run.choice)
         if kind is not None and found != kind:
             raise RunError(f"{checkpoint} is the checkpoint of a {found} run, not of a {kind} run.")
-        where = run.teacher()
-        opened = None if where is None else open_teacher(where, run.config)
         return start_training(
             run.folder if out is None else out,
             run.config,
             run.choice,
             data,
-            teacher=opened,
+            teacher=_opened_teacher(run.teacher(), run.config),
             resume=Resumed(run.checkpoint, run.saved),
             overwrite=overwrite,
             checkpoint_every=checkpoint_every,
@@ -268,6 +260,18 @@ def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, M
     except ValueError as e:
         raise RunError(str(e)) from None
     return run.checkpoint, run.model
+
+
+def _opened_teacher(
+    where: str | os.PathLike | None, config: TrainConfig
+) -> tuple[Path, Model] | None:
+    """`open_teacher`'s answer for a run that names a teacher, its error naming it."""
+    if where is None:
+        return None
+    try:
+        return open_teacher(where, config)
+    except RunError as e:
+        raise RunError(f"the teacher {where}: {e}") from None
 
 
 def read_teacher(folder: str | os.PathLike) -> Path | None:

@@ -80,6 +80,9 @@ class Training:
     start: int
     teacher: Path | None
     teacher_model: Model | None
+    scratch: tempfile.TemporaryDirectory | None = dataclasses.field(default=None, repr=False)
+    """The temporary folder a process other than 0 of a multi-process run writes (it
+    goes with the `Training`)."""
 
     @property
     def kind(self) -> str:
@@ -169,8 +172,10 @@ def start_training(
                 )
     except ValueError as e:
         raise RunError(str(e)) from None
+    scratch = None
     if jax.process_index() != 0:
-        out, folder_options["overwrite"] = tempfile.mkdtemp(prefix="eqx-fmnist-"), True
+        scratch = tempfile.TemporaryDirectory(prefix="eqx-fmnist-")
+        out, folder_options["overwrite"] = scratch.name, True
     step = resume.saved.step if resume else 0
     folder = RunFolder(
         out,
@@ -184,7 +189,7 @@ def start_training(
     )
     state = resume.saved.state if resume else None
     path, model = teacher if teacher else (None, None)
-    return Training(folder, config, members, data, splits, state, step, path, model)
+    return Training(folder, config, members, data, splits, state, step, path, model, scratch)
 
 
 def kind_of(members: Members | None) -> str:
