@@ -57,12 +57,33 @@ def _to_dtype(value, what: str) -> np.dtype:
     return dtype
 
 
+FLOAT16_OVERFLOW = 65520.0
+"""The smallest magnitude that float16 rounds to infinity (its largest finite is 65504)."""
+
+
+def astype(x: Array | np.ndarray, dtype: DTypeLike) -> Array | np.ndarray:
+    """`x.astype(dtype)`, with float16's overflow to infinity made explicit.
+
+    IEEE float16 rounds a magnitude of 65520 or more to infinity, and a CPU's conversion
+    does. A TPU has no float16 arithmetic: its float16 values may keep float32's range
+    (measured on a v5e: 2^40 cast to float16 and back came back 2^40), so a loss-scaled
+    gradient that overflows on a CPU or GPU stayed finite there, and a dynamic loss scale
+    never saw the overflow it exists to catch. Setting such values to infinity before the
+    cast gives float16 one meaning on every backend; elsewhere it changes no bit.
+    """
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.float16 and x.dtype != dtype and jnp.issubdtype(x.dtype, jnp.floating):
+        x = jnp.where(jnp.abs(x) < FLOAT16_OVERFLOW, x, x * jnp.inf)
+    return x.astype(dtype)
+
+
 def _cast(tree: PyTree, dtype: np.dtype) -> PyTree:
-    """Cast the floating-point array leaves of `tree` to `dtype`; leave the rest alone."""
+    """Cast the floating-point array leaves of `tree` to `dtype` (by `astype`, so float16
+    overflows alike everywhere); leave the rest alone."""
 
     def cast(x):
         if isinstance(x, jax.Array | np.ndarray) and jnp.issubdtype(x.dtype, jnp.floating):
-            return x.astype(dtype)
+            return astype(x, dtype)
         return x
 
     return jtu.tree_map(cast, tree)
@@ -233,7 +254,7 @@ def _dense(x, weight, compute, accumulate, precision):
 
 
 def _dense_fwd(x, weight, compute, accumulate, precision):
-    xc, wc = x.astype(compute), weight.astype(compute)
+    xc, wc = astype(x, compute), astype(weight, compute)
     out = jax.lax.dot_general(
         xc, wc, _CONTRACT_LAST, precision=precision, preferred_element_type=accumulate
     )
@@ -244,7 +265,7 @@ def _dense_fwd(x, weight, compute, accumulate, precision):
 
 def _dense_bwd(compute, accumulate, precision, residuals, g):
     xc, wc, x_kind, w_kind = residuals
-    gc = g.astype(compute)
+    gc = astype(g, compute)
     dx = jax.lax.dot_general(
         gc, wc, _CONTRACT_OUT, precision=precision, preferred_element_type=accumulate
     )
@@ -253,11 +274,11 @@ def _dense_bwd(compute, accumulate, precision, residuals, g):
     # operands' batch axis instead, XLA's CPU backend runs the bf16 step at 1.14x a
     # float32 one; in this form, 1.2x (benchmarks/results/step_costs.md). The same
     # numbers either way.
-    gt = jax.lax.optimization_barrier(g.T).astype(compute)
+    gt = astype(jax.lax.optimization_barrier(g.T), compute)
     dw = jax.lax.dot_general(
         gt, xc, _CONTRACT_INNER, precision=precision, preferred_element_type=accumulate
     )
-    return dx.astype(x_kind.dtype), dw.astype(w_kind.dtype)
+    return astype(dx, x_kind.dtype), astype(dw, w_kind.dtype)
 
 
 _dense.defvjp(_dense_fwd, _dense_bwd)

@@ -37,7 +37,7 @@ from .distill import Teacher, TeacherTable
 from .losses import accuracy, cross_entropy, soft_cross_entropy
 from .model import batch_logits
 from .parallel import batch_sharding, check_divisible
-from .precision import NoOpLossScale, all_finite, optax_promotion
+from .precision import NoOpLossScale, all_finite, astype, optax_promotion
 from .state import TrainState
 
 
@@ -65,7 +65,7 @@ def _cast_like(tree, like):
     update rounded to their own dtype, and the optimiser state keeps the dtypes it was
     initialised with: a compiled loop's carry must not change type.
     """
-    return jtu.tree_map(lambda t, ref: t.astype(ref.dtype) if eqx.is_array(t) else t, tree, like)
+    return jtu.tree_map(lambda t, ref: astype(t, ref.dtype) if eqx.is_array(t) else t, tree, like)
 
 
 def _averaged(state: TrainState, model):

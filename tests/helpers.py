@@ -348,6 +348,16 @@ def run_cli_here(*args):
     return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
 
 
+def run_cli_beside_children(*args):
+    """`eqx-fmnist ARGS` on the backend a child process computes on: in this process on
+    a CPU (`run_cli_here`, cheaper), in a child where this process holds an accelerator
+    (the suite's children run on the CPU, conftest.py). For a result compared bit for bit
+    with a child's: the same program on two backends rounds differently."""
+    if jax.default_backend() == "cpu":
+        return run_cli_here(*args)
+    return run_cli(*args)
+
+
 @contextlib.contextmanager
 def _signals_taken_by_runs():
     """The stop requests a run folder's signal handler makes while inside."""

@@ -8,7 +8,14 @@ import time
 import numpy as np
 import pytest
 
-from helpers import run_cli, run_cli_here, small_config, start_cli, tree_allclose, wait_for
+from helpers import (
+    run_cli,
+    run_cli_beside_children,
+    small_config,
+    start_cli,
+    tree_allclose,
+    wait_for,
+)
 
 
 def test_runs_are_bitwise_deterministic(small):
@@ -74,10 +81,10 @@ def _interruptible(real_data) -> list:
 
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory, real_data):
-    """The run without interruption, once for both signals (in this process: the same
-    program and data as the CLI process that is interrupted)."""
+    """The run without interruption, once for both signals, on the backend of the CLI
+    process that is interrupted (the same program and data)."""
     out = tmp_path_factory.mktemp("faults") / "straight"
-    straight = run_cli_here("train", *_interruptible(real_data), "--out", out)
+    straight = run_cli_beside_children("train", *_interruptible(real_data), "--out", out)
     assert straight.returncode == 0, straight.stderr
     return out
 
@@ -105,7 +112,7 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(sig, tmp_path, real_d
     assert proc.returncode == 130 and "--resume" in err
     cut_step = load_checkpoint(out / "checkpoint.eqx").step
     assert 10 <= cut_step < 120
-    resumed = run_cli_here(
+    resumed = run_cli_beside_children(
         "train", "--resume", out / "checkpoint.eqx", "--data-dir", real_data.source
     )
     assert resumed.returncode == 0, resumed.stderr

@@ -154,6 +154,35 @@ def test_float16_with_dynamic_loss_scale_trains_and_skips_overflows(real_dataset
     assert result.history[-1]["loss"] < 0.6 and result.test.accuracy > 0.8
 
 
+def test_float16_overflows_to_infinity_as_ieee_float16_does_on_every_backend():
+    """`precision.astype` against numpy's IEEE float16 conversion at the edge of its range
+    (65504 is the largest finite, 65520 the first to round to infinity), through a
+    compiled program, and the dense layer's gradient under a loss scale of 2^40: the
+    float16 cotangent overflows, so the weight gradient is infinite. (A TPU keeps float32's
+    range in its float16 values: there both were finite before `astype` said otherwise.)"""
+    import jax
+
+    from eqx_fmnist.precision import MIXED_F16, astype
+
+    x = np.array([65504, 65519.99, 65520, -65520, 1e9, -3e38, 6e-8, 1.5, np.nan], np.float32)
+    got = jax.jit(lambda v: astype(v, jnp.float16).astype(jnp.float32))(x)
+    with np.errstate(over="ignore"):  # numpy warns of the overflow it is asked for
+        ieee = x.astype(np.float16).astype(np.float32)
+    got = np.asarray(got)
+    # Infinite exactly where IEEE's are, with their signs; the finite values rounded as
+    # float16 rounds (a TPU may keep more of their digits: it stores float32 there).
+    assert (np.isinf(got) == np.isinf(ieee)).all() and (np.isnan(got) == np.isnan(ieee)).all()
+    assert (got[np.isinf(got)] == ieee[np.isinf(ieee)]).all()
+    finite = np.isfinite(ieee)
+    np.testing.assert_allclose(got[finite], x[finite], rtol=2.0**-11, atol=2.0**-25)
+
+    def scaled(w):
+        return (MIXED_F16.dense(jnp.ones((4, 8)), w) * 2.0**40).sum()
+
+    dw = jax.jit(jax.grad(scaled))(jnp.ones((3, 8)))
+    assert np.isinf(np.asarray(dw)).all()
+
+
 def eqx_tree_at_loss_scale(state, loss_scale):
     import equinox as eqx
 
