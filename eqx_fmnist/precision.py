@@ -27,17 +27,8 @@ import numpy as np
 from jax.typing import DTypeLike
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
-_DTYPES: dict[str, np.dtype] = {
-    "float32": jnp.dtype("float32"),
-    "f32": jnp.dtype("float32"),
-    "bfloat16": jnp.dtype("bfloat16"),
-    "bf16": jnp.dtype("bfloat16"),
-    "float16": jnp.dtype("float16"),
-    "f16": jnp.dtype("float16"),
-    "float64": jnp.dtype("float64"),
-    "f64": jnp.dtype("float64"),
-}
 _SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
+_DTYPES: dict[str, np.dtype] = {n: jnp.dtype(k) for k, v in _SHORT.items() for n in (k, v)}
 _KEYS = {"p": "param", "params": "param", "c": "compute", "compute": "compute"}
 _KEYS |= {"o": "output", "output": "output"}
 
@@ -62,14 +53,11 @@ FLOAT16_OVERFLOW = 65520.0
 
 
 def astype(x: Array | np.ndarray, dtype: DTypeLike) -> Array | np.ndarray:
-    """`x.astype(dtype)`, with float16's overflow to infinity made explicit.
+    """`x.astype(dtype)`, overflowing to infinity as IEEE float16 does on every backend.
 
-    IEEE float16 rounds a magnitude of 65520 or more to infinity, and a CPU's conversion
-    does. A TPU has no float16 arithmetic: its float16 values may keep float32's range
-    (measured on a v5e: 2^40 cast to float16 and back came back 2^40), so a loss-scaled
-    gradient that overflows on a CPU or GPU stayed finite there, and a dynamic loss scale
-    never saw the overflow it exists to catch. Setting such values to infinity before the
-    cast gives float16 one meaning on every backend; elsewhere it changes no bit.
+    A TPU's float16 values may keep float32's range (on a v5e, 2^40 cast to float16 and
+    back came back 2^40), so a loss scale never saw the overflow it exists to catch:
+    magnitudes float16 rounds to infinity are set to it first. Elsewhere no bit changes.
     """
     dtype = jnp.dtype(dtype)
     if dtype == jnp.float16 and x.dtype != dtype and jnp.issubdtype(x.dtype, jnp.floating):
@@ -78,8 +66,7 @@ def astype(x: Array | np.ndarray, dtype: DTypeLike) -> Array | np.ndarray:
 
 
 def _cast(tree: PyTree, dtype: np.dtype) -> PyTree:
-    """Cast the floating-point array leaves of `tree` to `dtype` (by `astype`, so float16
-    overflows alike everywhere); leave the rest alone."""
+    """The floating-point array leaves of `tree` cast to `dtype` by `astype`."""
 
     def cast(x):
         if isinstance(x, jax.Array | np.ndarray) and jnp.issubdtype(x.dtype, jnp.floating):
@@ -179,14 +166,11 @@ class Policy(eqx.Module):
 
     @property
     def matmul_precision(self) -> jax.lax.Precision:
-        """The precision every matmul of the policy asks XLA for: `DEFAULT` for a
-        bfloat16 compute dtype, whose operands every backend multiplies exactly,
-        accumulating in float32; `HIGHEST` for the others, so that `c=f32` means float32
-        products on every backend (JAX's default lets a TPU multiply float32 in one
-        bfloat16 pass, about three digits, and recent NVIDIA GPUs in TF32) and `c=f16`
-        float16 products (a TPU has no float16 multiplier: at the default it rounds the
-        operands to bfloat16, 8 bits of their 11). A CPU computes the products asked for
-        either way."""
+        """The precision every matmul of the policy asks XLA for: `DEFAULT` for bfloat16
+        (every backend multiplies its operands exactly, accumulating in float32);
+        `HIGHEST` for the others, so that `c=f32` means float32 products everywhere (at
+        JAX's default a TPU multiplies float32 in one bfloat16 pass, a recent NVIDIA GPU in
+        TF32) and `c=f16` float16 ones (a TPU's default rounds them to bfloat16)."""
         if self.compute_dtype == jnp.bfloat16:
             return jax.lax.Precision.DEFAULT
         return jax.lax.Precision.HIGHEST
@@ -202,11 +186,9 @@ class Policy(eqx.Module):
         [`accumulate_dtype`][eqx_fmnist.precision.Policy.accumulate_dtype].
 
         Both inputs are cast to the compute dtype and the product is returned in the
-        accumulation dtype (`preferred_element_type`), never rounded back to the
-        compute dtype. That is the form bfloat16 hardware runs fast (GPU and TPU tensor
-        cores, CPUs with AMX or AVX512-BF16 where XLA uses them), and it keeps float32's
-        accuracy in every sum. With a float32 policy it is a float32 matmul at
-        [`matmul_precision`][eqx_fmnist.precision.Policy.matmul_precision] `HIGHEST`.
+        accumulation dtype (`preferred_element_type`), never rounded back: the form
+        bfloat16 hardware runs fast (tensor cores, AMX), with float32's accuracy in every
+        sum. With a float32 policy it is a float32 matmul at `HIGHEST`.
         """
         a, b = self.cast_to_compute(a), self.cast_to_compute(b)
         acc = self.accumulate_dtype
@@ -269,11 +251,9 @@ def _dense_bwd(compute, accumulate, precision, residuals, g):
     dx = jax.lax.dot_general(
         gc, wc, _CONTRACT_OUT, precision=precision, preferred_element_type=accumulate
     )
-    # The weight gradient g.T @ x as a plain matmul of g.T, transposed before the cast
-    # (the barrier keeps XLA from folding the transpose into the dot): contracting both
-    # operands' batch axis instead, XLA's CPU backend runs the bf16 step at 1.14x a
-    # float32 one; in this form, 1.2x (benchmarks/results/step_costs.md). The same
-    # numbers either way.
+    # g.T @ x with g.T transposed before the cast (the barrier keeps XLA from folding it
+    # into the dot): XLA's CPU runs the bf16 step at 1.2x a float32 one in this form, 1.14x
+    # contracting both batch axes (benchmarks/results/step_costs.md); the same numbers.
     gt = astype(jax.lax.optimization_barrier(g.T), compute)
     dw = jax.lax.dot_general(
         gt, xc, _CONTRACT_INNER, precision=precision, preferred_element_type=accumulate
@@ -352,10 +332,7 @@ class StaticLossScale(_ScaledLoss):
     loss_scale: Float[Array, ""]
 
     def __init__(self, loss_scale: float | Float[Array, ""] = 2.0**15):
-        """**Arguments:**
-
-        - `loss_scale`: the scale. Defaults to `2 ** 15`.
-        """
+        """**Arguments:** `loss_scale`, the scale. Defaults to `2 ** 15`."""
         self.loss_scale = jnp.asarray(loss_scale, jnp.float32)
 
     def adjust(self, grads_finite: Bool[Array, ""]) -> "StaticLossScale":
