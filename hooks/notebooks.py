@@ -1,64 +1,217 @@
-"""Each tutorial as a Jupyter notebook, made from its page when the site is built.
+"""Each tutorial as a Jupyter notebook, run once in a fresh kernel, and its page built from
+that run.
 
-The page's executed blocks (```python exec="on" ...```) become code cells, in order and
-unchanged; the prose and every other block become markdown cells between them. The site
-serves the notebooks at `notebooks/<page>.ipynb`, and each tutorial links to its own.
-`tests/test_notebooks.py` checks that a notebook's code is its page's code and runs one
-end to end in a Jupyter kernel.
+The page's executed blocks (```python exec="on" ...```) become code cells, in order; the
+prose and every other block become markdown cells between them, with what a notebook
+cannot follow made plain: `--8<--` includes inlined, `[text][eqx_fmnist.x]`
+cross-references and links to other pages pointed at the site's pages, and a figure
+printed as an `<img>` tag for the page displayed instead (`print(figure_to_html(...))`
+becomes `display(figure_to_html(...))`, which a notebook shows as a PNG). The first cell names the install a notebook needs, its
+extras included.
+
+When the site is built, every tutorial's notebook is executed in a fresh kernel (the
+reader's way, one session per page) before any page is rendered, and each page's blocks
+are replaced by their code and that run's outputs: the code runs once, not once for the
+page and again for the notebook. The site serves the executed notebooks at
+`notebooks/<page>.ipynb`; the same notebooks without outputs are committed under
+`docs/notebooks/` (`python hooks/notebooks.py` writes them; a test keeps them equal).
 """
 
+import logging
 import re
+import time
 from pathlib import Path
 
 import nbformat
 
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 EXEC_BLOCK = re.compile(r"^```python ([^\n]*exec=\"on\"[^\n]*)\n(.*?)^```\n?", re.M | re.S)
-INSTALL = (
-    "This notebook is made from the page of the same name in eqx_fmnist's documentation. "
-    "It needs the library installed in the kernel's environment (from a checkout: "
-    "`pip install -e .`) and finds the data as the library does (downloading them if "
-    "need be)."
-)
+OPTION = re.compile(r'(\w+)="([^"]*)"')
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)
+CROSS_REF = re.compile(r"\[([^\]]+)\]\[(eqx_fmnist[\w.]*)\]")
+PAGE_LINK = re.compile(r"\]\((?!https?:|#)([^)#\s]+\.md)(#[^)\s]*)?\)")
+FIGURE_CALL = re.compile(r"\b(print|display)(\(\s*figure_to_html\()")
+# What a page's code imports beyond the core library, and the extra that installs it.
+EXTRAS = {"onnx": ("onnx", "onnxruntime"), "audit": ("cleanlab", "audit_labels")}
+log = logging.getLogger("mkdocs.hooks.notebooks")
+
+
+def install_note(markdown: str) -> str:
+    """The first cell: what the notebook needs installed, with the extras its code uses."""
+    code = "\n".join(m.group(2) for m in EXEC_BLOCK.finditer(markdown))
+    extras = [name for name, words in EXTRAS.items() if any(w in code for w in words)]
+    command = f"pip install -e '.[{','.join(extras)}]'" if extras else "pip install -e ."
+    return (
+        "This notebook is the page of the same name in eqx_fmnist's documentation. Install "
+        f"the library into the kernel's environment first (from a checkout: `{command}`); "
+        "it finds the data as the library does (downloading them if need be)."
+    )
+
+
+def api_pages() -> dict[str, str]:
+    """Each documented module (`::: eqx_fmnist.x` in `docs/api/`) and its API page."""
+    pages = {}
+    for page in sorted((DOCS / "api").glob("*.md")):
+        for name in re.findall(r"^::: ([\w.]+)", page.read_text(), re.M):
+            pages[name] = page.stem
+    return pages
+
+
+def resolve_links(text: str, pages: dict[str, str]) -> str:
+    """A markdown cell's cross-references and page links as links into the site (seen from
+    `notebooks/`); a tutorial's link goes to its notebook, the file beside this one."""
+
+    def cross_ref(match: re.Match) -> str:
+        label, name = match.groups()
+        owners = [m for m in pages if name == m or name.startswith(m + ".")]
+        if not owners:
+            raise ValueError(f"no API page documents {name!r} (docs/api/*.md)")
+        return f"[{label}](../api/{pages[max(owners, key=len)]}/#{name})"
+
+    def page_link(match: re.Match) -> str:
+        path, anchor = match.group(1), match.group(2) or ""
+        if "/" not in path:  # another tutorial: its notebook
+            return f"]({path[: -len('.md')]}.ipynb{anchor})"
+        target = path.removeprefix("../").removesuffix(".md")
+        target = "" if target == "index" else f"{target}/"
+        return f"](../{target}{anchor})"
+
+    return PAGE_LINK.sub(page_link, CROSS_REF.sub(cross_ref, text))
+
+
+def inline_snippets(text: str) -> str:
+    return SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text().rstrip("\n"), text)
+
+
+def notebook_code(code: str, options: dict[str, str]) -> str:
+    """A block's code as a notebook runs it: a figure printed for the page is displayed."""
+    code = code.rstrip("\n")
+    if options.get("html") == "true":
+        code = FIGURE_CALL.sub(r"display\2", code)
+    return code
 
 
 def page_to_notebook(markdown: str) -> nbformat.NotebookNode:
-    """The notebook of one page: its executed blocks as code cells, the rest as markdown."""
-    cells = [nbformat.v4.new_markdown_cell(INSTALL)]
+    """The notebook of one page: its executed blocks as code cells (each keeping its
+    block's options in its metadata), the rest as markdown."""
+    pages = api_pages()
+    cells = [nbformat.v4.new_markdown_cell(install_note(markdown))]
+
+    def prose(text: str) -> None:
+        if text.strip():
+            cells.append(
+                nbformat.v4.new_markdown_cell(resolve_links(inline_snippets(text.strip()), pages))
+            )
+
     at = 0
     for match in EXEC_BLOCK.finditer(markdown):
-        prose = markdown[at : match.start()].strip()
-        if prose:
-            cells.append(nbformat.v4.new_markdown_cell(prose))
-        cells.append(nbformat.v4.new_code_cell(match.group(2).rstrip("\n")))
+        prose(markdown[at : match.start()])
+        options = dict(OPTION.findall(match.group(1)))
+        cell = nbformat.v4.new_code_cell(notebook_code(match.group(2), options))
+        cell.metadata["page_block"] = options
+        cells.append(cell)
         at = match.end()
-    if markdown[at:].strip():
-        cells.append(nbformat.v4.new_markdown_cell(markdown[at:].strip()))
+    prose(markdown[at:])
+    for i, cell in enumerate(cells):
+        cell.id = f"cell-{i}"  # stable, so the committed copy is written alike each time
     notebook = nbformat.v4.new_notebook(cells=cells)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     return notebook
+
+
+def run_notebook(notebook: nbformat.NotebookNode, *, timeout: int = 1200) -> float:
+    """Execute `notebook` in place in a fresh kernel started in the project's root (where
+    the site build runs a page's code); returns the seconds it took. A cell's error
+    raises, naming the cell."""
+    from nbclient import NotebookClient
+
+    start = time.perf_counter()
+    NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT)}},
+    ).execute()
+    return time.perf_counter() - start
+
+
+def rendered(cell: nbformat.NotebookNode) -> str:
+    """A code cell as the page shows it: its code (unless the block hides it), then its
+    outputs as the block asked (text in a `text` block, HTML as is, else Markdown)."""
+    options = cell.metadata["page_block"]
+    code = cell.source
+    if options.get("html") == "true":
+        code = FIGURE_CALL.sub(r"print\2", code)
+    parts = [f"```python\n{code}\n```"] if options.get("source") == "above" else []
+    text, html = [], []
+    for out in cell.outputs:
+        if out.output_type == "stream" and out.name == "stdout":
+            text.append(out.text)
+        elif "image/png" in out.get("data", {}):
+            alt = out.data.get("text/plain", "figure").strip("'\"")
+            html.append(f'<img alt="{alt}" src="data:image/png;base64,{out.data["image/png"]}">')
+    printed = "".join(text).rstrip("\n")
+    if options.get("result") == "text":
+        parts.append(f"```text\n{printed}\n```" if printed else "")
+    else:
+        parts.append("\n".join(html) if html else printed)
+    return "\n\n".join(p for p in parts if p) + "\n"
 
 
 def is_tutorial(src_path: str) -> bool:
     return src_path.replace("\\", "/").startswith("tutorials/")
 
 
+_executed: dict[str, nbformat.NotebookNode] = {}
+
+
+def on_pre_build(config):
+    """Run every tutorial's notebook, each in a fresh kernel, before any page is built."""
+    _executed.clear()
+    for page in sorted((Path(config["docs_dir"]) / "tutorials").glob("*.md")):
+        notebook = page_to_notebook(page.read_text())
+        seconds = run_notebook(notebook)
+        log.info("notebook %s ran in a fresh kernel in %.1f s", page.stem, seconds)
+        notebook.metadata["eqx_fmnist"] = {"seconds": round(seconds, 1)}
+        _executed[page.stem] = notebook
+
+
 def on_page_markdown(markdown, page, config, files):
-    """A link to the page's notebook under its title."""
+    """A tutorial's blocks replaced by their code and its notebook's outputs, and a link
+    to the notebook under the title."""
     if not is_tutorial(page.file.src_path):
         return markdown
     stem = Path(page.file.src_path).stem
+    cells = iter(c for c in _executed[stem].cells if c.cell_type == "code")
+    markdown = EXEC_BLOCK.sub(lambda m: rendered(next(cells)), markdown)
     link = (
         f'<p class="notebook-link"><a href="../../notebooks/{stem}.ipynb" download>'
-        "Download this page as a Jupyter notebook</a></p>"
+        "Download this page as a Jupyter notebook</a> (run; its outputs are this page's)</p>"
     )
     title, _, rest = markdown.partition("\n")
     return f"{title}\n\n{link}\n{rest}"
 
 
 def on_post_build(config):
-    """Write every tutorial's notebook into the site."""
-    docs, site = Path(config["docs_dir"]), Path(config["site_dir"])
-    out = site / "notebooks"
+    """Write every tutorial's executed notebook into the site."""
+    out = Path(config["site_dir"]) / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
-    for page in sorted((docs / "tutorials").glob("*.md")):
-        nbformat.write(page_to_notebook(page.read_text()), out / f"{page.stem}.ipynb")
+    for stem, notebook in _executed.items():
+        nbformat.write(notebook, out / f"{stem}.ipynb")
+
+
+def write_committed(folder: Path = DOCS / "notebooks") -> list[Path]:
+    """The notebooks without outputs, as committed under `docs/notebooks/`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for page in sorted((DOCS / "tutorials").glob("*.md")):
+        path = folder / f"{page.stem}.ipynb"
+        nbformat.write(page_to_notebook(page.read_text()), path)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for path in write_committed():
+        print(path.relative_to(ROOT))

@@ -93,12 +93,35 @@ def save_pixels(
     return Path(path)
 
 
-def figure_to_html(fig: Figure, *, alt: str = "figure", dpi: int = 100) -> str:
-    """An `<img>` tag holding `fig` as an inline PNG, for notebooks and the docs."""
-    import base64
+class InlineFigure(str):
+    """A figure as an `<img>` tag holding an inline PNG (a `str`: `print` writes the tag,
+    which a page built from printed HTML shows), that a notebook displays as the image
+    (IPython's `_repr_png_`). Its `repr` is the image's alt text."""
+
+    alt: str
+
+    def __new__(cls, png: bytes, alt: str) -> "InlineFigure":
+        import base64
+
+        data = base64.b64encode(png).decode()
+        tag = super().__new__(cls, f'<img alt="{alt}" src="data:image/png;base64,{data}">')
+        tag.alt = alt
+        return tag
+
+    def _repr_png_(self) -> bytes:
+        import base64
+
+        return base64.b64decode(self.split("base64,", 1)[1].rstrip('">'))
+
+    def __repr__(self) -> str:
+        return self.alt
+
+
+def figure_to_html(fig: Figure, *, alt: str = "figure", dpi: int = 100) -> InlineFigure:
+    """`fig` as an inline PNG: an `<img>` tag to print into a page, which a notebook
+    shows as the image ([`InlineFigure`][eqx_fmnist.plots.figure.InlineFigure])."""
     import io
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
-    data = base64.b64encode(buffer.getvalue()).decode()
-    return f'<img alt="{alt}" src="data:image/png;base64,{data}">'
+    return InlineFigure(buffer.getvalue(), alt)
