@@ -63,12 +63,15 @@ class Augmentation:
         `ERASE_SIZES` pixels) is set to zero. `0`: never.
     - `shift_distribution`: how each move in x and y is drawn (see
         [`random_shifts`][eqx_fmnist.augment.random_shifts]).
+    - `mixup`: each image mixed with another of its batch, its share drawn from
+        Beta(mixup, mixup) ([`mix_batch`][eqx_fmnist.batches.mix_batch]). `0`: none.
     """
 
     shift: int = 0
     mirror: bool = False
     erase: float = 0.0
     shift_distribution: ShiftDistribution = "uniform"
+    mixup: float = 0.0
 
     def __post_init__(self):
         if isinstance(self.shift, bool) or not isinstance(self.shift, int):
@@ -83,6 +86,9 @@ class Augmentation:
         ok = isinstance(self.erase, int | float) and not isinstance(self.erase, bool)
         if not (ok and math.isfinite(self.erase) and 0.0 <= self.erase <= 1.0):
             raise ValueError(f"`erase` must be a probability in [0, 1], but got {self.erase!r}.")
+        ok = isinstance(self.mixup, int | float) and not isinstance(self.mixup, bool)
+        if not (ok and math.isfinite(self.mixup) and self.mixup >= 0):
+            raise ValueError(f"`mixup` must be a number >= 0 (0: none), but got {self.mixup!r}.")
         choices = typing.get_args(ShiftDistribution)
         if self.shift_distribution not in choices:
             raise ValueError(
@@ -107,6 +113,7 @@ def augmentation_of(config) -> Augmentation:
         mirror=config.mirror,
         erase=config.erase,
         shift_distribution=config.shift_distribution,
+        mixup=config.mixup,
     )
 
 
@@ -383,9 +390,9 @@ def finite_views(augmentation: Augmentation) -> "tuple[Move, ...] | None":
     [`augment_with_views`][eqx_fmnist.augment.augment_with_views] numbers them: each
     move `(dx, dy)` in `-shift..shift` (dy the slower), each as it is and, with
     `mirror`, mirrored. `None` when the views are not a finite set (an augmentation that
-    erases: a patch anywhere). The default recipe's: 25 moves x 2 = 50 views.
+    erases a patch anywhere, or mixes images). The default recipe's: 25 x 2 = 50 views.
     """
-    if augmentation.erase > 0:
+    if augmentation.erase > 0 or augmentation.mixup > 0:
         return None
     s, flips = augmentation.shift, (False, True) if augmentation.mirror else (False,)
     return tuple((dx, dy, f) for dy in range(-s, s + 1) for dx in range(-s, s + 1) for f in flips)

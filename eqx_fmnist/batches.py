@@ -13,9 +13,10 @@ each step gathers its own batch while it is in cache.
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+from jaxtyping import Array, Float, Shaped
 
 from .augment import SIDE, augment, augment_with_views
-from .dataset import ArrayDataset, batch_indices
+from .dataset import ArrayDataset, batch_indices, normalize
 from .distill import TeacherTable
 from .state import TrainState
 
@@ -72,3 +73,32 @@ def data_platform(dataset: ArrayDataset) -> str:
         return next(iter(dataset.images.devices())).platform
     except (AttributeError, jax.errors.ConcretizationTypeError):
         return jax.default_backend()
+
+
+MIX_STREAM = 0x6D6978
+"""Folded into a step's augmentation key for its mixup draws (apart from its moves')."""
+
+
+def mix_batch(
+    key, x: Float[Array, "batch 784"], concentration: float
+) -> tuple[Float[Array, "batch 784"], Float[Array, " batch"]]:
+    """Mixup (Zhang et al. 2018) of normalised images: image `b` becomes
+    `share[b] * x[b] + (1 - share[b]) * x[n - 1 - b]` (its partner: the batch reversed,
+    whose order is random already), `share ~ Beta(concentration, concentration)` per
+    image. Returns the mixed batch and `share`."""
+    share = jr.beta(key, concentration, concentration, (x.shape[0],), jnp.float32)
+    return share[:, None] * x + (1.0 - share[:, None]) * x[::-1], share
+
+
+def step_inputs(
+    st: TrainState, x: Shaped[Array, "batch 784"]
+) -> tuple[Float[Array, "batch 784"], Float[Array, " batch"] | None]:
+    """A step's batch as the model and a teacher see it: normalised, and, with the
+    state's `mixup`, mixed in pairs (`mix_batch`, keyed by the state's key and step),
+    with each image's share (`None` without mixing)."""
+    x = normalize(x)
+    concentration = st.settings.augmentation.mixup
+    if concentration == 0:
+        return x, None
+    key = jr.fold_in(jr.fold_in(augment_key(st.key), st.step), MIX_STREAM)
+    return mix_batch(key, x, concentration)

@@ -83,9 +83,10 @@ class TrainConfig:
         these channels and a head of `hidden_sizes` (the MLP's teacher).
     - `decay_biases`: AdamW's weight decay on the biases too (`False`: weights alone).
     - `seed`: the initial weights, the batch order and the augmentation's choices.
-    - `shift`, `mirror`, `erase`: on-device augmentation of each training batch (see
-        [`Augmentation`][eqx_fmnist.augment.Augmentation]): random moves of up to
-        `shift` pixels, left-right mirrors, erased rectangles.
+    - `shift`, `mirror`, `erase`, `mixup`: on-device augmentation of each training batch
+        ([`Augmentation`][eqx_fmnist.augment.Augmentation]): random moves of up to `shift`
+        pixels, mirrors, erased rectangles, images mixed in pairs (a teacher answers on
+        the mix: function matching).
     - `ema_decay`: keep an exponential moving average of the weights (in the state
         and the checkpoint); evaluation, calibration, export and prediction use it.
     - `distill_temperature`, `distill_weight`: how a student learns from a teacher
@@ -180,6 +181,9 @@ class TrainConfig:
     erase: float = _field(
         0.0, "probability of zeroing a random rectangle of each training image (0: never)"
     )
+    mixup: float = _field(
+        0.0, "mix training images in pairs, shares ~ Beta(mixup, mixup) (0: none)"
+    )
     ema_decay: float = _field(
         0.0,
         "keep an exponential moving average of the weights with this decay, and use it (0: none)",
@@ -212,7 +216,7 @@ class TrainConfig:
         number("learning_rate", self.learning_rate, low=0.0, low_open=True)
         number("weight_decay", self.weight_decay, low=0.0)
         number("label_smoothing", self.label_smoothing, low=0.0, high=1.0)
-        augmentation_of(self)  # checks shift, mirror and erase
+        augmentation_of(self)  # checks shift, mirror, erase and mixup
         number("ema_decay", self.ema_decay, low=0.0, high=1.0)
         if self.ema_decay == 1.0:
             raise ValueError("`ema_decay` must be below 1 (1 would never move the average).")

@@ -38,12 +38,34 @@ def cross_entropy(
 
     A float32 scalar: the mean over the examples the mask keeps (0 if it keeps none).
     """
+    nll = _nll(logits, labels, label_smoothing)
+    w = _weights(labels, mask)
+    return (nll * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+
+def _nll(logits, labels, label_smoothing) -> Float[Array, " batch"]:
+    """Each example's cross-entropy against its (smoothed) label."""
     log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     nll = -jnp.take_along_axis(log_p, labels[:, None], axis=-1)[:, 0]
     if isinstance(label_smoothing, jax.Array) or label_smoothing:
         nll = (1.0 - label_smoothing) * nll - label_smoothing * log_p.mean(axis=-1)
-    w = _weights(labels, mask)
-    return (nll * w).sum() / jnp.maximum(w.sum(), 1.0)
+    return nll
+
+
+def mixed_cross_entropy(
+    logits: Float[Array, "batch classes"],
+    labels: Int[Array, " batch"],
+    share: Float[Array, " batch"],
+    *,
+    label_smoothing: float | Float[Array, ""] = 0.0,
+) -> Float[Array, ""]:
+    """Mixup's cross-entropy: example `b` is `share[b]` of image `b` and the rest of its
+    partner, image `n - 1 - b` ([`mix_batch`][eqx_fmnist.batches.mix_batch]), so its
+    target mixes the two labels alike, and the loss (linear in the target) is the mean of
+    `share * CE(label) + (1 - share) * CE(partner's label)`."""
+    mine = _nll(logits, labels, label_smoothing)
+    theirs = _nll(logits, labels[::-1], label_smoothing)
+    return jnp.mean(share * mine + (1.0 - share) * theirs)
 
 
 def accuracy(

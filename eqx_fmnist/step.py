@@ -6,7 +6,7 @@
   [`train_epoch`][eqx_fmnist.step.train_epoch]: the fast path. Many steps in one
   compiled call, as a `lax.scan` in which each step computes its own batch's indices
   ([`batch_indices`][eqx_fmnist.dataset.batch_indices]), gathers those rows on the
-  device and moves, mirrors or erases them as the state's augmentation says
+  device and moves, mirrors, erases or mixes them as the state's augmentation says
   ([`augment`][eqx_fmnist.augment.augment]), with the state's buffers donated. The host
   reads metrics once per call. A [`Teacher`][eqx_fmnist.distill.Teacher] adds its soft
   targets on the same batch; a state that keeps a weight average updates it every step.
@@ -31,25 +31,29 @@ import optax
 from jaxtyping import Array, Int, Shaped
 
 from .augment import augment
-from .batches import augment_key, block_steps, data_platform, step_batch
-from .dataset import ArrayDataset, normalize, steps_per_epoch
+from .batches import augment_key, block_steps, data_platform, step_batch, step_inputs
+from .dataset import ArrayDataset, steps_per_epoch
 from .distill import Teacher, TeacherTable
-from .losses import accuracy, cross_entropy, soft_cross_entropy
+from .losses import accuracy, cross_entropy, mixed_cross_entropy, soft_cross_entropy
 from .model import batch_logits
 from .parallel import batch_sharding, check_divisible
 from .precision import NoOpLossScale, all_finite, astype, optax_promotion
 from .state import TrainState
 
 
-def _loss(model, x, y, policy, label_smoothing, loss_scale, soft=None):
+def _loss(model, x, y, policy, label_smoothing, loss_scale, soft=None, share=None):
     """The scaled loss of normalised images `x`, and `(loss, accuracy)`; `soft` is
-    distillation's `(teacher's log probabilities, temperature, weight)`."""
+    distillation's `(teacher's log probabilities, temperature, weight)`, `share` each
+    image's share of a mixup pair (the labels mixed alike)."""
     # Profiles show these operations as `forward`, and their gradients as
     # `transpose(jvp(forward))`: the backward pass.
     with jax.named_scope("forward"):
         # One batch-level forward: with bf16/f16 its backward multiplies in that dtype too.
         logits = batch_logits(model, x, policy)
-        loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
+        if share is None:
+            loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
+        else:
+            loss = mixed_cross_entropy(logits, y, share, label_smoothing=label_smoothing)
         if soft is not None:  # distillation: (teacher's log probabilities, temperature, weight)
             target, t, w = soft
             distilled = soft_cross_entropy(logits.astype(jnp.float32) / t, target) * t**2
@@ -60,10 +64,9 @@ def _loss(model, x, y, policy, label_smoothing, loss_scale, soft=None):
 def _cast_like(tree, like):
     """`tree` with each array leaf in the dtype of the matching leaf of `like`.
 
-    Optax computes its updates and moments in float32 (the learning rate and the bias
-    correction are float32), so parameters stored in bfloat16 or float16 take their
-    update rounded to their own dtype, and the optimiser state keeps the dtypes it was
-    initialised with: a compiled loop's carry must not change type.
+    Optax computes its updates and moments in float32, so parameters stored in bfloat16
+    or float16 take their update rounded to their own dtype, and the optimiser state
+    keeps the dtypes it was initialised with: a compiled loop's carry keeps its types.
     """
     return jtu.tree_map(lambda t, ref: astype(t, ref.dtype) if eqx.is_array(t) else t, tree, like)
 
@@ -93,18 +96,16 @@ def _step(
     `targets` gives them read from a table: `(log probabilities, temperature, weight)`."""
     grad_fn = eqx.filter_value_and_grad(_loss, has_aux=True)
     hp = state.hyperparams
-    x = normalize(x)
+    x, share = step_inputs(state, x)  # a teacher answers on the same (mixed) images
     soft = targets
     if teacher is not None:
         with jax.named_scope("teacher"):
             soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
-    (_, (loss, acc)), grads = grad_fn(
-        state.model, x, y, state.policy, hp["label_smoothing"], state.loss_scale, soft
-    )
+    hard = (hp["label_smoothing"], state.loss_scale, soft, share)
+    (_, (loss, acc)), grads = grad_fn(state.model, x, y, state.policy, *hard)
     with jax.named_scope("optimizer"):
-        # The optimiser works in float32 (its moments are float32, see TrainState): a
-        # float16 gradient squared underflows, and unscaling by 1/32768 in float16 is a
-        # subnormal multiply. A no-op for float32 parameters.
+        # The optimiser works in float32 (its moments are, see TrainState): a float16
+        # gradient squared underflows, and unscaling by 1/32768 is a subnormal multiply.
         grads = jtu.tree_map(lambda g: g.astype(jnp.float32), grads)
         grads = state.loss_scale.unscale(grads)
         params = eqx.filter(state.model, eqx.is_inexact_array)

@@ -147,4 +147,77 @@ def test_fit_reads_a_table_only_where_it_costs_fewer_teacher_passes():
     assert pays(ef.TrainConfig())  # 4,792,320 >= 3,000,000
     assert not pays(ef.TrainConfig(epochs=40))  # 2,396,160 < 3,000,000
     assert not pays(ef.TrainConfig(erase=0.25))  # no finite set of views
+    assert not pays(ef.TrainConfig(mixup=0.5))  # nor of mixed images: the live teacher
     assert pays(ef.TrainConfig(epochs=2, shift=0, mirror=False))  # one view
+
+
+def test_mixup_mixes_each_image_with_its_partner_in_a_beta_share():
+    """`mix_batch` against numpy: image `b` is `share * x[b] + (1 - share) * x[n-1-b]`,
+    and the shares follow Beta(a, a): a small `a` puts them near 0 and 1, a large one
+    near 1/2 (on 4,096 images, far apart)."""
+    import jax.random as jr
+
+    from eqx_fmnist.batches import mix_batch
+
+    x = np.random.default_rng(0).random((4096, 784), np.float32)
+    for a, spread in ((0.2, lambda d: d > 0.3), (8.0, lambda d: d < 0.12)):
+        mixed, share = map(np.asarray, mix_batch(jr.PRNGKey(1), jnp.asarray(x), a))
+        want = share[:, None] * x.astype(np.float64) + (1 - share[:, None]) * x[::-1]
+        np.testing.assert_allclose(mixed, want, rtol=1e-6, atol=1e-6)
+        assert ((share >= 0) & (share <= 1)).all() and spread(np.abs(share - 0.5).mean())
+
+
+def test_a_mixup_step_learns_the_teachers_answers_and_the_labels_on_the_mix(real_datasets):
+    """One step with mixup and a teacher, against numpy: the teacher answers on the mixed
+    images the student sees, and the labels' term mixes the two labels by the images'
+    shares: weight * T^2 * CE(teacher's, student's softened) + (1 - weight) * mean of
+    share * CE(label) + (1 - share) * CE(partner's label). On the unmixed images, or
+    with the labels unmixed, the loss is far from it."""
+    import equinox as eqx
+    import jax.random as jr
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.batches import step_inputs
+    from eqx_fmnist.distill import Teacher
+    from eqx_fmnist.step import _step
+
+    t, w, smoothing = 2.0, 0.6, 0.1
+    config = ef.TrainConfig(
+        hidden_sizes=(16,),
+        batch_size=64,
+        shift=0,
+        mirror=False,
+        mixup=0.5,
+        label_smoothing=smoothing,
+        distill_temperature=t,
+        distill_weight=w,
+    )
+    train, _ = real_datasets
+    state = ef.init_state(config, len(train))
+    teacher = ef.MLP(hidden_sizes=(24,), key=jr.PRNGKey(5))
+    # A confident teacher (its logits 20 times larger), whose answers move with its input.
+    teacher = eqx.tree_at(lambda m: m.layers[-1].weight, teacher, teacher.layers[-1].weight * 20)
+    x, y = train.images[:64], train.labels[:64]
+    mixed, share = map(np.asarray, step_inputs(state, x))
+    _, metrics = _step(state, x, y, teacher=Teacher.for_student(teacher, config))
+
+    def log_softmax(z):
+        z = z - z.max(1, keepdims=True)
+        return z - np.log(np.exp(z).sum(1, keepdims=True))
+
+    def loss(images, share):
+        s = np.asarray(jax.vmap(state.model)(jnp.asarray(images)), np.float64)
+        target = np.exp(log_softmax(np.asarray(jax.vmap(teacher)(jnp.asarray(images))) / t))
+        soft = -(target * log_softmax(s / t)).sum(1).mean() * t**2
+        log_p, labels = log_softmax(s), np.asarray(y)
+
+        def ce(lab):
+            return -(1 - smoothing) * log_p[np.arange(64), lab] - smoothing * log_p.mean(1)
+
+        return w * soft + (1 - w) * np.mean(share * ce(labels) + (1 - share) * ce(labels[::-1]))
+
+    got = float(metrics["loss"])
+    np.testing.assert_allclose(got, loss(mixed, share), rtol=1e-5)
+    assert abs(got - loss(np.asarray(ef.normalize(x)), share)) > 1e-3  # not the unmixed
+    assert abs(got - loss(mixed, np.ones(64))) > 1e-3  # the labels mixed too
+    assert (np.abs(share - 0.5) < 0.3).any()  # some images really mixed, not all one side

@@ -48,6 +48,7 @@ LEGAL = {
     "shift_distribution": ["uniform", "triangular"],
     "mirror": [False, True],
     "erase": [0.0, 0.5],
+    "mixup": [0.0, 0.4],
     "ema_decay": [0.0, 0.9],
     "on_nonfinite": ["raise", "skip"],
     # The prediction sets' choices; without a calibration split they are refused (see
@@ -79,6 +80,7 @@ ILLEGAL = [
     ("shift", -1),
     ("shift", 28),
     ("erase", 2.0),
+    ("mixup", -1.0),
     ("ema_decay", 1.0),
     ("distill_temperature", 0.0),
     ("distill_weight", 1.5),
