@@ -6,6 +6,9 @@ its mirror); the recipe's wall time (the teacher, then one student); and every e
 format of the first student, each checked against the library on all 10,000 images.
 
     python benchmarks/distill_recipe.py [--seeds 0 1 2] [--out benchmarks/results/distill_recipe.md]
+
+`--mixup A` trains the students on images mixed in pairs, which the teacher answers on
+(function matching, `TrainConfig(mixup=A)`); `--epochs` makes their runs longer.
 """
 
 import argparse
@@ -53,6 +56,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--teacher-epochs", type=int, help="default: TrainConfig.teacher()'s")
     parser.add_argument("--epochs", type=int, help="default: TrainConfig.distilled()'s")
+    parser.add_argument("--mixup", type=float, default=0.0, help="the students' mixup (0: none)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/distill_recipe.md"))
     args = parser.parse_args()
     data = ef.load_fashion_mnist()
@@ -72,6 +76,7 @@ def main() -> None:
     for seed in args.seeds:
         config = ef.TrainConfig.distilled(seed=seed)
         config = config.with_changes(epochs=args.epochs) if args.epochs else config
+        config = config.with_changes(mixup=args.mixup)
         start = time.perf_counter()
         students.append(ef.fit(config, splits, teacher=taught.model))
         seconds.append(time.perf_counter() - start)
@@ -107,7 +112,8 @@ def main() -> None:
         f"784-256-128-10 GELU MLP ({mlp:,} parameters), "
         f"{students[0].config.epochs} epochs, soft-target weight "
         f"{students[0].config.distill_weight}, temperature "
-        f"{students[0].config.distill_temperature}. All 10,000 test images; shifted: the "
+        f"{students[0].config.distill_temperature}, mixup {students[0].config.mixup}. All "
+        "10,000 test images; shifted: the "
         "mean over moves of 2 pixels left, right, up and down. TTA: each model's mean "
         "probability over the image and its mirror.",
         "",

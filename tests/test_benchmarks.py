@@ -48,8 +48,8 @@ SMOKE = {
     "load_data.py": (["--repeats", "1"], "| verify=False |"),
     "levers.py": (["--seeds", "0", "--epochs", "1"], "| no weight decay on biases |"),
     "distill_recipe.py": (
-        ["--seeds", "0", "1", "--teacher-epochs", "1", "--epochs", "1"],
-        "| **students, mean ± sd of 2** |",
+        ["--seeds", "0", "1", "--teacher-epochs", "1", "--epochs", "1", "--mixup", "0.5"],
+        "mixup 0.5. All",
     ),
     "distill_step.py": (
         ["--teachers", "2", "--steps", "2", "--repeats", "1", "--train", "2000"],
