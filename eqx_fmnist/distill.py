@@ -102,7 +102,7 @@ class Teacher(eqx.Module):
     ) -> "TeacherTable | None":
         """The teachers' answers on every training image in every view `augmentation`
         can make, computed once (see [`TeacherTable`][eqx_fmnist.distill.TeacherTable]);
-        `None` when its views are not a finite set (it erases).
+        `None` when its views are not a finite set (it erases or mixes images).
 
         **Arguments:**
 
