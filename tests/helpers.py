@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+import pytest
 
 
 def idx_bytes(array: np.ndarray) -> bytes:
@@ -169,6 +170,14 @@ def probabilities_atol(members, images) -> float:
     return float(np.expm1(2 * logit_atol)) + 8 * F32_U * float32_widening()
 
 
+def classes_agree(parity: dict) -> bool:
+    """An export's check of its classes (the manifest's `parity`): every image whose class
+    differs from the library's is a near-tie (`tied`: top two logits within float32's
+    rounding of each other), which two float32 computations on two backends may order
+    either way. On one CPU none differs; on a TPU one in 10,000 of an ensemble has."""
+    return parity["mismatches"] == parity["tied"]
+
+
 def assert_flags_match(got, ref, trust, members, images) -> None:
     """An artifact's or the library's trust scores and flags against `numpy_reference`'s:
     the scores within `trust_score_atol`, the flags equal but where the reference's
@@ -303,6 +312,15 @@ class LocalServer:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def serve_locally(files: dict[str, bytes]) -> LocalServer:
+    """A `LocalServer` of `files`; on a machine whose sandbox refuses sockets (the TPU
+    machine's) the test skips and says so: no local mirror can be served there."""
+    try:
+        return LocalServer(files)
+    except OSError as e:
+        pytest.skip(f"this machine cannot serve HTTP on 127.0.0.1 ({e}): no local mirror")
 
 
 def run_cli(*args, env=None, timeout: float = 300):
@@ -555,12 +573,27 @@ def small_config(**kw):
     return TrainConfig(**(base | kw))
 
 
+def free_local_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago. On a machine whose sandbox
+    refuses sockets (the TPU machine's: errno 97) no coordinator can listen, and the test
+    skips and says so."""
+    import socket
+
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    except OSError as e:
+        pytest.skip(f"this machine refuses local sockets ({e}): no coordinator can listen")
+
+
 def slurm_job() -> int:
     """A Slurm job id whose coordinator port is free here: JAX's Slurm support puts
     process 0's coordinator on port 61440 + job id % 4096 of the first node listed."""
     import random
     import socket
 
+    free_local_port()  # skips where no socket can be made
     while True:
         job = random.randrange(10**6)
         with socket.socket() as s:

@@ -12,7 +12,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from helpers import float32_widening, numpy_gelu, run_cli_here, same_arrays
+from helpers import classes_agree, float32_widening, numpy_gelu, run_cli_here, same_arrays
 
 pytestmark = pytest.mark.quick_compile
 
@@ -210,7 +210,7 @@ def test_exports_of_the_mlps_layers_refuse_a_cnn_and_stablehlo_carries_it(
             )
     path = tmp_path / "cnn.stablehlo"
     manifest = export_model(result.model, result.policy, config, path, check_images=images)
-    assert manifest["parity"]["mismatches"] == 0
+    assert classes_agree(manifest["parity"])
     logits, _ = load_artifact(path)(images)
     np.testing.assert_allclose(logits, numpy_cnn(result.model, images / 255.0), atol=1e-4)
     assert not any(tmp_path.glob("m.*"))

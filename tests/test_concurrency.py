@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers import LocalServer, idx_bytes, specs_for, synthetic_arrays
+from helpers import idx_bytes, serve_locally, specs_for, synthetic_arrays
 
 LOADER = """
 import json, sys, dataclasses
@@ -31,7 +31,7 @@ def test_two_processes_download_into_one_empty_cache(tmp_path):
     arrays = synthetic_arrays(n_train=2000, n_test=500)
     blobs = {k: gzip.compress(idx_bytes(arrays[k])) for k in FILES}
     specs = specs_for(arrays, blobs)
-    server = LocalServer({f"{FILES[k].name}.gz": blobs[k] for k in blobs})
+    server = serve_locally({f"{FILES[k].name}.gz": blobs[k] for k in blobs})
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     args = [
         json.dumps({k: dataclasses.asdict(v) for k, v in specs.items()}),

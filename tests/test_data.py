@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from helpers import (
-    LocalServer,
     idx_bytes,
+    serve_locally,
     specs_for,
     synthetic_arrays,
     write_fmnist_dir,
@@ -279,10 +279,7 @@ def server(tmp_path, monkeypatch):
     blobs = {k: gzip.compress(idx_bytes(arrays[k])) for k in data.facts.FILES}
     monkeypatch.setattr(data.facts, "FILES", specs_for(arrays, blobs))
     monkeypatch.setattr(data.facts, "DEBIAN_DIR", tmp_path / "no-debian")
-    try:
-        srv = LocalServer({f"{data.facts.FILES[k].name}.gz": blobs[k] for k in blobs})
-    except OSError as e:  # a sandbox without local sockets (the TPU machine's, for one)
-        pytest.skip(f"this machine cannot serve HTTP on 127.0.0.1 ({e}): no local mirror")
+    srv = serve_locally({f"{data.facts.FILES[k].name}.gz": blobs[k] for k in blobs})
     srv.arrays = arrays
     yield srv
     srv.close()

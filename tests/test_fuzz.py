@@ -401,9 +401,11 @@ def _files(folder) -> dict:
 @at_the_cli
 @given(data=st.data())
 def test_a_run_folder_file_mutated_is_read_or_refused_in_one_line(
-    run_folder, name, data, tmp_path_factory
+    run_folder, name, data, tmp_path_factory, real_data
 ):
+    import os
     import shutil
+    from unittest import mock
 
     from helpers import run_cli_here
 
@@ -414,10 +416,12 @@ def test_a_run_folder_file_mutated_is_read_or_refused_in_one_line(
         return
     (folder / name).write_bytes(mutated)
     before = _files(folder)
-    if READ_BACK[name] == "evaluate":
-        done = run_cli_here("evaluate", folder)
-    else:
-        done = run_cli_here("train", "--resume", folder / "checkpoint.eqx")
+    # The data found where the user keeps them (Debian's folder, or $EQX_FMNIST_DATA).
+    with mock.patch.dict(os.environ, {"EQX_FMNIST_DATA": str(real_data.source)}):
+        if READ_BACK[name] == "evaluate":
+            done = run_cli_here("evaluate", folder)
+        else:
+            done = run_cli_here("train", "--resume", folder / "checkpoint.eqx")
     event("read" if done.returncode == 0 else "refused")  # --hypothesis-show-statistics
     try:
         if done.returncode == 0:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import assert_sets_match, numpy_reference
+from helpers import assert_sets_match, classes_agree, numpy_reference
 
 pytest.importorskip("onnxruntime", reason="the extra 'onnx' is not installed")
 
@@ -39,7 +39,7 @@ def test_onnx_matches_on_every_test_image_and_flags_as_the_library(
 
     path, manifest = onnx_file
     parity = manifest["parity"]
-    assert parity["images"] == 10_000 and parity["mismatches"] == 0
+    assert parity["images"] == 10_000 and classes_agree(parity)
     assert parity["flag_mismatches"] == 0 and parity["max_logit_difference"] < 1e-3
     assert manifest["opset"] == 20 and manifest["gelu"] == "op"
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -104,7 +104,7 @@ def test_an_ensemble_is_one_graph_with_each_member_and_the_mean(real_data, test_
     manifest = export_model(
         ens.state.model, ens.state.policy, ens.config, path, check_images=test_images, format="onnx"
     )
-    assert manifest["members"] == 3 and manifest["parity"]["mismatches"] == 0
+    assert manifest["members"] == 3 and classes_agree(manifest["parity"])
     out = run_onnx(path.read_bytes(), test_images[:1000])
     ref = numpy_reference(ens.state.model, test_images[:1000])
     np.testing.assert_allclose(out["probabilities"], ref["probabilities"], atol=1e-5)

@@ -6,13 +6,14 @@ Each case runs `parallel_worker.py` in fresh Python processes, because the devic
 
 import ast
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers import free_local_port
 
 WORKER = Path(__file__).with_name("parallel_worker.py")
 # Sums over the batch are split into per-device partial sums and all-reduced, so float32
@@ -72,9 +73,7 @@ def test_eight_simulated_devices_train_like_one(single, tmp_path):
 
 @pytest.mark.slow
 def test_two_processes_with_jax_distributed_train_like_one(single, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_local_port()
     outs = [tmp_path / f"p{i}.npz" for i in range(2)]
     procs = [run_worker(outs[i], 2, f"127.0.0.1:{port}", str(i), "2") for i in range(2)]
     try:
