@@ -157,8 +157,14 @@ class TeacherTable(eqx.Module):
         self, rows: Int[Array, " batch"], views: Int[Array, " batch"]
     ) -> Float[Array, "batch classes"]:
         """The soft targets (log probabilities, float32) of a batch: row `rows[b]` of
-        the training set, seen in view `views[b]`."""
-        return jax.lax.stop_gradient(self.log_probs[rows, views]).astype(jnp.float32)
+        the training set, seen in view `views[b]`.
+
+        Each image's whole row is read (its answers in every view), then its view is
+        kept by a select: an accelerator reads whole rows as it reads the step's pixels,
+        and single `(image, view)` entries are the kind of gather a TPU runs slowly."""
+        answers = self.log_probs[rows].astype(jnp.float32)  # (batch, views, classes)
+        seen = jnp.arange(answers.shape[1])[None, :, None] == views[:, None, None]
+        return jax.lax.stop_gradient(jnp.where(seen, answers, 0.0).sum(axis=1))
 
 
 def table_pays(config: TrainConfig, total_steps: int, num_train: int) -> bool:

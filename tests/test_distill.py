@@ -104,6 +104,24 @@ def test_a_teachers_table_holds_its_answers_on_every_view(small):
     assert teacher.table(images, Augmentation(shift=1, erase=0.5)) is None
 
 
+def test_a_table_reads_each_images_answer_in_its_view():
+    """`TeacherTable.targets` (whole rows, then a select) is numpy's indexing of the
+    table by (image, view), bit for bit, repeated rows and every view included."""
+    from eqx_fmnist.distill import TeacherTable
+
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(40, 18, 10)).astype(np.float32) - 3
+    stored = jnp.asarray(table, jnp.bfloat16)
+    rows = np.concatenate([rng.integers(0, 40, 46), [0, 39]])
+    views = np.concatenate([np.arange(18), rng.integers(0, 18, 30)])
+    got = TeacherTable(stored, ((0, 0, False),) * 18, 2.0, 0.5).targets(
+        jnp.asarray(rows, jnp.int32), jnp.asarray(views, jnp.int32)
+    )
+    want = np.asarray(stored.astype(jnp.float32))[rows, views]
+    assert got.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
 def test_a_table_step_trains_as_the_live_teacher_does(small):
     """The same chunk with the live teacher and with its table: the same batches, views
     and targets (up to bfloat16), so the same losses to that precision; a table whose
