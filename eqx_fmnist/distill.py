@@ -157,11 +157,8 @@ class TeacherTable(eqx.Module):
         self, rows: Int[Array, " batch"], views: Int[Array, " batch"]
     ) -> Float[Array, "batch classes"]:
         """The soft targets (log probabilities, float32) of a batch: row `rows[b]` of
-        the training set, seen in view `views[b]`.
-
-        Each image's whole row is read (its answers in every view), then its view is
-        kept by a select: an accelerator reads whole rows as it reads the step's pixels,
-        and single `(image, view)` entries are the kind of gather a TPU runs slowly."""
+        the training set, seen in view `views[b]`, read as whole rows (an accelerator
+        reads rows fast, single entries slowly), each image's view kept by a select."""
         answers = self.log_probs[rows].astype(jnp.float32)  # (batch, views, classes)
         seen = jnp.arange(answers.shape[1])[None, :, None] == views[:, None, None]
         return jax.lax.stop_gradient(jnp.where(seen, answers, 0.0).sum(axis=1))
