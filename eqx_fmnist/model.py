@@ -5,7 +5,7 @@ treat one model and a stack of members alike."""
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 import equinox as eqx
 import jax
@@ -143,6 +143,64 @@ class MLP(eqx.Module):
         return out
 
 
+ConvForm = Literal["patches", "native"]
+
+
+def conv_stride2(
+    y: Float[Array, "batch side side cin"],
+    kernel: Float[Array, "3 3 cin cout"],
+    policy: Policy = FLOAT32,
+    form: ConvForm | None = None,
+) -> Float[Array, "batch half half cout"]:
+    """A 3 x 3 convolution of stride 2 (the maps padded by a pixel of zeros on every
+    side; `half = (side + 1) // 2`), in the policy's accumulation dtype, in one of two
+    forms that agree within float32's rounding (the same products, summed in other
+    orders):
+
+    - `"patches"`: one matmul of the batch's 3 x 3 patches by the kernel
+        ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]: the compute dtype forward
+        and backward). XLA's convolution has a gradient that runs many times slower on a
+        CPU inside the training loop's `lax.scan` than outside it (jax-ml/jax#12868).
+    - `"native"`: XLA's convolution at the policy's precision (a float32 policy's
+        only), which gives an accelerator's matrix unit channels to multiply rather than
+        the first layer's 9 taps.
+
+    `form=None` (the default) chooses when the program is lowered
+    (`jax.lax.platform_dependent`): patches on a CPU and for low-precision policies,
+    native elsewhere.
+    """
+    n, half, c_in = y.shape[0], (y.shape[1] + 1) // 2, y.shape[-1]
+
+    def patches(y, kernel):
+        padded = jnp.pad(y, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        taps = [padded[:, i : i + 2 * half : 2, j : j + 2 * half : 2] for i, j in _TAPS]
+        flat = jnp.concatenate(taps, axis=-1).reshape(n * half * half, 9 * c_in)
+        out = policy.dense(flat, kernel.reshape(9 * c_in, -1).T)
+        return out.astype(policy.accumulate_dtype).reshape(n, half, half, -1)
+
+    def native(y, kernel):
+        y, kernel = policy.cast_to_compute(y), policy.cast_to_compute(kernel)
+        out = jax.lax.conv_general_dilated(
+            y,
+            kernel,
+            (2, 2),
+            ((1, 1), (1, 1)),
+            dimension_numbers=_NHWC_HWIO,
+            precision=policy.matmul_precision,
+        )
+        return out.astype(policy.accumulate_dtype)
+
+    if form == "native" and policy.lowers_matmuls:
+        raise ValueError(f"the native convolution is a float32 policy's, not {policy}.")
+    if form is not None or policy.lowers_matmuls:
+        return (native if form == "native" else patches)(y, kernel)
+    return jax.lax.platform_dependent(y, kernel, cpu=patches, default=native)
+
+
+_TAPS = [(i, j) for i in range(3) for j in range(3)]
+_NHWC_HWIO = ("NHWC", "HWIO", "NHWC")
+
+
 class CNN(eqx.Module):
     """A small convolutional network: per entry of `channels`, a 3 x 3 convolution of
     stride 2 (each halves the side: 28, 14, 7, 4) and the activation; then the flattened
@@ -205,23 +263,14 @@ class CNN(eqx.Module):
     ) -> Float[Array, "batch _"]:
         """[`maps`][eqx_fmnist.model.CNN.maps] for a batch. Each convolution (the image
         padded by a pixel of zeros on every side, stride 2) is one matmul of the batch's
-        3 x 3 patches by the kernel ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]:
-        the compute dtype, accumulating in the accumulation dtype), not XLA's
-        convolution, whose gradient runs many times slower on a CPU inside the training
-        loop's `lax.scan` than outside it (reported in jax-ml/jax#12868)."""
+        3 x 3 patches by the kernel on a CPU, XLA's convolution elsewhere
+        ([`conv_stride2`][eqx_fmnist.model.conv_stride2])."""
         y = x.reshape(-1, SIDE, SIDE, 1).astype(policy.accumulate_dtype)
         for kernel, bias in zip(self.kernels, self.biases, strict=True):
-            n, side, c_in = y.shape[0], (y.shape[1] + 1) // 2, y.shape[-1]
-            padded = jnp.pad(y, ((0, 0), (1, 1), (1, 1), (0, 0)))
-            taps = [
-                padded[:, i : i + 2 * side : 2, j : j + 2 * side : 2]
-                for i in range(3)
-                for j in range(3)
-            ]
-            patches = jnp.concatenate(taps, axis=-1).reshape(n * side * side, 9 * c_in)
-            out = policy.dense(patches, kernel.reshape(9 * c_in, -1).T)
-            out = out.astype(policy.accumulate_dtype) + bias.astype(policy.accumulate_dtype)[None]
-            y = self.activation(out).reshape(n, side, side, -1)
+            out = conv_stride2(y, kernel, policy)
+            flat = out.reshape(-1, out.shape[-1])  # the bias's gradient: one sum over rows
+            flat = flat + bias.astype(policy.accumulate_dtype)[None]
+            y = self.activation(flat).reshape(out.shape)
         return y.reshape(y.shape[0], -1)
 
     def __call__(

@@ -54,6 +54,64 @@ def test_the_cnn_computes_its_convolutions_as_written_out(channels):
     assert abs(std - np.sqrt(2 / 9)) < 0.35 * np.sqrt(2 / 9)
 
 
+@pytest.mark.parametrize("form", ["patches", "native"])
+def test_both_forms_of_the_convolution_are_the_convolution_and_its_gradient(form):
+    """`conv_stride2` in either form against float64 numpy: the maps (a sum over the
+    nine taps of the padded input) and the kernel's gradient of a weighted sum of them
+    (the taps' inputs times the weights), each within float32's rounding of its sum
+    (`k` terms: `sqrt(k) u` of the terms' magnitudes, times `SAFETY`); a kernel read
+    in another layout (HWOI, a transposed tap) is off by the terms' own size."""
+    from eqx_fmnist.model import conv_stride2
+
+    from helpers import F32_U, SAFETY
+
+    rng = np.random.default_rng(0)
+    y, kernel = rng.normal(size=(3, 7, 7, 4)), rng.normal(size=(3, 3, 4, 5))
+    w = rng.normal(size=(3, 4, 4, 5))  # the weights of the sum the gradient is of
+    padded = np.pad(y, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    taps = {(i, j): padded[:, i : i + 8 : 2, j : j + 8 : 2] for i in range(3) for j in range(3)}
+    want = sum(t @ kernel[i, j] for (i, j), t in taps.items())
+    size = sum(np.abs(t) @ np.abs(kernel[i, j]) for (i, j), t in taps.items())
+    f32 = jnp.float32
+    got = conv_stride2(jnp.asarray(y, f32), jnp.asarray(kernel, f32), form=form)
+    u = F32_U * float32_widening()
+    np.testing.assert_array_less(np.abs(np.asarray(got) - want), SAFETY * np.sqrt(37) * u * size)
+    grad = jax.grad(lambda k: jnp.sum(conv_stride2(jnp.asarray(y, f32), k, form=form) * w))(
+        jnp.asarray(kernel, f32)
+    )
+    want = np.stack(
+        [np.stack([np.einsum("bhwc,bhwo->co", taps[i, j], w) for j in range(3)]) for i in range(3)]
+    )
+    size = np.stack(
+        [
+            np.stack([np.einsum("bhwc,bhwo->co", np.abs(taps[i, j]), np.abs(w)) for j in range(3)])
+            for i in range(3)
+        ]
+    )
+    np.testing.assert_array_less(
+        np.abs(np.asarray(grad) - want), SAFETY * np.sqrt(49) * u * size + 1e-30
+    )
+
+
+def test_the_convolution_lowers_to_patches_on_a_cpu_and_to_a_convolution_elsewhere():
+    """The default form is chosen when the program is lowered: the same traced CNN holds
+    XLA's convolution when lowered for a TPU or a GPU and none for a CPU; a bfloat16
+    policy keeps the patches everywhere, and asking it for the native form is refused."""
+    from eqx_fmnist.model import CNN, conv_stride2
+    from eqx_fmnist.precision import Policy
+
+    model, x = CNN((4, 8), (16,), key=jr.key(0)), jnp.zeros((2, 784))
+    traced = jax.jit(lambda m, x: m.forward_batch(x)).trace(model, x)
+    lowered = {p: traced.lower(lowering_platforms=(p,)).as_text() for p in ("cpu", "tpu", "cuda")}
+    assert "stablehlo.convolution" not in lowered["cpu"]
+    assert "stablehlo.convolution" in lowered["tpu"] and "stablehlo.convolution" in lowered["cuda"]
+    bf16 = Policy.from_string("p=f32,c=bf16,o=f32")
+    low = jax.jit(lambda m, x: m.forward_batch(x, policy=bf16)).trace(model, x)
+    assert "stablehlo.convolution" not in low.lower(lowering_platforms=("tpu",)).as_text()
+    with pytest.raises(ValueError, match="native convolution is a float32 policy's"):
+        conv_stride2(jnp.zeros((1, 7, 7, 1)), jnp.zeros((3, 3, 1, 2)), bf16, form="native")
+
+
 def test_the_default_cnn_and_bad_channels():
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.model import CNN, count_params
