@@ -51,6 +51,7 @@ SMOKE = {
         ["--seeds", "0", "1", "--teacher-epochs", "1", "--epochs", "1", "--mixup", "0.5"],
         "mixup 0.5. All",
     ),
+    "cnn_forms.py": (["--batch", "8", "--steps", "2", "--repeats", "1"], "| native, forward |"),
     "distill_step.py": (
         ["--teachers", "2", "--steps", "2", "--repeats", "1", "--train", "2000"],
         "| table |",
