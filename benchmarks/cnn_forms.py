@@ -1,6 +1,5 @@
 """What the CNN teacher's convolutions cost in each form of `conv_stride2`: the matmul
-of 3 x 3 patches, XLA's convolution (an accelerator's) and the split of the two (XLA's
-forward pass, the patches' gradient: a CPU's), each the two layers
+of 3 x 3 patches (a CPU's) and XLA's convolution (an accelerator's), each the two layers
 of `TrainConfig.teacher()`'s CNN (28 x 28 x 1 -> 14 x 14 x 32 -> 7 x 7 x 64) forward,
 and forward and backward, on a batch of images, many times in one compiled `lax.scan`,
 in interleaved repetitions in one process, float32 at the policy's precision.
@@ -62,7 +61,7 @@ def main() -> None:
             kernels, x, form, args.steps, backward
         )
         for backward in (False, True)
-        for form in ("patches", "native", "split")
+        for form in ("patches", "native")
     }
     results = measure_interleaved(
         runs, examples=args.steps * args.batch, batch_size=args.batch, repeats=args.repeats
@@ -74,14 +73,14 @@ def main() -> None:
         f"The two convolutions of the CNN of `TrainConfig.teacher()` (channels "
         f"{list(cnn.channels)}), batch {args.batch}, {args.steps} passes per call, median of "
         f"{args.repeats} interleaved repetitions, float32 at `HIGHEST`. `conv_stride2` "
-        "chooses the split on a CPU and the native convolution elsewhere.",
+        "chooses patches on a CPU and the native convolution elsewhere.",
         "",
         "| form, pass | images/sec (median) | µs per batch | vs patches | compile s |",
         "|---|---|---|---|---|",
     ]
     for r in results:
         us = 1e6 * args.batch / r.examples_per_sec
-        base = speed["patches" + r.name[r.name.index(",") :]]
+        base = speed[r.name.replace("native", "patches")]
         lines.append(
             f"| {r.name} | {r.examples_per_sec:,.0f} | {us:,.0f} "
             f"| {r.examples_per_sec / base:.2f}x | {r.compile_seconds:.2f} |"

@@ -3,7 +3,6 @@ perceptron ([`MLP`][eqx_fmnist.model.MLP]) and a small convolutional network
 ([`CNN`][eqx_fmnist.model.CNN]) that sees shapes, the MLP's teacher; and the helpers that
 treat one model and a stack of members alike."""
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Literal, TypeAlias
@@ -144,7 +143,7 @@ class MLP(eqx.Module):
         return out
 
 
-ConvForm = Literal["patches", "native", "split"]
+ConvForm = Literal["patches", "native"]
 
 
 def conv_stride2(
@@ -154,68 +153,52 @@ def conv_stride2(
     form: ConvForm | None = None,
 ) -> Float[Array, "batch half half cout"]:
     """A 3 x 3 convolution of stride 2 (the maps padded by a pixel of zeros on every
-    side; `half = (side + 1) // 2`) in the policy's accumulation dtype, in a `form` that
-    agrees with the others within float32's rounding (`benchmarks/results/cnn_forms.md`
-    times them): `"patches"`, one matmul of the batch's 3 x 3 patches by the kernel
-    ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]); `"native"`, XLA's
-    convolution (float32 only), which gives an accelerator's matrix unit channels to
-    multiply rather than the first layer's 9 taps; `"split"`, XLA's convolution where
-    only the forward pass runs (a teacher, evaluation) and the patches where it is
-    differentiated: on a CPU XLA's convolution is the faster forward pass, and its
-    gradient inside a `lax.scan` many times slower (jax-ml/jax#12868). `None` (the
-    default) chooses when the program is lowered: split on a CPU, native elsewhere,
-    patches for a low-precision policy."""
-    if form in ("native", "split") and policy.lowers_matmuls:
+    side; `half = (side + 1) // 2`), in the policy's accumulation dtype, in one of two
+    forms that agree within float32's rounding (the same products, summed in other
+    orders):
+
+    - `"patches"`: one matmul of the batch's 3 x 3 patches by the kernel
+        ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]: the compute dtype forward
+        and backward). XLA's convolution has a gradient that runs many times slower on a
+        CPU inside the training loop's `lax.scan` than outside it (jax-ml/jax#12868).
+    - `"native"`: XLA's convolution at the policy's precision (a float32 policy's
+        only), which gives an accelerator's matrix unit channels to multiply rather than
+        the first layer's 9 taps.
+
+    `form=None` (the default) chooses when the program is lowered
+    (`jax.lax.platform_dependent`): patches on a CPU and for low-precision policies,
+    native elsewhere.
+    """
+    n, half, c_in = y.shape[0], (y.shape[1] + 1) // 2, y.shape[-1]
+
+    def patches(y, kernel):
+        padded = jnp.pad(y, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        taps = [padded[:, i : i + 2 * half : 2, j : j + 2 * half : 2] for i, j in _TAPS]
+        flat = jnp.concatenate(taps, axis=-1).reshape(n * half * half, 9 * c_in)
+        out = policy.dense(flat, kernel.reshape(9 * c_in, -1).T)
+        return out.astype(policy.accumulate_dtype).reshape(n, half, half, -1)
+
+    def native(y, kernel):
+        y, kernel = policy.cast_to_compute(y), policy.cast_to_compute(kernel)
+        out = jax.lax.conv_general_dilated(
+            y,
+            kernel,
+            (2, 2),
+            ((1, 1), (1, 1)),
+            dimension_numbers=_NHWC_HWIO,
+            precision=policy.matmul_precision,
+        )
+        return out.astype(policy.accumulate_dtype)
+
+    if form == "native" and policy.lowers_matmuls:
         raise ValueError(f"the native convolution is a float32 policy's, not {policy}.")
     if form is not None or policy.lowers_matmuls:
-        return _FORMS[form or "patches"](y, kernel, policy)
-    return jax.lax.platform_dependent(
-        y,
-        kernel,
-        cpu=lambda y, kernel: _split(y, kernel, policy),
-        default=lambda y, kernel: _native(y, kernel, policy),
-    )
+        return (native if form == "native" else patches)(y, kernel)
+    return jax.lax.platform_dependent(y, kernel, cpu=patches, default=native)
 
 
-def _patches(y, kernel, policy: Policy):
-    n, half, c_in = y.shape[0], (y.shape[1] + 1) // 2, y.shape[-1]
-    padded = jnp.pad(y, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    taps = [padded[:, i : i + 2 * half : 2, j : j + 2 * half : 2] for i, j in _TAPS]
-    flat = jnp.concatenate(taps, axis=-1).reshape(n * half * half, 9 * c_in)
-    out = policy.dense(flat, kernel.reshape(9 * c_in, -1).T)
-    return out.astype(policy.accumulate_dtype).reshape(n, half, half, -1)
-
-
-def _native(y, kernel, policy: Policy):
-    y, kernel = policy.cast_to_compute(y), policy.cast_to_compute(kernel)
-    out = jax.lax.conv_general_dilated(
-        y,
-        kernel,
-        (2, 2),
-        ((1, 1), (1, 1)),
-        dimension_numbers=("NHWC", "HWIO", "NHWC"),
-        precision=policy.matmul_precision,
-    )
-    return out.astype(policy.accumulate_dtype)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _split(y, kernel, policy: Policy):
-    return _native(y, kernel, policy)
-
-
-def _split_forward(y, kernel, policy: Policy):
-    # Differentiated: the patches' forward pass, and their gradient from its residuals.
-    return jax.vjp(lambda y, kernel: _patches(y, kernel, policy), y, kernel)
-
-
-def _split_backward(policy: Policy, pullback, g):
-    return pullback(g)
-
-
-_split.defvjp(_split_forward, _split_backward)
 _TAPS = [(i, j) for i in range(3) for j in range(3)]
-_FORMS = {"patches": _patches, "native": _native, "split": _split}
+_NHWC_HWIO = ("NHWC", "HWIO", "NHWC")
 
 
 class CNN(eqx.Module):
@@ -280,7 +263,7 @@ class CNN(eqx.Module):
     ) -> Float[Array, "batch _"]:
         """[`maps`][eqx_fmnist.model.CNN.maps] for a batch. Each convolution (the image
         padded by a pixel of zeros on every side, stride 2) is one matmul of the batch's
-        3 x 3 patches by the kernel or XLA's convolution, whichever is fast where it runs
+        3 x 3 patches by the kernel on a CPU, XLA's convolution elsewhere
         ([`conv_stride2`][eqx_fmnist.model.conv_stride2])."""
         y = x.reshape(-1, SIDE, SIDE, 1).astype(policy.accumulate_dtype)
         for kernel, bias in zip(self.kernels, self.biases, strict=True):

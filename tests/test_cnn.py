@@ -54,7 +54,7 @@ def test_the_cnn_computes_its_convolutions_as_written_out(channels):
     assert abs(std - np.sqrt(2 / 9)) < 0.35 * np.sqrt(2 / 9)
 
 
-@pytest.mark.parametrize("form", ["patches", "native", "split", None])
+@pytest.mark.parametrize("form", ["patches", "native"])
 def test_both_forms_of_the_convolution_are_the_convolution_and_its_gradient(form):
     """`conv_stride2` in either form against float64 numpy: the maps (a sum over the
     nine taps of the padded input) and the kernel's gradient of a weighted sum of them
@@ -93,45 +93,23 @@ def test_both_forms_of_the_convolution_are_the_convolution_and_its_gradient(form
     )
 
 
-def test_the_split_form_is_native_undifferentiated_and_the_patches_differentiated():
-    from eqx_fmnist.model import conv_stride2
-
-    y, kernel = jr.normal(jr.key(0), (2, 14, 14, 3)), jr.normal(jr.key(1), (3, 3, 3, 4))
-    w = jr.normal(jr.key(2), (2, 7, 7, 4))
-
-    def loss(y, k, form):
-        return jnp.sum(conv_stride2(y, k, form=form) * w)
-
-    grad = jax.value_and_grad(loss, argnums=(0, 1))
-    run = {form: grad(y, kernel, form) for form in ("patches", "native", "split")}
-    assert run["split"][0] == run["patches"][0]
-    for got, want in zip(run["split"][1], run["patches"][1], strict=True):
-        np.testing.assert_array_equal(got, want)
-    alone = {form: conv_stride2(y, kernel, form=form) for form in ("native", "split")}
-    np.testing.assert_array_equal(alone["split"], alone["native"])
-
-
-def test_the_convolution_is_chosen_per_platform_when_the_program_is_lowered():
-    """A two-layer CNN's forward pass and its gradient, traced once and lowered for each
-    platform: on a CPU XLA's convolution runs the forward pass alone (two of them) and
-    the gradient is the patches' matmuls (none); on a TPU or a GPU both are convolutions
-    (more than two in the gradient); a bfloat16 policy keeps the patches everywhere, and
-    asking it for the native form is refused."""
+def test_the_convolution_lowers_to_patches_on_a_cpu_and_to_a_convolution_elsewhere():
+    """The default form is chosen when the program is lowered: the same traced CNN holds
+    XLA's convolution when lowered for a TPU or a GPU and none for a CPU; a bfloat16
+    policy keeps the patches everywhere, and asking it for the native form is refused."""
     from eqx_fmnist.model import CNN, conv_stride2
     from eqx_fmnist.precision import Policy
 
-    def lowered(policy, platform, grad=True):
-        loss = lambda m, x: jnp.sum(m.forward_batch(x, policy=policy))  # noqa: E731
-        traced = jax.jit(jax.grad(loss) if grad else loss).trace(model, x)
-        return traced.lower(lowering_platforms=(platform,)).as_text().count("stablehlo.convolution")
-
     model, x = CNN((4, 8), (16,), key=jr.key(0)), jnp.zeros((2, 784))
-    f32, bf16 = Policy.from_string("float32"), Policy.from_string("p=f32,c=bf16,o=f32")
-    assert lowered(f32, "cpu", grad=False) == 2 and lowered(f32, "cpu") == 0
-    assert lowered(f32, "tpu") > 2 and lowered(f32, "cuda") > 2
-    assert lowered(bf16, "tpu") == lowered(bf16, "cpu") == 0
+    traced = jax.jit(lambda m, x: m.forward_batch(x)).trace(model, x)
+    lowered = {p: traced.lower(lowering_platforms=(p,)).as_text() for p in ("cpu", "tpu", "cuda")}
+    assert "stablehlo.convolution" not in lowered["cpu"]
+    assert "stablehlo.convolution" in lowered["tpu"] and "stablehlo.convolution" in lowered["cuda"]
+    bf16 = Policy.from_string("p=f32,c=bf16,o=f32")
+    low = jax.jit(lambda m, x: m.forward_batch(x, policy=bf16)).trace(model, x)
+    assert "stablehlo.convolution" not in low.lower(lowering_platforms=("tpu",)).as_text()
     with pytest.raises(ValueError, match="native convolution is a float32 policy's"):
-        conv_stride2(jnp.zeros((1, 7, 7, 1)), jnp.zeros((3, 3, 1, 2)), bf16, form="split")
+        conv_stride2(jnp.zeros((1, 7, 7, 1)), jnp.zeros((3, 3, 1, 2)), bf16, form="native")
 
 
 def test_the_default_cnn_and_bad_channels():
