@@ -59,8 +59,8 @@ def test_both_forms_of_the_convolution_are_the_convolution_and_its_gradient(form
     """`conv_stride2` in either form against float64 numpy: the maps (a sum over the
     nine taps of the padded input) and the kernel's gradient of a weighted sum of them
     (the taps' inputs times the weights), each within float32's rounding of its sum
-    (`k` terms: `sqrt(k) u` of the terms' magnitudes, times `SAFETY`); a kernel read
-    in another layout (HWOI, a transposed tap) is off by the terms' own size."""
+    (`k` terms: `sqrt(k) u` of the terms' magnitudes, times `SAFETY`); a transposed tap
+    or a flipped kernel is off by the terms' own size (both tried: each fails)."""
     from eqx_fmnist.model import conv_stride2
 
     from helpers import F32_U, SAFETY
