@@ -5,6 +5,7 @@ treat one model and a stack of members alike."""
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Literal, TypeAlias
 
 import equinox as eqx
@@ -143,7 +144,7 @@ class MLP(eqx.Module):
         return out
 
 
-ConvForm = Literal["patches", "native"]
+ConvForm = Literal["patches", "native", "native_forward"]
 
 
 def conv_stride2(
@@ -152,22 +153,19 @@ def conv_stride2(
     policy: Policy = FLOAT32,
     form: ConvForm | None = None,
 ) -> Float[Array, "batch half half cout"]:
-    """A 3 x 3 convolution of stride 2 (the maps padded by a pixel of zeros on every
-    side; `half = (side + 1) // 2`), in the policy's accumulation dtype, in one of two
-    forms that agree within float32's rounding (the same products, summed in other
-    orders):
+    """A 3 x 3 convolution of stride 2 (zero padding of one pixel; `half = (side + 1) //
+    2`), in the policy's accumulation dtype, in forms that agree within float32's rounding:
 
     - `"patches"`: one matmul of the batch's 3 x 3 patches by the kernel
-        ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]: the compute dtype forward
-        and backward). XLA's convolution has a gradient that runs many times slower on a
-        CPU inside the training loop's `lax.scan` than outside it (jax-ml/jax#12868).
-    - `"native"`: XLA's convolution at the policy's precision (a float32 policy's
-        only), which gives an accelerator's matrix unit channels to multiply rather than
-        the first layer's 9 taps.
+        ([`Policy.dense`][eqx_fmnist.precision.Policy.dense]). XLA's convolution gradient
+        runs many times slower on a CPU inside a `lax.scan` (jax-ml/jax#12868).
+    - `"native"`: XLA's convolution at a float32 policy's precision, both ways: on a
+        TPU v5e the CNN's training program took minutes to compile.
+    - `"native_forward"`: XLA's convolution where nothing differentiates it (a
+        teacher's answers, evaluation); differentiated, the patches both ways.
 
-    `form=None` (the default) chooses when the program is lowered
-    (`jax.lax.platform_dependent`): patches on a CPU and for low-precision policies,
-    native elsewhere.
+    `form=None` (the default) chooses when the program is lowered: patches on a CPU and
+    for low-precision policies, `"native_forward"` elsewhere.
     """
     n, half, c_in = y.shape[0], (y.shape[1] + 1) // 2, y.shape[-1]
 
@@ -180,21 +178,19 @@ def conv_stride2(
 
     def native(y, kernel):
         y, kernel = policy.cast_to_compute(y), policy.cast_to_compute(kernel)
-        out = jax.lax.conv_general_dilated(
-            y,
-            kernel,
-            (2, 2),
-            ((1, 1), (1, 1)),
-            dimension_numbers=_NHWC_HWIO,
-            precision=policy.matmul_precision,
-        )
+        conv = partial(jax.lax.conv_general_dilated, precision=policy.matmul_precision)
+        out = conv(y, kernel, (2, 2), ((1, 1), (1, 1)), dimension_numbers=_NHWC_HWIO)
         return out.astype(policy.accumulate_dtype)
 
-    if form == "native" and policy.lowers_matmuls:
+    native_forward = jax.custom_vjp(native)
+    # Differentiated, the patches run both ways: their forward value and their pullback.
+    native_forward.defvjp(lambda y, kernel: jax.vjp(patches, y, kernel), lambda pull, g: pull(g))
+    forms = {"patches": patches, "native": native, "native_forward": native_forward}
+    if form is not None and form != "patches" and policy.lowers_matmuls:
         raise ValueError(f"the native convolution is a float32 policy's, not {policy}.")
     if form is not None or policy.lowers_matmuls:
-        return (native if form == "native" else patches)(y, kernel)
-    return jax.lax.platform_dependent(y, kernel, cpu=patches, default=native)
+        return forms[form or "patches"](y, kernel)
+    return jax.lax.platform_dependent(y, kernel, cpu=patches, default=native_forward)
 
 
 _TAPS = [(i, j) for i in range(3) for j in range(3)]

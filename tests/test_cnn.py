@@ -54,9 +54,9 @@ def test_the_cnn_computes_its_convolutions_as_written_out(channels):
     assert abs(std - np.sqrt(2 / 9)) < 0.35 * np.sqrt(2 / 9)
 
 
-@pytest.mark.parametrize("form", ["patches", "native"])
-def test_both_forms_of_the_convolution_are_the_convolution_and_its_gradient(form):
-    """`conv_stride2` in either form against float64 numpy: the maps (a sum over the
+@pytest.mark.parametrize("form", ["patches", "native", "native_forward"])
+def test_each_form_of_the_convolution_is_the_convolution_and_its_gradient(form):
+    """`conv_stride2` in each form against float64 numpy: the maps (a sum over the
     nine taps of the padded input) and the kernel's gradient of a weighted sum of them
     (the taps' inputs times the weights), each within float32's rounding of its sum
     (`k` terms: `sqrt(k) u` of the terms' magnitudes, times `SAFETY`); a transposed tap
@@ -95,8 +95,10 @@ def test_both_forms_of_the_convolution_are_the_convolution_and_its_gradient(form
 
 def test_the_convolution_lowers_to_patches_on_a_cpu_and_to_a_convolution_elsewhere():
     """The default form is chosen when the program is lowered: the same traced CNN holds
-    XLA's convolution when lowered for a TPU or a GPU and none for a CPU; a bfloat16
-    policy keeps the patches everywhere, and asking it for the native form is refused."""
+    XLA's convolution when lowered for a TPU or a GPU and none for a CPU; its gradient
+    holds none anywhere (the patches' pullback: XLA's convolution gradient compiled for
+    minutes on a TPU); a bfloat16 policy keeps the patches everywhere, and asking it for
+    a native form is refused."""
     from eqx_fmnist.model import CNN, conv_stride2
     from eqx_fmnist.precision import Policy
 
@@ -105,11 +107,15 @@ def test_the_convolution_lowers_to_patches_on_a_cpu_and_to_a_convolution_elsewhe
     lowered = {p: traced.lower(lowering_platforms=(p,)).as_text() for p in ("cpu", "tpu", "cuda")}
     assert "stablehlo.convolution" not in lowered["cpu"]
     assert "stablehlo.convolution" in lowered["tpu"] and "stablehlo.convolution" in lowered["cuda"]
+    grad = jax.jit(jax.grad(lambda m, x: jnp.sum(m.forward_batch(x) ** 2))).trace(model, x)
+    for p in ("tpu", "cuda"):
+        assert "stablehlo.convolution" not in grad.lower(lowering_platforms=(p,)).as_text()
     bf16 = Policy.from_string("p=f32,c=bf16,o=f32")
     low = jax.jit(lambda m, x: m.forward_batch(x, policy=bf16)).trace(model, x)
     assert "stablehlo.convolution" not in low.lower(lowering_platforms=("tpu",)).as_text()
-    with pytest.raises(ValueError, match="native convolution is a float32 policy's"):
-        conv_stride2(jnp.zeros((1, 7, 7, 1)), jnp.zeros((3, 3, 1, 2)), bf16, form="native")
+    for form in ("native", "native_forward"):
+        with pytest.raises(ValueError, match="native convolution is a float32 policy's"):
+            conv_stride2(jnp.zeros((1, 7, 7, 1)), jnp.zeros((3, 3, 1, 2)), bf16, form=form)
 
 
 def test_the_default_cnn_and_bad_channels():
