@@ -8,7 +8,8 @@ format of the first student, each checked against the library on all 10,000 imag
     python benchmarks/distill_recipe.py [--seeds 0 1 2] [--out benchmarks/results/distill_recipe.md]
 
 `--mixup A` trains the students on images mixed in pairs, which the teacher answers on
-(function matching, `TrainConfig(mixup=A)`); `--epochs` makes their runs longer.
+(function matching, `TrainConfig(mixup=A)`); `--epochs` makes their runs longer;
+`--teacher-channels 64,128` makes the teacher wider.
 """
 
 import argparse
@@ -56,6 +57,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--teacher-epochs", type=int, help="default: TrainConfig.teacher()'s")
     parser.add_argument("--epochs", type=int, help="default: TrainConfig.distilled()'s")
+    parser.add_argument(
+        "--teacher-channels", help="the CNN's channels, e.g. 64,128 (default: teacher()'s)"
+    )
     parser.add_argument("--mixup", type=float, default=0.0, help="the students' mixup (0: none)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/distill_recipe.md"))
     args = parser.parse_args()
@@ -67,6 +71,9 @@ def main() -> None:
     teacher_config = ef.TrainConfig.teacher(seed=args.seeds[0])
     if args.teacher_epochs:
         teacher_config = teacher_config.with_changes(epochs=args.teacher_epochs)
+    if args.teacher_channels:
+        channels = tuple(int(c) for c in args.teacher_channels.split(","))
+        teacher_config = teacher_config.with_changes(channels=channels)
     start = time.perf_counter()
     taught = ef.fit(teacher_config, splits)
     teacher_seconds = time.perf_counter() - start

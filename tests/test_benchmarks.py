@@ -48,10 +48,18 @@ SMOKE = {
     "load_data.py": (["--repeats", "1"], "| verify=False |"),
     "levers.py": (["--seeds", "0", "--epochs", "1"], "| no weight decay on biases |"),
     "distill_recipe.py": (
-        ["--seeds", "0", "1", "--teacher-epochs", "1", "--epochs", "1", "--mixup", "0.5"],
-        "mixup 0.5. All",
+        ["--seeds", "0", "1", "--teacher-epochs", "1", "--epochs", "1", "--mixup", "0.5"]
+        + ["--teacher-channels", "4,8"],
+        "channels [4, 8], then",
     ),
-    "cnn_forms.py": (["--batch", "8", "--steps", "2", "--repeats", "1"], "| native, forward |"),
+    "distill_ablation.py": (
+        ["0:0:1", "1:0:1", "0:0.5:1", "--teacher-epochs", "1"],
+        "| **mean ± sd of 2** | 0 | 1 |",
+    ),
+    "cnn_forms.py": (
+        ["--batch", "8", "--steps", "2", "--repeats", "1"],
+        "| native_forward, forward and backward |",
+    ),
     "distill_step.py": (
         ["--teachers", "2", "--steps", "2", "--repeats", "1", "--train", "2000"],
         "| table |",
