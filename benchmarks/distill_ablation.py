@@ -1,16 +1,18 @@
 """Patient distillation, one arm at a time: one CNN teacher (`TrainConfig.teacher()`,
-trained here, or loaded from `--teacher FILE` where an earlier run saved it there), then students of
-`TrainConfig.distilled()`, each `SEED:MIXUP:EPOCHS`: mixup 0 is the teacher's table
-(its answers on the 50 moved and mirrored views the student sees), mixup above 0 the
-teacher live on the mixed views (function matching). Each student on all 10,000 test
-images as they are, mirrored and shifted by 2 pixels, with its `fit` time. The table is
-rewritten after every row, so a run cut short keeps what it measured.
+trained here, or loaded from `--teacher FILE` where an earlier run saved it), then
+students of `TrainConfig.distilled()`, each `SEED:MIXUP:EPOCHS`: mixup 0 reads the
+teacher's table (its answers on the 50 moved and mirrored views the student sees),
+mixup above 0 asks the teacher live on the mixed views (function matching). Each student
+on all 10,000 test images as they are, mirrored and shifted by 2 pixels, with its `fit`
+time. The table is rewritten after every row, so a run cut short keeps what it measured.
 
     python benchmarks/distill_ablation.py 0:0:400 0:0:2000 0:1.0:2000
-        [--teacher FILE] [--out benchmarks/results/distill_ablation.md]
+        [--teacher FILE] [--teacher-channels 64,128] [--teachers K]
+        [--out benchmarks/results/distill_ablation.md]
 
-Long schedules are an accelerator's: on a TPU v5e 5,000 epochs train in 46 s, on two
-CPU cores about 45 minutes.
+`--teacher-channels` makes the teacher wider, `--teachers K` an ensemble of K CNNs.
+Long schedules are an accelerator's: on a TPU v5e 5,000 epochs train in 46 s
+(`results/tpu-v5-lite/distill_ablation.md`).
 """
 
 import argparse
@@ -51,6 +53,12 @@ def main() -> None:
         "--teacher", type=Path, help="load the teacher from this file, or train and save it there"
     )
     parser.add_argument("--teacher-epochs", type=int, help="default: TrainConfig.teacher()'s")
+    parser.add_argument(
+        "--teacher-channels", help="the CNN's channels, e.g. 64,128 (default: teacher()'s)"
+    )
+    parser.add_argument(
+        "--teachers", type=int, default=1, help="an ensemble of this many CNNs (seeds 0..K-1)"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/distill_ablation.md"))
     args = parser.parse_args()
     splits = ef.split_data(ef.load_fashion_mnist())
@@ -58,13 +66,22 @@ def main() -> None:
     config = ef.TrainConfig.teacher(seed=0)
     if args.teacher_epochs:
         config = config.with_changes(epochs=args.teacher_epochs)
+    if args.teacher_channels:
+        channels = tuple(int(c) for c in args.teacher_channels.split(","))
+        config = config.with_changes(channels=channels)
+    members = ef.ensemble.Seeds(args.teachers) if args.teachers > 1 else None
     if args.teacher and args.teacher.is_file():
-        like = ef.build_model(config, jr.key(0))
+        seeds = [config.with_changes(seed=s) for s in range(args.teachers)]
+        like = (
+            ef.init_members(seeds, len(splits.train)).model
+            if members
+            else ef.build_model(config, jr.key(0))
+        )
         teacher = eqx.tree_deserialise_leaves(args.teacher, like)
         taught = f"loaded from `{args.teacher.name}`"
     else:
         start = time.perf_counter()
-        result = ef.fit(config, splits)
+        result = ef.fit(config, splits, members=members)
         teacher, seconds = result.model, time.perf_counter() - start
         if args.teacher:
             eqx.tree_serialise_leaves(args.teacher, teacher)
@@ -73,8 +90,9 @@ def main() -> None:
     head = [
         machine_line(),
         "",
-        f"Teacher: the CNN of `TrainConfig.teacher()`, seed 0, {taught}: test accuracy "
-        f"{accuracy:.4f}. Students: `TrainConfig.distilled()` (the 784-256-128-10 GELU "
+        f"Teacher: {args.teachers} CNN(s) of `TrainConfig.teacher()` (channels "
+        f"{list(config.channels)}; seeds from 0; {ef.count_params(teacher):,} parameters), "
+        f"{taught}: test accuracy {accuracy:.4f}. Students: `TrainConfig.distilled()` (the 784-256-128-10 GELU "
         "MLP) with the seed, mixup and epochs of each row; mixup 0 reads the teacher's "
         "table, above 0 asks the teacher live. All 10,000 test images; shifted: the mean "
         "over moves of 2 pixels left, right, up and down. `fit` s: the call's wall time "

@@ -53,7 +53,8 @@ SMOKE = {
         "channels [4, 8], then",
     ),
     "distill_ablation.py": (
-        ["0:0:1", "1:0:1", "0:0.5:1", "--teacher-epochs", "1"],
+        ["0:0:1", "1:0:1", "0:0.5:1", "--teacher-epochs", "1", "--teachers", "2"]
+        + ["--teacher-channels", "4,8"],
         "| **mean ± sd of 2** | 0 | 1 |",
     ),
     "cnn_forms.py": (
