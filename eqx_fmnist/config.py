@@ -35,10 +35,8 @@ BatchedHyperparameter = Literal["learning_rate", "weight_decay", "label_smoothin
 arrays in the training state, so a grid of them needs no recompiling."""
 
 DEFAULT_EPOCHS = 80
-BEST_EPOCHS = 400
-"""The length of [`TrainConfig.best()`][eqx_fmnist.config.TrainConfig.best]."""
-TEACHER_EPOCHS = 50
-"""The length of [`TrainConfig.teacher()`][eqx_fmnist.config.TrainConfig.teacher]."""
+BEST_EPOCHS, TEACHER_EPOCHS = 400, 50
+"""The lengths of [`TrainConfig.best()`][eqx_fmnist.config.TrainConfig.best] and `teacher()`."""
 PATIENT_EPOCHS = 5_000
 """`distilled()`'s length on an accelerator (`--distilled --epochs 5000`): 0.9208 on a TPU
 v5e (`benchmarks/results/tpu-v5-lite/distill_ablation.md`); 12.5 times the training of 400."""
@@ -287,9 +285,8 @@ class TrainConfig:
 
     @classmethod
     def codelab(cls, **overrides) -> "TrainConfig":
-        """The codelab's reference run: AdamW at a constant 3e-3, weight decay 1e-4,
-        batch 512, 400 steps, float32, no label smoothing, no augmentation, a log line
-        every 50 steps."""
+        """The codelab's reference run: AdamW at a constant 3e-3, weight decay 1e-4, batch
+        512, 400 steps, float32, no label smoothing or augmentation, a log every 50 steps."""
         base = cls(steps=400, batch_size=512, learning_rate=3e-3, weight_decay=1e-4)
         plain = dict(schedule="constant", label_smoothing=0.0, shift=0, mirror=False)
         return base.with_changes(log_every=50, **plain).with_changes(**overrides)
@@ -315,8 +312,7 @@ class TrainConfig:
         learns from a teacher ([`teacher()`][eqx_fmnist.config.TrainConfig.teacher], a
         CNN) too: the soft targets weigh `DISTILL_WEIGHT` of the loss at temperature
         `DISTILL_TEMPERATURE`. `fit` needs the teacher (`teacher=`); `eqx-fmnist train
-        --distilled` trains one first. Longer pays: on an accelerator,
-        `distilled(epochs=PATIENT_EPOCHS)` (5,000)."""
+        --distilled` trains one first. On an accelerator: `epochs=PATIENT_EPOCHS`."""
         soft = dict(distill_weight=DISTILL_WEIGHT, distill_temperature=DISTILL_TEMPERATURE)
         return cls.best(**soft).with_changes(**overrides)
 
