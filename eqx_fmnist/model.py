@@ -186,6 +186,8 @@ def conv_stride2(
     # Differentiated, the patches run both ways: their forward value and their pullback.
     native_forward.defvjp(lambda y, kernel: jax.vjp(patches, y, kernel), lambda pull, g: pull(g))
     forms = {"patches": patches, "native": native, "native_forward": native_forward}
+    if form is not None and form not in forms:
+        raise ValueError(f"`form` must be one of {', '.join(forms)} or None, not {form!r}.")
     if form is not None and form != "patches" and policy.lowers_matmuls:
         raise ValueError(f"the native convolution is a float32 policy's, not {policy}.")
     if form is not None or policy.lowers_matmuls:

@@ -113,9 +113,13 @@ def test_the_convolution_lowers_to_patches_on_a_cpu_and_to_a_convolution_elsewhe
     bf16 = Policy.from_string("p=f32,c=bf16,o=f32")
     low = jax.jit(lambda m, x: m.forward_batch(x, policy=bf16)).trace(model, x)
     assert "stablehlo.convolution" not in low.lower(lowering_platforms=("tpu",)).as_text()
+    y, kernel = jnp.zeros((1, 7, 7, 1)), jnp.zeros((3, 3, 1, 2))
     for form in ("native", "native_forward"):
         with pytest.raises(ValueError, match="native convolution is a float32 policy's"):
-            conv_stride2(jnp.zeros((1, 7, 7, 1)), jnp.zeros((3, 3, 1, 2)), bf16, form=form)
+            conv_stride2(y, kernel, bf16, form=form)
+    with pytest.raises(ValueError, match="one of patches, native, native_forward or None"):
+        unchecked = getattr(conv_stride2, "__wrapped__", conv_stride2)  # past the hook's check
+        unchecked(y, kernel, form="nativ")
 
 
 def test_the_default_cnn_and_bad_channels():
