@@ -261,8 +261,8 @@ class CNN(eqx.Module):
     ) -> Float[Array, "batch _"]:
         """[`maps`][eqx_fmnist.model.CNN.maps] for a batch. Each convolution (the image
         padded by a pixel of zeros on every side, stride 2) is one matmul of the batch's
-        3 x 3 patches by the kernel on a CPU, XLA's convolution elsewhere
-        ([`conv_stride2`][eqx_fmnist.model.conv_stride2])."""
+        3 x 3 patches by the kernel on a CPU; elsewhere XLA's convolution, differentiated
+        as the patches ([`conv_stride2`][eqx_fmnist.model.conv_stride2])."""
         y = x.reshape(-1, SIDE, SIDE, 1).astype(policy.accumulate_dtype)
         for kernel, bias in zip(self.kernels, self.biases, strict=True):
             out = conv_stride2(y, kernel, policy)
