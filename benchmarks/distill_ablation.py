@@ -92,8 +92,9 @@ def main() -> None:
         "",
         f"Teacher: {args.teachers} CNN(s) of `TrainConfig.teacher()` (channels "
         f"{list(config.channels)}; seeds from 0; {ef.count_params(teacher):,} parameters), "
-        f"{taught}: test accuracy {accuracy:.4f}. Students: `TrainConfig.distilled()` (the 784-256-128-10 GELU "
-        "MLP) with the seed, mixup and epochs of each row; mixup 0 reads the teacher's "
+        f"{taught}: test accuracy {accuracy:.4f}. Students: `TrainConfig.distilled()` "
+        "(the 784-256-128-10 GELU MLP) with the seed, mixup and epochs of each row; mixup "
+        "0 reads the teacher's "
         "table, above 0 asks the teacher live. All 10,000 test images; shifted: the mean "
         "over moves of 2 pixels left, right, up and down. `fit` s: the call's wall time "
         "(moving the data, compiling, the teacher's table, training, the test); train s: "
