@@ -294,7 +294,7 @@ def test_no_module_over_400_lines_and_no_function_over_60_lines_of_code(module):
 # The package's and the command line's line totals, held where they stand so that
 # features move rather than multiply. Issue 53 aims at 13,000 and 1,000: lower these as
 # code leaves, never raise them without saying why in the commit.
-MAX_PACKAGE_LINES = 14_365  # +65 for mixup, +50 for the convolution on accelerators (issue 55)
+MAX_PACKAGE_LINES = 14_370  # +65 mixup, +50 convolution on accelerators (55), +5 tie bound (52)
 MAX_CLI_LINES = 1_300
 
 

@@ -255,6 +255,31 @@ def test_only_a_near_tie_may_change_class_between_two_float32_computations():
     assert (both.mismatches, both.tied) == (2, 1)
 
 
+def test_a_check_in_a_coarser_compute_dtype_allows_ties_within_its_rounding():
+    """float16 keeps 10 bits after the point (eps 2**-10), bfloat16 7 (2**-7): a check in
+    either allows 8 of its units, relative to the largest logit. Two top logits 0.05
+    apart of 10 (5e-3) are a tie in float16 and bfloat16, not in float32; 0.5 apart (5e-2)
+    a tie in bfloat16 only (8 * 2**-7 = 6.25e-2). On a TPU, a float16 CNN's StableHLO
+    export changed one such class of 48 (logits 9.3e-4 apart)."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.export.check import check_parity
+
+    ours = np.zeros((2, 10), np.float32)
+    ours[:, 3], ours[0, 5], ours[1, 5] = 10.0, 9.95, 9.5
+    theirs = ours.copy()
+    theirs[:, 3], theirs[:, 5] = ours[:, 5], ours[:, 3]
+    probs = np.full((2, 10), 0.1, np.float32)
+    tied = {
+        d: check_parity(
+            {"logits": ours, "probabilities": probs},
+            {"logits": theirs, "probabilities": probs},
+            policy=ef.Policy("float32", d),
+        )[0].tied
+        for d in ("f32", "f16", "bf16")
+    }
+    assert tied == {"f32": 0, "f16": 1, "bf16": 2}
+
+
 def test_broken_artifacts_are_refused_by_name(trained, test_images, tmp_path):
     from eqx_fmnist.export import ExportError, export_model, load_artifact
 

@@ -75,6 +75,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _ties(parity: dict) -> str:
-    """What of the differing classes float32's rounding explains, when any does."""
+    """What of the differing classes the check's rounding explains, when any does."""
     tied = parity.get("tied", 0)
     return f" ({tied} of them near ties of two classes)" if tied else ""
