@@ -181,7 +181,8 @@ def on_pre_build(config):
     pages = sorted((Path(config["docs_dir"]) / "tutorials").glob("*.md"))
     jobs = int(os.environ.get("EQX_FMNIST_NOTEBOOK_JOBS") or min(4, os.cpu_count() or 1))
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
-        for page, (notebook, seconds) in zip(pages, pool.map(_executed_notebook, pages)):
+        ran = pool.map(_executed_notebook, pages)
+        for page, (notebook, seconds) in zip(pages, ran, strict=True):
             log.info("notebook %s ran in a fresh kernel in %.1f s", page.stem, seconds)
             notebook.metadata["eqx_fmnist"] = {"seconds": round(seconds, 1)}
             _executed[page.stem] = notebook

@@ -1,5 +1,5 @@
-"""What the commands share to speak: the consoles, usage errors, the download bar, the
-training progress bar and what to say when training stops, tables."""
+"""What the commands share to speak: the consoles, usage errors, the download bar, a
+run's test result, the training progress bar and what to say when training stops, tables."""
 
 import argparse
 import errno
@@ -20,8 +20,11 @@ from rich.progress import (
 from rich.table import Table
 
 from .. import data as data_mod
+from ..augment import Move
+from ..dataset import to_datasets
+from ..evaluation import EvalResult, evaluate
 from ..intervals import NonFiniteError
-from ..runs import Finished, Interrupted, RunFolder, Training
+from ..runs import Finished, Interrupted, Run, RunFolder, Training
 from ..runs.profile import IntervalProfiler
 
 console = Console()
@@ -55,6 +58,15 @@ def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
     finally:
         if bar is not None:
             bar.stop()
+
+
+def tested(
+    args: argparse.Namespace,
+) -> tuple[Run, tuple[Move, ...] | None, data_mod.FashionMNIST, EvalResult]:
+    """The run `args.run` names, the views `--tta` asks of it, the data, and its test result."""
+    run = Run.open(args.run)
+    views, fm = run.views(args.tta), load_data(args)
+    return run, views, fm, evaluate(run.model, to_datasets(fm)[1], policy=run.policy, tta=views)
 
 
 def stopped(e: BaseException, run: RunFolder, command: str = "train") -> int:

@@ -8,16 +8,10 @@ import numpy as np
 from .. import data as data_mod
 from ..augment import tta_name
 from ..calibration import Calibration
-from ..dataset import to_datasets
-from ..evaluation import (
-    EvalResult,
-    evaluate,
-    most_confused,
-    per_class_accuracy,
-)
+from ..evaluation import EvalResult, most_confused, per_class_accuracy
 from ..runs import Run, RunReport, run_report
 from ..state import BATCHED
-from .common import console, load_data, table
+from .common import console, table, tested
 from .flags import add_data_args, add_tta_arg, out_path
 
 
@@ -32,11 +26,7 @@ def add_evaluate_parser(sub) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    run = Run.open(args.run)
-    views = run.views(args.tta)
-    fm = load_data(args)
-    _, test = to_datasets(fm)
-    result = evaluate(run.model, test, policy=run.policy, tta=views)
+    run, views, fm, result = tested(args)
     _print_test(run, result, views, each_member=args.members)
     images, labels = fm.test_images, fm.test_labels
     report = run_report(run.model, run.policy, images, labels, run.calibration, tta=views)

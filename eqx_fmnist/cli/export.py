@@ -3,11 +3,8 @@ library, checked on all 10,000 test images before it is written."""
 
 import argparse
 
-from ..dataset import to_datasets
-from ..evaluation import evaluate
 from ..export import FORMATS, export_model, manifest_path
-from ..runs import Run
-from .common import console, load_data
+from .common import console, tested
 from .flags import add_data_args, add_tta_arg, out_path
 
 
@@ -36,14 +33,10 @@ def add_export_parser(sub) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    run = Run.open(args.run)
-    views = run.views(args.tta)
-    fm = load_data(args)
+    run, views, fm, test_result = tested(args)
     out = args.out or run.folder / f"model{FORMATS[args.format].suffix}"
-    _, test = to_datasets(fm)
-    test_result = evaluate(run.model, test, policy=run.policy, tta=views)
     extra = {"test_accuracy": test_result.accuracy, "step": run.step}
-    with console.status(f"exporting and checking on {len(test):,} test images ..."):
+    with console.status(f"exporting and checking on {len(fm.test_images):,} test images ..."):
         manifest = export_model(
             run.model,
             run.policy,

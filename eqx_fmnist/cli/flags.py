@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ..augment import TTA_VIEWS
 from ..config import _FIELDS, TrainConfig, field_type, literal_choices
-from ..runs import CheckpointEvery
+from ..data import FashionMNIST
+from ..runs import CheckpointEvery, Run, Training
 from .common import UsageError
 
 
@@ -113,13 +114,19 @@ def add_config_flags(
         )
 
 
+BASES = {
+    "config": lambda args: read_config_file(args.config),
+    "codelab": lambda args: TrainConfig.codelab(),
+    "best": lambda args: TrainConfig.best(),
+    "distilled": lambda args: TrainConfig.distilled(),
+}
+"""The flags that choose the config the field flags change, and the config each gives."""
+
+
 def given_flags(args: argparse.Namespace) -> list[str]:
     """The config flags given on the command line, as `--names`."""
     given = [f"--{n.replace('_', '-')}" for n in _FIELDS if getattr(args, n, None) is not None]
-    given += ["--config"] * (getattr(args, "config", None) is not None)
-    given += ["--codelab"] * bool(getattr(args, "codelab", False))
-    given += ["--distilled"] * bool(getattr(args, "distilled", False))
-    return given + ["--best"] * bool(getattr(args, "best", False))
+    return given + [f"--{b}" for b in BASES if getattr(args, b, None) not in (None, False)]
 
 
 def read_config_file(path: str | os.PathLike) -> TrainConfig:
@@ -138,40 +145,30 @@ def read_config_file(path: str | os.PathLike) -> TrainConfig:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The config the flags describe: the codelab's run, the best recipe, a config file
-    or the recipe,
-    with every field flag given on top (`--steps` replaces the base's `epochs`)."""
-    bases = [
-        f
-        for f, on in (
-            ("--config", args.config is not None),
-            ("--codelab", args.codelab),
-            ("--best", getattr(args, "best", False)),
-            ("--distilled", getattr(args, "distilled", False)),
-        )
-        if on
-    ]
+    """The config the flags describe: the one `--config`, `--codelab`, `--best` or
+    `--distilled` gives (else the recipe, `TrainConfig()`), with every field flag given
+    on top (`--steps` replaces the base's `epochs`)."""
+    bases = [b for b in BASES if getattr(args, b, None) not in (None, False)]
     if len(bases) > 1:
-        raise ValueError(
-            f"give one of --config, --codelab, --best and --distilled, not {' and '.join(bases)}."
-        )
-    base = TrainConfig.codelab() if args.codelab else TrainConfig()
-    base = TrainConfig.best() if getattr(args, "best", False) else base
-    base = TrainConfig.distilled() if getattr(args, "distilled", False) else base
-    if args.config is not None:
-        base = read_config_file(args.config)
+        names = " and ".join(f"--{b}" for b in bases)
+        raise ValueError(f"give one of --config, --codelab, --best and --distilled, not {names}.")
+    base = BASES[bases[0]](args) if bases else TrainConfig()
     given = {name: getattr(args, name) for name in _FIELDS if getattr(args, name) is not None}
     return base.with_changes(**given)
 
 
-def refuse_flags_on_resume(args: argparse.Namespace, what: str) -> None:
-    """`--resume` continues the saved `what` with its saved config: refuse the flags
-    that would change it."""
+def resumed(args: argparse.Namespace, kind: str, data: FashionMNIST) -> Training | None:
+    """`--resume`'s run of `kind` (`Run.resume`), or `None` without the flag. A resumed
+    run continues with its saved config: the flags that would change it are refused."""
+    if not args.resume:
+        return None
     given = given_flags(args) + ["--seeds"] * (getattr(args, "seeds", None) is not None)
     if given:
+        what = {"train": "run", "cv": "cv run"}.get(kind, kind)
         raise UsageError(
             f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
         )
+    return Run.resume(args.resume, kind=kind, out=args.out, data=data, **folder_options(args))
 
 
 def folder_options(args: argparse.Namespace) -> dict[str, typing.Any]:

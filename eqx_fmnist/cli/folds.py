@@ -26,7 +26,7 @@ from .flags import (
     config_from_args,
     folder_options,
     out_path,
-    refuse_flags_on_resume,
+    resumed,
 )
 
 
@@ -68,10 +68,8 @@ def add_audit_parser(sub) -> None:
 
 def cmd_cv(args: argparse.Namespace) -> int:
     fm, options = load_data(args), folder_options(args)
-    if args.resume:
-        refuse_flags_on_resume(args, "cv run")
-        training = Run.resume(args.resume, kind="cv", out=args.out, data=fm, **options)
-    else:
+    training = resumed(args, "cv", fm)
+    if training is None:
         try:
             folds = Folds(args.folds)
         except ValueError as e:

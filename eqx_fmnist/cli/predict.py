@@ -43,23 +43,15 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--top", type=int, default=3, help="classes to show per image (3)")
     p.add_argument("--members", action="store_true", help="an ensemble's: each member's guess")
     p.add_argument("--json", action="store_true", help="one JSON object per image, for scripts")
-    p.add_argument(
-        "--show",
-        metavar="DIR",
-        nargs="?",
-        const=Path("."),
-        type=Path,
-        help="save what the model saw, IMAGE.prepared.png, in DIR (default: .)",
-    )
-    p.add_argument(
-        "--explain",
-        metavar="DIR",
-        nargs="?",
-        const=Path("."),
-        type=Path,
-        help="save which pixels made the model say it (integrated gradients), "
+    saves = {
+        "--show": "what the model saw, IMAGE.prepared.png, in DIR (default: .)",
+        "--explain": "which pixels made the model say it (integrated gradients), "
         "IMAGE.explained.png, in DIR (default: .); needs a checkpoint",
-    )
+    }
+    for flag, what in saves.items():
+        p.add_argument(
+            flag, metavar="DIR", nargs="?", const=Path("."), type=Path, help=f"save {what}"
+        )
     add_tta_arg(p)
 
 

@@ -25,7 +25,7 @@ from .flags import (
     add_run_folder_flags,
     config_from_args,
     folder_options,
-    refuse_flags_on_resume,
+    resumed,
 )
 
 
@@ -68,9 +68,7 @@ def add_sweep_parser(sub) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     fm, options = load_data(args), folder_options(args)
-    if args.resume:
-        refuse_flags_on_resume(args, "run")
-        training = Run.resume(args.resume, kind="train", out=args.out, data=fm, **options)
+    if (training := resumed(args, "train", fm)) is not None:
         return _train(training, profile=args.profile)
     config, out = config_from_args(args), args.out or default_folder()
     members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
@@ -185,10 +183,8 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
 def cmd_sweep(args: argparse.Namespace) -> int:
     grid = {name: getattr(args, name) for name in BATCHED if getattr(args, name) is not None}
     fm, options = load_data(args), folder_options(args)
-    if args.resume:
-        refuse_flags_on_resume(args, "sweep")
-        training = Run.resume(args.resume, kind="sweep", out=args.out, data=fm, **options)
-    else:
+    training = resumed(args, "sweep", fm)
+    if training is None:
         if not grid:
             raise UsageError(
                 "give values to sweep, e.g. --learning-rate 1e-3,3e-3 --weight-decay 1e-2,5e-2 "
