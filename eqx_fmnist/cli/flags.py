@@ -157,18 +157,19 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return base.with_changes(**given)
 
 
-def resumed(args: argparse.Namespace, kind: str, data: FashionMNIST) -> Training | None:
-    """`--resume`'s run of `kind` (`Run.resume`), or `None` without the flag. A resumed
-    run continues with its saved config: the flags that would change it are refused."""
+def resumed(
+    args: argparse.Namespace, kind: str, data: FashionMNIST, options: dict[str, typing.Any]
+) -> Training | None:
+    """`--resume`'s run of `kind` (`Run.resume` with the folder's `options`), or `None`;
+    the flags that would change its saved config are refused."""
     if not args.resume:
         return None
-    given = given_flags(args) + ["--seeds"] * (getattr(args, "seeds", None) is not None)
-    if given:
+    if given := given_flags(args) + ["--seeds"] * (getattr(args, "seeds", None) is not None):
         what = {"train": "run", "cv": "cv run"}.get(kind, kind)
         raise UsageError(
             f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
         )
-    return Run.resume(args.resume, kind=kind, out=args.out, data=data, **folder_options(args))
+    return Run.resume(args.resume, kind=kind, out=args.out, data=data, **options)
 
 
 def folder_options(args: argparse.Namespace) -> dict[str, typing.Any]:

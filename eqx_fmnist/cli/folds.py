@@ -68,7 +68,7 @@ def add_audit_parser(sub) -> None:
 
 def cmd_cv(args: argparse.Namespace) -> int:
     fm, options = load_data(args), folder_options(args)
-    training = resumed(args, "cv", fm)
+    training = resumed(args, "cv", fm, options)
     if training is None:
         try:
             folds = Folds(args.folds)

@@ -68,7 +68,7 @@ def add_sweep_parser(sub) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     fm, options = load_data(args), folder_options(args)
-    if (training := resumed(args, "train", fm)) is not None:
+    if (training := resumed(args, "train", fm, options)) is not None:
         return _train(training, profile=args.profile)
     config, out = config_from_args(args), args.out or default_folder()
     members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
@@ -183,7 +183,7 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
 def cmd_sweep(args: argparse.Namespace) -> int:
     grid = {name: getattr(args, name) for name in BATCHED if getattr(args, name) is not None}
     fm, options = load_data(args), folder_options(args)
-    training = resumed(args, "sweep", fm)
+    training = resumed(args, "sweep", fm, options)
     if training is None:
         if not grid:
             raise UsageError(
