@@ -143,7 +143,10 @@ def test_a_single_runs_checkpoint_is_not_a_sweep(tmp_path, capsys):
 
     config = TrainConfig(steps=5, hidden_sizes=(8,))
     save_checkpoint(tmp_path / "c.eqx", init_state(config, 100), config, num_train=100)
-    status = cli.main(["--no-compile-cache", "sweep", "--resume", str(tmp_path / "c.eqx")])
+    # A folder without the data: the checkpoint is refused before the data are looked for.
+    (nowhere := tmp_path / "no-data").mkdir()
+    argv = ["sweep", "--resume", str(tmp_path / "c.eqx"), "--data-dir", str(nowhere)]
+    status = cli.main(["--no-compile-cache", *argv])
     assert status == 2 and "not of a sweep run" in capsys.readouterr().err
 
 

@@ -193,8 +193,10 @@ def test_a_bad_config_file_is_one_line_exit_2_and_writes_nothing(case, tmp_path,
     }.get(case)
     if content is not None:
         path.write_text(content)
-    out = tmp_path / "out"
-    status = cli.main(["train", "--config", str(path), "--out", str(out), "--no-download"])
+    out, nowhere = tmp_path / "out", tmp_path / "no-data"
+    nowhere.mkdir()  # the config is refused before the data are looked for
+    argv = ["--config", str(path), "--out", str(out), "--data-dir", str(nowhere)]
+    status = cli.main(["train", *argv, "--no-download"])
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "config" in err and str(path) in err

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from ..augment import TTA_VIEWS
 from ..config import _FIELDS, TrainConfig, field_type, literal_choices
-from ..data import FashionMNIST
 from ..runs import CheckpointEvery, Run, Training
-from .common import UsageError
+from .common import UsageError, load_data
 
 
 def out_path(text: str) -> Path:
@@ -157,11 +156,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return base.with_changes(**given)
 
 
-def resumed(
-    args: argparse.Namespace, kind: str, data: FashionMNIST, options: dict[str, typing.Any]
-) -> Training | None:
+def resumed(args: argparse.Namespace, kind: str, options: dict[str, typing.Any]) -> Training | None:
     """`--resume`'s run of `kind` (`Run.resume` with the folder's `options`), or `None`;
-    the flags that would change its saved config are refused."""
+    the flags that would change its saved config are refused, and the data are loaded
+    only for a checkpoint of that kind."""
     if not args.resume:
         return None
     if given := given_flags(args) + ["--seeds"] * (getattr(args, "seeds", None) is not None):
@@ -169,7 +167,7 @@ def resumed(
         raise UsageError(
             f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
         )
-    return Run.resume(args.resume, kind=kind, out=args.out, data=data, **options)
+    return Run.resume(args.resume, kind=kind, out=args.out, data=lambda: load_data(args), **options)
 
 
 def folder_options(args: argparse.Namespace) -> dict[str, typing.Any]:

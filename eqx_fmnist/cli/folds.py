@@ -67,15 +67,15 @@ def add_audit_parser(sub) -> None:
 
 
 def cmd_cv(args: argparse.Namespace) -> int:
-    fm, options = load_data(args), folder_options(args)
-    training = resumed(args, "cv", fm, options)
+    options = folder_options(args)
+    training = resumed(args, "cv", options)
     if training is None:
         try:
             folds = Folds(args.folds)
         except ValueError as e:
             raise UsageError(f"--folds {args.folds}: {e}") from None
         out, config = args.out or default_folder(), config_from_args(args)
-        training = Run.new(out, config, members=folds, data=fm, **options)
+        training = Run.new(out, config, members=folds, data=load_data(args), **options)
     assert training.members is not None
     k, train = len(training.members.configs(training.config)), len(training.splits.train)
     describe = (

@@ -67,20 +67,15 @@ def add_sweep_parser(sub) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    fm, options = load_data(args), folder_options(args)
-    if (training := resumed(args, "train", fm, options)) is not None:
+    options = folder_options(args)
+    if (training := resumed(args, "train", options)) is not None:
         return _train(training, profile=args.profile)
     config, out = config_from_args(args), args.out or default_folder()
+    fm = load_data(args)
     members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
     teacher = args.teacher
     if args.distilled and teacher is None:
-        first = teacher_training(
-            out,
-            config,
-            data=fm,
-            overwrite=args.overwrite,
-            checkpoint_every=options["checkpoint_every"],
-        )
+        first = teacher_training(out, config, data=fm, **options)
         if first is None:
             console.print(
                 f"teacher: {out / TEACHER_FOLDER}, trained before (--overwrite trains it again)"
@@ -182,8 +177,8 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     grid = {name: getattr(args, name) for name in BATCHED if getattr(args, name) is not None}
-    fm, options = load_data(args), folder_options(args)
-    training = resumed(args, "sweep", fm, options)
+    options = folder_options(args)
+    training = resumed(args, "sweep", options)
     if training is None:
         if not grid:
             raise UsageError(
@@ -195,7 +190,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         members = Grid(grid, member_seeds(config, 2 if args.seeds is None else args.seeds))
         out = args.out or default_folder()
-        training = Run.new(out, config, members=members, data=fm, **options)
+        training = Run.new(out, config, members=members, data=load_data(args), **options)
     members = training.members
     assert isinstance(members, Grid)
     count, config = len(members.configs(training.config)), training.config

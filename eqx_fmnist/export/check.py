@@ -11,6 +11,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..answers import answer
@@ -84,7 +85,9 @@ def check_parity(
     a, b = ours["logits"], theirs["logits"]
     differ = a.argmax(-1) != b.argmax(-1)
     top = np.sort(a, axis=-1)[:, -2:]
-    tolerance = max(CLASS_TOLERANCE, 8 * float(np.finfo(policy.compute_dtype).eps))
+    # jnp.finfo knows bfloat16 under any numpy; np.finfo refuses it under some (the TPU
+    # machine's).
+    tolerance = max(CLASS_TOLERANCE, 8 * float(jnp.finfo(policy.compute_dtype).eps))
     tie = top[:, 1] - top[:, 0] <= tolerance * np.maximum(np.abs(a).max(-1), 1.0)
     prob = float(np.max(np.abs(ours["probabilities"] - theirs["probabilities"])))
     parity = Parity(

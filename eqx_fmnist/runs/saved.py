@@ -15,7 +15,6 @@ from ..augment import TTA_VIEWS, Move
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
-from ..data import FashionMNIST
 from ..distill import Teacher
 from ..ensemble import Grid, members_from
 from ..ensemble.grid import SWEEP_VALIDATION
@@ -25,7 +24,7 @@ from ..state import TrainState
 from ..train import Members
 from .cadence import EVERY_MINUTE, CheckpointEvery
 from .folder import TEACHER_FILE
-from .start import Resumed, Training, kind_of, start_training
+from .start import DataSource, Resumed, Training, kind_of, start_training
 from .summary import CHECKPOINT_NAME, RunError
 
 
@@ -81,7 +80,7 @@ class Run:
         *,
         members: Members | None = None,
         teacher: str | os.PathLike | None = None,
-        data: FashionMNIST | None = None,
+        data: DataSource = None,
         overwrite: bool = False,
         checkpoint_every: CheckpointEvery = EVERY_MINUTE,
         tensorboard: bool = False,
@@ -98,7 +97,8 @@ class Run:
             (cross-validation). Defaults to `None`: one run.
         - `teacher`: a run folder or checkpoint to distil from (named in the folder's
             `teacher.json`, so that a resume finds it). Defaults to `None`.
-        - `data`: the data set. Defaults to
+        - `data`: the data set, or a function that loads it (called after the checks
+            that need no data). Defaults to
             [`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist].
         - `overwrite`, `checkpoint_every`, `tensorboard`: as for
             [`RunFolder`][eqx_fmnist.runs.RunFolder].
@@ -128,7 +128,7 @@ class Run:
         *,
         kind: str | None = None,
         out: str | os.PathLike | None = None,
-        data: FashionMNIST | None = None,
+        data: DataSource = None,
         overwrite: bool = False,
         checkpoint_every: CheckpointEvery = EVERY_MINUTE,
         tensorboard: bool = False,
@@ -137,7 +137,8 @@ class Run:
         step: a [`Training`][eqx_fmnist.runs.start.Training] with the saved config,
         members, state and teacher, in its own folder or in `out` (which then takes
         its history). `kind`: the kind of run it must be (`"train"`, `"sweep"` or
-        `"cv"`; see [`Training.kind`][eqx_fmnist.runs.start.Training.kind]), or `None`.
+        `"cv"`; see [`Training.kind`][eqx_fmnist.runs.start.Training.kind]), or `None`;
+        `data` as for `Run.new` (a function is called once the kind is checked).
 
         **Raises:**
 

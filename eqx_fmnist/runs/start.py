@@ -22,7 +22,7 @@ summary, the figures, the calibration; a sweep's table, cv's out-of-fold file).
 import dataclasses
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,13 @@ from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
 from ..train import Members
-from .cadence import EVERY_MINUTE, CheckpointEvery
 from .files import write_cross_validation
 from .folder import RunFolder, refuse_results
 from .run import RunResult, run_splits, train_run
 from .summary import RunError
+
+# The data, a function that loads them once the checks that need none pass, or `None`.
+DataSource = FashionMNIST | Callable[[], FashionMNIST] | None
 
 TEACHER_FOLDER = "teacher"
 """Where a distilled run without a teacher of its own trains one, inside its folder."""
@@ -146,7 +148,7 @@ def start_training(
     out: str | os.PathLike,
     config: TrainConfig,
     members: Members | None,
-    data: FashionMNIST | None,
+    data: DataSource,
     *,
     teacher: tuple[Path, Model] | None = None,
     resume: Resumed | None = None,
@@ -157,7 +159,7 @@ def start_training(
     [`Run.resume`][eqx_fmnist.runs.saved.Run.resume] share); in a multi-process run
     every process trains and only process 0 keeps the folder (the others write a
     temporary one)."""
-    data = load_fashion_mnist() if data is None else data
+    data = data() if callable(data) else load_fashion_mnist() if data is None else data
     try:
         splits = run_splits(config, data)
         num_train = len(splits.train)
@@ -206,14 +208,15 @@ def teacher_training(
     teacher: TrainConfig | None = None,
     data: FashionMNIST | None = None,
     overwrite: bool = False,
-    checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+    **folder_options: Any,
 ) -> Training | None:
     """The teacher a distilled run without one trains first (`eqx-fmnist train
     --distilled`), into `out/teacher`: `teacher` (defaults to
     [`TrainConfig.teacher()`][eqx_fmnist.config.TrainConfig.teacher], a CNN) with the
     student's seed and held-out splits, so that no image the student holds out teaches
     it. `None` when a finished teacher is there already (and not `overwrite`). A student
-    folder that holds results is refused first, not minutes later.
+    folder that holds results is refused first, not minutes later. `folder_options`: as
+    for [`RunFolder`][eqx_fmnist.runs.RunFolder].
     """
     out = Path(out)
     if not overwrite:
@@ -226,6 +229,4 @@ def teacher_training(
         validation_size=student.validation_size,
         calibration_size=student.calibration_size,
     )
-    return start_training(
-        where, config, None, data, overwrite=overwrite, checkpoint_every=checkpoint_every
-    )
+    return start_training(where, config, None, data, overwrite=overwrite, **folder_options)
