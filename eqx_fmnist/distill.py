@@ -108,15 +108,15 @@ class Teacher(eqx.Module):
 
         - `images`: the training images, `(n, 784)` pixels, on the device.
         - `augmentation`: the student's augmentation.
-        - `chunk`: images per forward pass while the table is filled.
+        - `chunk`: the most images per forward pass while the table is filled.
         """
         views = finite_views(augmentation)
         if views is None:
             return None
         n = images.shape[0]
-        pad = -n % chunk
-        padded = jnp.concatenate([images, jnp.zeros((pad, images.shape[1]), images.dtype)])
-        blocks = padded.reshape(-1, chunk, images.shape[1])
+        count = max(1, -(-n // chunk))  # near-equal blocks of at most `chunk` images
+        size = max(1, -(-n // count))  # (6,000 images: 2 of 3,000, not 8,192 rows)
+        blocks = jnp.pad(images, ((0, -n % size), (0, 0))).reshape(-1, size, images.shape[1])
         # The moves as arrays: one compiled program serves every view.
         columns = [_answers_in_view(self, blocks, *map(jnp.asarray, view))[:n] for view in views]
         return TeacherTable(jnp.stack(columns, axis=1), views, self.temperature, self.weight)

@@ -92,7 +92,7 @@ def test_a_teachers_table_holds_its_answers_on_every_view(small):
     teacher = Teacher(ef.init_members(configs, len(small)).model, temperature=2.0)
     augmentation = Augmentation(shift=1, mirror=True)
     images = small.images[:50]
-    table = teacher.table(images, augmentation, chunk=16)  # 50 = 3 chunks and a pad
+    table = teacher.table(images, augmentation, chunk=16)  # 50 = 4 blocks of 13, 2 padded
     assert table.log_probs.shape == (50, 18, 10) and table.log_probs.dtype == jnp.bfloat16
     for v in (0, 7, 17):
         dx, dy, mirror = table.views[v]
