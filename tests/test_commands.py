@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```bash\n(.*?)^```$", re.M | re.S)
 QUICK = ["--steps", "12", "--log-every", "4", "--hidden", "16", "--batch-size", "256"]
+QUICK_TEACHER = classmethod(
+    lambda cls, **changes: cls(model="cnn", steps=12, batch_size=256).with_changes(**changes)
+)
 
 
 def shown_commands(page: Path) -> list[list[str]]:
@@ -208,8 +211,10 @@ class Session:
         else:
             out = io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.ExitStack() as stack:
-                if "--distilled" in argv:  # the teacher's quick form: one epoch of its CNN
-                    stack.enter_context(mock.patch.object(ef_config, "TEACHER_EPOCHS", 1))
+                if "--distilled" in argv:  # the teacher's quick form: a few steps of its CNN
+                    stack.enter_context(
+                        mock.patch.object(ef_config.TrainConfig, "teacher", QUICK_TEACHER)
+                    )
                 status = main(["--no-compile-cache", *argv])
             printed = out.getvalue()
             assert status == 0, (argv, printed[-2000:])

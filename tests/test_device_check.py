@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.docs  # the documentation tier: what the pages and scripts show
+pytestmark = [pytest.mark.docs, pytest.mark.quick_compile]  # a dry run: tiny sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 
