@@ -176,16 +176,18 @@ def check_memory(
     return need
 
 
-def plan_run(config: TrainConfig, num_train: int, *, members: int = 1) -> Plan:
-    """The [`Plan`][eqx_fmnist.intervals.Plan] of `config` (or of `members` runs of it
-    as one program) on `num_train` training examples, once they are known to fit in
-    the device's memory ([`check_memory`][eqx_fmnist.intervals.check_memory]).
+def plan_run(configs: Sequence[TrainConfig], num_train: int) -> Plan:
+    """The [`Plan`][eqx_fmnist.intervals.Plan] of a run's `configs` (one, or its members',
+    which share their length and batch) on `num_train` training examples, once they
+    are known to fit in the device's memory
+    ([`check_memory`][eqx_fmnist.intervals.check_memory]).
 
     **Raises:**
 
     `ValueError` from `check_memory`: before anything is allocated or compiled.
     """
-    check_memory([config] * members, num_train)
+    check_memory(configs, num_train)
+    config = configs[0]
     spe = steps_per_epoch(num_train, config.batch_size)
     return Plan(
         total_steps=config.total_steps(num_train),

@@ -355,7 +355,15 @@ def starting_state(
     """The state [`fit`][eqx_fmnist.train.fit] starts from: `state` (checked to hold as
     many members as there are `configs`, or one run when not `stacked`), or a new one:
     [`init_members`][eqx_fmnist.state.init_members] when `stacked`, else
-    [`init_state`][eqx_fmnist.state.init_state] of the one config (and `model`)."""
+    [`init_state`][eqx_fmnist.state.init_state] of the one config (and `model`, a model
+    of your own: [`check_own_model`][eqx_fmnist.state.check_own_model])."""
+    if model is not None and (stacked or state is not None):
+        given = "members" if stacked else "a state"
+        raise ValueError(
+            f"give a model of your own (model=...) or {given}, not both: a model of your "
+            "own trains as one run from its first step (a state already holds its model)."
+        )
+    check_own_model(configs[0], model)
     if state is None and stacked:
         return init_members(configs, num_train)
     if state is None:

@@ -32,7 +32,7 @@ from .intervals import Callback, History, Plan, check_finite, interval_record, p
 from .model import Model
 from .parallel import make_mesh, replicate, to_local
 from .precision import Policy
-from .state import ModelSource, TrainState, check_own_model, starting_state
+from .state import ModelSource, TrainState, starting_state
 from .step import compile_steps
 from .subsets import Subsets
 
@@ -372,14 +372,7 @@ def fit(
     configs = (config,) if members is None else members.configs(config)
     rows = None if members is None else members.rows(len(train), config)
     num_train = len(train) if rows is None else rows.size
-    if model is not None and (members is not None or state is not None):
-        given = "members" if members is not None else "a state"
-        raise ValueError(
-            f"give a model of your own (model=...) or {given}, not both: a model of your "
-            "own trains as one run from its first step (a state already holds its model)."
-        )
-    check_own_model(config, model)
-    plan = plan_run(config, num_train, members=len(configs))
+    plan = plan_run(configs, num_train)  # the memory check, before anything is allocated
     state = starting_state(configs, members is not None, state, num_train, model)
     soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
     if soft is not None and table_pays(config, plan.total_steps, len(train)):

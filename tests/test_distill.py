@@ -160,7 +160,7 @@ def test_fit_reads_a_table_only_where_it_costs_fewer_teacher_passes():
     from eqx_fmnist.intervals import plan_run
 
     def pays(config):
-        return table_pays(config, plan_run(config, 60_000).total_steps, 60_000)
+        return table_pays(config, plan_run((config,), 60_000).total_steps, 60_000)
 
     assert pays(ef.TrainConfig())  # 4,792,320 >= 3,000,000
     assert not pays(ef.TrainConfig(epochs=40))  # 2,396,160 < 3,000,000

@@ -169,7 +169,7 @@ class RunFolder:
         self.members = None if members is None else members.configs(config)
         self._choice = None if members is None else members.to_dict()
         try:
-            self.plan = plan_run(config, num_train, members=len(self.members or (config,)))
+            self.plan = plan_run(self.members or (config,), num_train)
             if config.devices > 1 or jax.process_count() > 1:
                 make_mesh(config.devices)  # as many devices as it asks for
         except ValueError as e:
