@@ -7,6 +7,7 @@ export is checked against, and where the run report takes its prediction sets fr
 """
 
 import dataclasses
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +16,7 @@ from jaxtyping import Array, Bool, Float, Shaped
 from .attributions import Explanation, explain
 from .augment import Move
 from .calibration import Calibration
+from .data import CLASS_NAMES
 from .evaluation import member_probabilities, predict_logits, scaled_softmax
 from .model import Model
 from .precision import FLOAT32, Policy
@@ -67,6 +69,30 @@ class Answer:
             "prediction_set": self.prediction_set,
         }
         return {k: v for k, v in named.items() if v is not None}
+
+    def record(self, i: int, top: int = 3) -> dict[str, Any]:
+        """Image `i`'s answer in plain values, as `eqx-fmnist predict --json` prints it:
+        the `top` classes with their probabilities, most probable first; `calibrated`;
+        the trust flag's `unusual`, `score` and `threshold`; the prediction `set` (most
+        probable first) and its `set_coverage`; each member's guess (`members`), when
+        given. What is not given is `None`."""
+        p = self.probabilities[i]
+        order = np.argsort(p)[::-1]
+        found: dict[str, Any] = {
+            "top": [{"class": CLASS_NAMES[c], "probability": float(p[c])} for c in order[:top]],
+            "calibrated": self.calibrated,
+            "unusual": None if self.unusual is None else bool(self.unusual[i]),
+            "score": None if self.trust_score is None else float(self.trust_score[i]),
+            "threshold": self.threshold,
+            "set": None,
+            "set_coverage": self.coverage,
+        }
+        if self.prediction_set is not None:
+            found["set"] = [CLASS_NAMES[c] for c in order if self.prediction_set[i, c]]
+        if self.member_probabilities is not None:
+            guesses = self.member_probabilities[:, i].argmax(axis=-1)
+            found["members"] = ", ".join(CLASS_NAMES[c] for c in guesses)
+        return found
 
 
 def answer(

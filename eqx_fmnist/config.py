@@ -1,10 +1,9 @@
 """Every choice of a training run, in one place: [`TrainConfig`][eqx_fmnist.config.TrainConfig].
 
-Its fields are the only list of a run's options. Each field's type says what it accepts
-(a choice among a few strings is a `Literal`), and its metadata holds the help text and
-any extra command-line spelling. Everything else is derived from them: validation of
-JSON (`from_dict`), the command line's flags (`eqx-fmnist train --help`), and which
-fields a checkpoint must agree on to be continued.
+Its fields are the only list of a run's options: each field's type says what it
+accepts (a few strings: a `Literal`), its metadata holds the help text and any extra
+flag. The JSON checks (`from_dict`), the command line's flags and which fields a
+checkpoint must agree on to be continued are derived from them.
 
 The schedule and the optimiser built from a config are in `eqx_fmnist.optim`
 ([`make_schedule`][eqx_fmnist.optim.make_schedule],
@@ -13,7 +12,9 @@ The schedule and the optimiser built from a config are in `eqx_fmnist.optim`
 
 import dataclasses
 import json
+import os
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
 from .augment import TTA, TTA_VIEWS, Move, ShiftDistribution, augmentation_of
@@ -57,20 +58,15 @@ def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool 
 class TrainConfig:
     """Every choice of a training run, validated when made.
 
-    The defaults are the library's recommended recipe for the 784-256-128-10 MLP, the
-    quick one (under a minute of training on two CPU cores): 80 epochs of
-    warmup-cosine AdamW (peak 3e-3, weight decay 5e-2, batch 512) with label smoothing
-    0.1, each image of a batch moved by up to 2 pixels in x and y (small moves more
-    often: `shift_distribution="triangular"`) and half of them mirrored, so that the
-    model is right on images framed a little differently from the test set's. The cheap
-    changes to it were each measured alone on a validation split
-    (`benchmarks/levers.py`, `benchmarks/results/levers.md`).
-    [`TrainConfig.best()`][eqx_fmnist.config.TrainConfig.best] is the strongest single
-    recipe (a few minutes), [`TrainConfig.distilled()`][eqx_fmnist.config.TrainConfig.distilled]
-    the strongest MLP (with a CNN teacher);
-    [`TrainConfig.codelab()`][eqx_fmnist.config.TrainConfig.codelab]
-    is the codelab's reference run. Each field's help text is in its metadata
-    (`dataclasses.fields`); the command line shows it.
+    The defaults are the library's quick recipe for the 784-256-128-10 MLP (under a
+    minute on two CPU cores): 80 epochs of warmup-cosine AdamW (peak 3e-3, weight decay
+    5e-2, batch 512), label smoothing 0.1, each image moved by up to 2 pixels (small
+    moves more often) and half of them mirrored; each lever measured alone on a
+    validation split (`benchmarks/results/levers.md`).
+    [`best()`][eqx_fmnist.config.TrainConfig.best] is the strongest recipe alone,
+    [`distilled()`][eqx_fmnist.config.TrainConfig.distilled] the strongest MLP (with a
+    CNN teacher), [`codelab()`][eqx_fmnist.config.TrainConfig.codelab] the codelab's
+    run. Each field's help text is in its metadata; the command line shows it.
 
     **Fields:**
 
@@ -78,45 +74,35 @@ class TrainConfig:
         `DEFAULT_EPOCHS`).
     - `batch_size`, `learning_rate`, `weight_decay`, `schedule`, `warmup_steps`,
         `grad_clip`, `label_smoothing`: the optimiser and the loss.
-    - `hidden_sizes`, `precision`: the model and its
-        [`Policy`][eqx_fmnist.precision.Policy] string such as `"p=f32,c=bf16,o=f32"`.
+    - `hidden_sizes`, `precision`: the model and its [`Policy`][eqx_fmnist.precision.Policy].
     - `model`, `channels`: `"mlp"`, or `"cnn"`: a [`CNN`][eqx_fmnist.model.CNN] with
         these channels and a head of `hidden_sizes` (the MLP's teacher).
     - `decay_biases`: AdamW's weight decay on the biases too (`False`: weights alone).
     - `seed`: the initial weights, the batch order and the augmentation's choices.
-    - `shift`, `mirror`, `erase`, `mixup`: on-device augmentation of each training batch
-        ([`Augmentation`][eqx_fmnist.augment.Augmentation]): random moves of up to `shift`
-        pixels, mirrors, erased rectangles, images mixed in pairs (a teacher answers on
-        the mix: function matching).
-    - `ema_decay`: keep an exponential moving average of the weights (in the state
-        and the checkpoint); evaluation, calibration, export and prediction use it.
+    - `shift`, `mirror`, `erase`, `mixup`: on-device augmentation of each batch
+        ([`Augmentation`][eqx_fmnist.augment.Augmentation]).
+    - `ema_decay`: keep an exponential moving average of the weights, which
+        evaluation, calibration, export and prediction use.
     - `distill_temperature`, `distill_weight`: how a student learns from a teacher
         given to [`fit`][eqx_fmnist.train.fit] (ignored without one).
-    - `log_every`: steps per logging interval, i.e. per compiled call and per host read
-        of the metrics; `None` means once per epoch.
+    - `log_every`: steps per logging interval (one compiled call, one host read);
+        `None`: an epoch.
     - `validation_size`: training examples held out (a fixed random split) to tune on.
-    - `calibration_size`: training examples held out (another fixed split) to fit the
-        temperature of the probabilities and the trust flag after training; `0` (the
-        default) trains on them instead and leaves the probabilities raw.
+    - `calibration_size`: training examples held out (another) to fit the temperature
+        and the trust flag after training; `0`: none, the probabilities raw.
 
-        Both are choices of the run, so they are fields (flags, `config.json`, what a
-        resume rebuilds), but the loop does not read them: the caller makes the splits
-        with [`split_data`][eqx_fmnist.dataset.split_data] and calibrates after
-        training (the command line, [`sweep`][eqx_fmnist.ensemble.sweep] and
-        [`eqx_fmnist.runs`](runs.md) do). [`fit`][eqx_fmnist.train.fit] refuses a
-        config with either set unless it is given the `Splits` they made.
+        The loop does not read them: the caller makes the splits
+        ([`split_data`][eqx_fmnist.dataset.split_data]) and calibrates after training
+        ([`eqx_fmnist.runs`](runs.md) does); `fit` checks its `Splits` have their sizes.
     - `coverage`, `per_class_sets`: the conformal prediction sets fitted on the
-        calibration split ([`fit_sets`][eqx_fmnist.conformal.fit_sets]): the share of new
-        images whose set holds the true class, and one threshold per class or one for all.
-    - `tta`: test-time augmentation wherever the run is evaluated, calibrated and
-        exported: each image alone (`"none"`), with its mirror, or with its mirror and
-        1-pixel moves (`"shifts"`; [`TTA_VIEWS`][eqx_fmnist.augment.TTA_VIEWS]).
+        calibration split ([`fit_sets`][eqx_fmnist.conformal.fit_sets]).
+    - `tta`: the test-time views wherever the run is evaluated, calibrated and
+        exported ([`TTA_VIEWS`][eqx_fmnist.augment.TTA_VIEWS]).
     - `devices`: data-parallel over this many devices.
     - `on_nonfinite`: `"raise"` stops `fit` with a
-        [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] naming the step and the
-        metric, before the bad interval is reported; `"skip"` skips such steps inside
-        the compiled loop and counts them in the history's `skipped`. Steps that the
-        float16 loss scaler skips are never an error.
+        [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] naming the step, before
+        the bad interval is reported; `"skip"` skips such steps in the compiled loop and
+        counts them (`skipped`). The float16 loss scaler's skips are never an error.
     """
 
     epochs: int | None = _field(
@@ -375,7 +361,21 @@ class TrainConfig:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"TrainConfig JSON is not valid JSON: {e}") from e
+        except RecursionError:  # JSON nested thousands deep
+            raise ValueError("nested too deeply to be a config.") from None
         return cls.from_dict(d)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "TrainConfig":
+        """The config in the JSON file `path` (`config.json`, `--config`); `ValueError`
+        naming the file and what is wrong (missing, not JSON, an unknown field, a value
+        of the wrong type)."""
+        try:
+            return cls.from_json(Path(path).read_text())
+        except OSError as e:
+            raise ValueError(f"cannot read the config file {path}: {e.strerror or e}.") from None
+        except ValueError as e:
+            raise ValueError(f"config file {path}: {e}") from None
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}

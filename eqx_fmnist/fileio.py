@@ -2,6 +2,7 @@
 (`fcntl.flock`) that keeps two writers out of one folder."""
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
@@ -129,3 +130,24 @@ class FolderLock:
             self.path.unlink(missing_ok=True)
             os.close(self._fd)  # releases the lock
             self._fd = None
+
+
+_OS_HINTS = {
+    errno.ENOSPC: "free some space, or write elsewhere (--out)",
+    errno.EDQUOT: "free some space, or write elsewhere (--out)",
+    errno.EROFS: "the file system is read-only: write elsewhere (--out)",
+    errno.EACCES: "no permission: write elsewhere (--out), or change the folder's permissions",
+    errno.EPERM: "no permission: write elsewhere (--out), or change the folder's permissions",
+    errno.EISDIR: "that is a folder: give a file",
+    errno.ENOTDIR: "a part of that path is a file, not a folder",
+    errno.EEXIST: "it exists and is in the way: move it, or choose another path",
+}
+
+
+def os_error_line(e: OSError) -> str:
+    """An operating-system error as one line: what failed, the path the user gave (never
+    a temporary name, see `atomic_write`), and what to do."""
+    what = e.strerror or str(e)
+    where = f" ({e.filename})" if e.filename else ""
+    hint = _OS_HINTS.get(e.errno or 0)
+    return f"{what}{where}" + (f"; {hint}." if hint else ".")

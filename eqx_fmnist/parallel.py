@@ -200,6 +200,17 @@ def initialize(
     return jax.process_index(), jax.process_count()
 
 
+def is_lost_process(e: BaseException) -> bool:
+    """Whether `e` is a collective failing because another process is gone (its Gloo
+    connection closed, or the coordinator's heartbeat missed)."""
+    text = str(e)
+    return (
+        isinstance(e, jax.errors.JaxRuntimeError)
+        and jax.process_count() > 1
+        and any(s in text for s in ("Gloo", "closed by peer", "UNAVAILABLE", "heartbeat"))
+    )
+
+
 PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 
 

@@ -102,3 +102,31 @@ def test_views_or_a_temperature_beside_a_calibration_are_refused(models, images,
         ef.answer(model, images, calibration=calibration, tta=ef.augment.TTA_MIRROR)
     with pytest.raises(ValueError, match="calibration or a temperature, not both"):
         ef.answer(model, images, calibration=calibration, temperature=2.0)
+
+
+def test_a_record_is_the_answer_of_one_image_in_plain_values():
+    """`Answer.record` (what `predict --json` prints), against values written by hand."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.answers import Answer
+
+    p = np.full((2, 10), 0.02, np.float32)
+    p[1, [7, 5, 9]] = [0.5, 0.3, 0.04]  # image 1: Sneaker, then Sandal, then Ankle boot
+    sets = np.zeros((2, 10), bool)
+    sets[1, [9, 5, 7]] = True
+    each = np.zeros((3, 2, 10), np.float32)
+    each[[0, 1, 2], 1, [7, 7, 5]] = 1.0  # the members' guesses of image 1
+    said = Answer(
+        np.log(p), p, 1.5, np.array([0.1, 9.0]), np.array([False, True]), 4.0, sets, 0.9, each
+    )
+    record = said.record(1, top=2)
+    assert record["top"] == [
+        {"class": "Sneaker", "probability": pytest.approx(0.5)},
+        {"class": "Sandal", "probability": pytest.approx(0.3)},
+    ]
+    assert record["set"] == ["Sneaker", "Sandal", "Ankle boot"]  # most probable first
+    assert (record["unusual"], record["score"], record["threshold"]) == (True, 9.0, 4.0)
+    assert record["calibrated"] and record["set_coverage"] == 0.9
+    assert record["members"] == "Sneaker, Sneaker, Sandal"
+    plain = Answer(np.log(p), p).record(0, top=1)  # uncalibrated, one model: nothing else
+    assert plain["top"][0]["class"] in ef.CLASS_NAMES and not plain["calibrated"]
+    assert plain["set"] is plain["unusual"] is plain["score"] is None and "members" not in plain

@@ -324,7 +324,7 @@ def test_train_distilled_trains_its_cnn_teacher_first_then_the_mlp(
     assert (student["distill_weight"], student["distill_temperature"]) == (0.7, 2.0)
     named = json.loads((out / "teacher.json").read_text())["teacher"]
     assert Path(named).parent == out / "teacher"  # the teacher's checkpoint in its folder
-    assert "teacher: a CNN (1 epoch)" in trained.stdout
+    assert "teacher: a CNN, 1 epoch (" in trained.stdout
     assert trained.stdout.count("Test results") == 2
 
     for file in out.iterdir():  # the student's results gone, its teacher kept: reused

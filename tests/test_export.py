@@ -133,7 +133,7 @@ def test_safetensors_weights_are_named_and_carry_the_config(trained, test_images
     from safetensors import safe_open
 
     from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.export import export_model
+    from eqx_fmnist.export import ExportError, export_model, load_artifact
 
     path = tmp_path / "model.safetensors"
     manifest = export_model(
@@ -151,6 +151,8 @@ def test_safetensors_weights_are_named_and_carry_the_config(trained, test_images
         np.testing.assert_array_equal(
             f.get_tensor("layers.1.weight"), trained.model.layers[1].weight
         )
+    with pytest.raises(ExportError, match="is a safetensors export, not StableHLO"):
+        load_artifact(path)  # weights alone: named as such, not "not a manifest"
 
 
 @pytest.mark.parametrize("members", [None, 3])
@@ -308,6 +310,25 @@ def cli_run(tmp_path_factory, real_data):
     )
     assert result.returncode == 0, result.stderr
     return out
+
+
+@pytest.mark.slow
+def test_a_run_exports_in_the_library_as_the_command_does(cli_run, real_data, tmp_path):
+    from eqx_fmnist.export import load_artifact
+    from eqx_fmnist.runs import Run
+
+    run = Run.open(cli_run)
+    path, manifest = run.export(tmp_path / "lib.stablehlo", data=real_data)
+    assert path == tmp_path / "lib.stablehlo" and manifest["step"] == run.step == 20
+    summary = json.loads((cli_run / "summary.json").read_text())
+    assert manifest["test_accuracy"] == pytest.approx(summary["test_accuracy"])
+    assert manifest["parity"]["images"] == 10_000  # checked on every test image
+    images = real_data.test_images[:50].reshape(50, -1)
+    np.testing.assert_allclose(
+        load_artifact(path).answer(images).probabilities,
+        run.answer(images).probabilities,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.slow

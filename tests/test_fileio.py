@@ -95,7 +95,7 @@ def test_a_killed_writers_part_files_are_removed_when_a_run_takes_the_folder(tmp
 def test_an_os_error_is_one_line_with_the_path_and_what_to_do(code, hint):
     import os
 
-    from eqx_fmnist.cli.common import os_error_line
+    from eqx_fmnist.fileio import os_error_line
 
     line = os_error_line(OSError(code, os.strerror(code), "runs/a/summary.json"))
     assert line.startswith(os.strerror(code) + " (runs/a/summary.json); ") and hint in line

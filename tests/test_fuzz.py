@@ -88,11 +88,11 @@ def test_policy_strings_parse_or_raise_value_error(text):
     )
 )
 def test_hidden_flag_parses_or_raises_a_clear_error(text):
-    from eqx_fmnist.cli.flags import _int_tuple
+    from eqx_fmnist.cli.flags import _comma_separated
     from eqx_fmnist.config import TrainConfig
 
     try:
-        sizes = TrainConfig(hidden_sizes=_int_tuple(text)).hidden_sizes
+        sizes = TrainConfig(hidden_sizes=_comma_separated(int)(text)).hidden_sizes
     except (argparse.ArgumentTypeError, ValueError):
         return
     assert sizes and all(isinstance(s, int) and s > 0 for s in sizes)

@@ -47,6 +47,28 @@ def saves(monkeypatch):
     return saved
 
 
+@pytest.mark.parametrize(
+    "stop, saved, status, said",
+    [
+        ("asked", 40, 130, "stop asked; continue with `eqx-fmnist cv --resume R/checkpoint.eqx`."),
+        ("asked", 0, 130, "interrupted before the first checkpoint."),
+        ("nan", 40, 1, "error: bad. No result was written; the last checkpoint (step 40) is R/"),
+        ("nan", 0, 1, "error: bad. No result was written; no checkpoint was written."),
+    ],
+)
+def test_why_a_run_stopped_is_one_line_and_a_status(stop, saved, status, said):
+    from eqx_fmnist.intervals import NonFiniteError
+    from eqx_fmnist.runs import Interrupted
+    from eqx_fmnist.runs.cadence import why_stopped
+
+    checkpoint = Path("R/checkpoint.eqx")
+    e = Interrupted("stop asked", step=saved, checkpoint=checkpoint)
+    if stop == "nan":
+        e = NonFiniteError("bad.", step=3, metric="loss")
+    got = why_stopped(e, "cv", saved, checkpoint)
+    assert got[0] == status and got[1].startswith(said) and "\n" not in got[1]
+
+
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_logging_every_two_steps_checkpoints_on_its_own_cadence(small, tmp_path, monkeypatch):
     from eqx_fmnist.checkpoint import load_checkpoint

@@ -2,6 +2,8 @@
 
 import dataclasses
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 from .roofline import DevicePeaks, Roofline, peaks_line, step_roofline
@@ -208,3 +210,14 @@ class BenchmarkReport:
             f"{self.facts['cores']} cores)",
             bound=bound,
         )
+
+    def save(self, folder: str | os.PathLike) -> list[Path]:
+        """`throughput.md` and `throughput.png` in `folder` (made if missing)."""
+        from ..fileio import atomic_write
+        from ..plots import save_figure
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_write(folder / "throughput.md", "w") as f:
+            f.write(self.to_markdown())
+        return [folder / "throughput.md", save_figure(self.figure(), folder / "throughput.png")]

@@ -18,15 +18,12 @@ import jax
 from .. import data as data_mod
 from ..cache import COMPILE_CACHE_ENV, compile_cache_dir, enable_compile_cache
 from ..checkpoint import CheckpointError
-from ..parallel import HEARTBEAT_S, initialize
+from ..fileio import os_error_line
+from ..parallel import HEARTBEAT_S, initialize, is_lost_process
 from ..runs import RunError
-from .common import UsageError, is_lost_process, lost_process, os_error_line
-from .evaluate import add_evaluate_parser
-from .export import add_export_parser
-from .folds import add_audit_parser, add_cv_parser
-from .info import add_bench_parser, add_data_parser
-from .predict import add_predict_parser
-from .train import add_sweep_parser, add_train_parser
+from ..runs.cadence import why_stopped
+from . import evaluate, export, folds, info, predict, train
+from .common import UsageError
 
 EXIT_STATUSES = """exit status:
   0    done
@@ -61,15 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"devices; a process silent for {HEARTBEAT_S} s fails the run",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    add_data_parser(sub)
-    add_train_parser(sub)
-    add_sweep_parser(sub)
-    add_export_parser(sub)
-    add_evaluate_parser(sub)
-    add_predict_parser(sub)
-    add_cv_parser(sub)
-    add_audit_parser(sub)
-    add_bench_parser(sub)
+    info.add_data_parser(sub)
+    train.add_train_parser(sub)
+    train.add_sweep_parser(sub)
+    export.add_export_parser(sub)
+    evaluate.add_evaluate_parser(sub)
+    predict.add_predict_parser(sub)
+    folds.add_cv_parser(sub)
+    folds.add_audit_parser(sub)
+    info.add_bench_parser(sub)
     return parser
 
 
@@ -89,8 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except jax.errors.JaxRuntimeError as e:
         if not is_lost_process(e):
             raise
-        print(f"eqx-fmnist {args.command}: error: {lost_process(e)}", file=sys.stderr)
-        status = 1
+        status, line = why_stopped(e, args.command)
+        print(f"eqx-fmnist {args.command}: {line}", file=sys.stderr)
     except OSError as e:  # the disk, the permissions, a path: the path and what to do
         if args.verbose:
             raise

@@ -1,9 +1,7 @@
-"""What the commands share to speak: the consoles, usage errors, the download bar, a
-run's test result, the training progress bar and what to say when training stops, tables."""
+"""What the commands share to speak: the consoles, usage errors, the download bar, the
+training progress bar and what to say when training stops, tables."""
 
 import argparse
-import errno
-import re
 import sys
 from collections.abc import Sequence
 
@@ -20,12 +18,10 @@ from rich.progress import (
 from rich.table import Table
 
 from .. import data as data_mod
-from ..augment import Move
-from ..dataset import to_datasets
-from ..evaluation import EvalResult, evaluate
 from ..intervals import NonFiniteError
-from ..runs import Finished, Interrupted, Run, RunFolder, Training
-from ..runs.profile import IntervalProfiler
+from ..parallel import is_lost_process
+from ..runs import Finished, Interrupted, Training
+from ..runs.cadence import why_stopped
 
 console = Console()
 err_console = Console(stderr=True)
@@ -60,77 +56,13 @@ def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
             bar.stop()
 
 
-def tested(
-    args: argparse.Namespace,
-) -> tuple[Run, tuple[Move, ...] | None, data_mod.FashionMNIST, EvalResult]:
-    """The run `args.run` names, the views `--tta` asks of it, the data, and its test result."""
-    run = Run.open(args.run)
-    views, fm = run.views(args.tta), load_data(args)
-    return run, views, fm, evaluate(run.model, to_datasets(fm)[1], policy=run.policy, tta=views)
-
-
-def stopped(e: BaseException, run: RunFolder, command: str = "train") -> int:
-    """Say why training stopped and what was kept; the exit status."""
-    if is_lost_process(e):
-        print(f"eqx-fmnist {command}: error: {lost_process(e, run)}", file=sys.stderr)
-        return 1
-    if isinstance(e, NonFiniteError):
-        kept = "no checkpoint was written"
-        if run.saved_step:
-            kept = f"the last checkpoint (step {run.saved_step:,}) is {run.checkpoint}"
-        print(f"eqx-fmnist {command}: error: {e} No result was written; {kept}.", file=sys.stderr)
-        return 1
-    if run.saved_step:
-        how = f"continue with `eqx-fmnist {command} --resume {run.checkpoint}`"
-        print(f"eqx-fmnist {command}: {e or 'interrupted'}; {how}.", file=sys.stderr)
-    else:
-        print(f"eqx-fmnist {command}: interrupted before the first checkpoint.", file=sys.stderr)
-    return 130
-
-
-def is_lost_process(e: BaseException) -> bool:
-    """Whether `e` is a collective failing because another process is gone (its Gloo
-    connection closed, or the coordinator's heartbeat missed)."""
-    text = str(e)
-    return (
-        isinstance(e, jax.errors.JaxRuntimeError)
-        and jax.process_count() > 1
-        and any(s in text for s in ("Gloo", "closed by peer", "UNAVAILABLE", "heartbeat"))
-    )
-
-
-def lost_process(e: BaseException, run: RunFolder | None = None) -> str:
-    """What to say when another process of a multi-process run is gone."""
-    first = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(e).strip().splitlines()[0])[:160]
-    what = f"another process of this {jax.process_count()}-process run was lost ({first})"
-    if run is None or jax.process_index() != 0:
-        return f"{what}; process 0 keeps the run folder: start every process again."
-    if not run.saved_step:
-        return f"{what}; no checkpoint was written: start every process again."
-    return (
-        f"{what}; the last checkpoint (step {run.saved_step:,}) is {run.checkpoint}: start "
-        f"every process again with --resume {run.checkpoint}."
-    )
-
-
-def train_in_folder(
-    training: Training, describe: str, *, command: str = "train", profile: bool = False
-) -> Finished | int:
-    """Say where `training` trains (`describe`: what trains), train it with a progress
+def train_in_folder(training: Training, *, profile: bool = False) -> Finished | int:
+    """Say where `training` trains and what (`Training.describe`), train it with a progress
     bar (the members' means when many train at once), and say why it stopped; the
     finished run, or the exit status of a stopped one."""
-    folder = training.folder
+    folder, command = training.folder, training.kind
     console.quiet = console.quiet or jax.process_index() != 0  # process 0 speaks
-    console.print(
-        f"{'run' if command == 'train' else command} folder [bold]{folder.folder}[/]: "
-        f"{describe}, checkpoint every {folder.checkpoint_every}\n"
-        f"data: {training.data.source} ({training.data.origin})"
-        + (
-            f"\nresuming at step {training.start:,} of {training.total_steps:,}"
-            * bool(training.start)
-        ),
-        highlight=False,
-    )
+    console.print(training.describe(), markup=False, highlight=False)
     columns = (
         TextColumn(f"[bold]{command}[/]"),
         BarColumn(),
@@ -151,21 +83,18 @@ def train_in_folder(
                 m += f"  valid {r['valid_accuracy']:.4f}"
             bar.update(task, completed=r["step"], m=m)
 
-        callbacks: list = [show]
-        profiler = None
-        if profile:
-            profiler = IntervalProfiler(folder.folder / "profile", folder.plan.intervals())
-            callbacks.append(profiler)
         try:
-            return training.run(callbacks)
+            return training.run([show], profile=profile)
         except (Interrupted, KeyboardInterrupt, NonFiniteError, jax.errors.JaxRuntimeError) as e:
             if isinstance(e, jax.errors.JaxRuntimeError) and not is_lost_process(e):
                 raise
             bar.stop()
-            return stopped(e, folder, command)
+            status, line = why_stopped(e, command, folder.saved_step, folder.checkpoint)
+            print(f"eqx-fmnist {command}: {line}", file=sys.stderr)
+            return status
         finally:
-            if profiler is not None and profiler.stop() is not None:
-                console.print(f"profile: {profiler.trace} (open it at https://ui.perfetto.dev)")
+            if profile and training.trace is not None:
+                console.print(f"profile: {training.trace} (open it at https://ui.perfetto.dev)")
 
 
 def table(title: str, columns: Sequence[str], rows) -> Table:
@@ -175,24 +104,3 @@ def table(title: str, columns: Sequence[str], rows) -> Table:
     for row in rows:
         t.add_row(*row)
     return t
-
-
-_OS_HINTS = {
-    errno.ENOSPC: "free some space, or write elsewhere (--out)",
-    errno.EDQUOT: "free some space, or write elsewhere (--out)",
-    errno.EROFS: "the file system is read-only: write elsewhere (--out)",
-    errno.EACCES: "no permission: write elsewhere (--out), or change the folder's permissions",
-    errno.EPERM: "no permission: write elsewhere (--out), or change the folder's permissions",
-    errno.EISDIR: "that is a folder: give a file",
-    errno.ENOTDIR: "a part of that path is a file, not a folder",
-    errno.EEXIST: "it exists and is in the way: move it, or choose another path",
-}
-
-
-def os_error_line(e: OSError) -> str:
-    """An operating-system error as one line: what failed, the path the user gave (never
-    a temporary name), and what to do."""
-    what = e.strerror or str(e)
-    where = f" ({e.filename})" if e.filename else ""
-    hint = _OS_HINTS.get(e.errno or 0)
-    return f"{what}{where}" + (f"; {hint}." if hint else ".")

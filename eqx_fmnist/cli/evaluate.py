@@ -8,10 +8,11 @@ import numpy as np
 from .. import data as data_mod
 from ..augment import tta_name
 from ..calibration import Calibration
-from ..evaluation import EvalResult, most_confused, per_class_accuracy
+from ..dataset import to_datasets
+from ..evaluation import EvalResult, evaluate, most_confused, per_class_accuracy
 from ..runs import Run, RunReport, run_report
 from ..state import BATCHED
-from .common import console, table, tested
+from .common import console, load_data, table
 from .flags import add_data_args, add_tta_arg, out_path
 
 
@@ -26,7 +27,9 @@ def add_evaluate_parser(sub) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    run, views, fm, result = tested(args)
+    run = Run.open(args.run)
+    views, fm = run.views(args.tta), load_data(args)
+    result = evaluate(run.model, to_datasets(fm)[1], policy=run.policy, tta=views)
     _print_test(run, result, views, each_member=args.members)
     images, labels = fm.test_images, fm.test_labels
     report = run_report(run.model, run.policy, images, labels, run.calibration, tta=views)

@@ -3,8 +3,9 @@ library, checked on all 10,000 test images before it is written."""
 
 import argparse
 
-from ..export import FORMATS, export_model, manifest_path
-from .common import console, tested
+from ..export import FORMATS, manifest_path
+from ..runs import Run
+from .common import console, load_data
 from .flags import add_data_args, add_tta_arg, out_path
 
 
@@ -33,21 +34,11 @@ def add_export_parser(sub) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    run, views, fm, test_result = tested(args)
-    out = args.out or run.folder / f"model{FORMATS[args.format].suffix}"
-    extra = {"test_accuracy": test_result.accuracy, "step": run.step}
+    run = Run.open(args.run)
+    run.views(args.tta)  # a --tta the run refuses, before the data are looked for
+    fm = load_data(args)
     with console.status(f"exporting and checking on {len(fm.test_images):,} test images ..."):
-        manifest = export_model(
-            run.model,
-            run.policy,
-            run.config,
-            out,
-            format=args.format,
-            calibration=run.calibration,
-            tta=views or (),  # (): none, even if the config has some
-            check_images=fm.test_images.reshape(len(fm.test_images), -1),
-            extra=extra | {"trained": f"{run.step:,} steps"},
-        )
+        out, manifest = run.export(args.out, format=args.format, tta=args.tta, data=fm)
     parity = manifest["parity"]
     console.print(
         f"wrote {out} ({manifest['bytes']:,} bytes) and {manifest_path(out).name}: "

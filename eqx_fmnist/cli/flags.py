@@ -5,8 +5,8 @@ field to `TrainConfig` adds its flag. Beside them: the data flags, `--tta`, the 
 folder's flags, and `--resume`'s rule (a resumed run keeps its saved config)."""
 
 import argparse
-import os
 import typing
+from collections.abc import Callable
 from pathlib import Path
 
 from ..augment import TTA_VIEWS
@@ -49,20 +49,19 @@ def add_run_folder_flags(
     return r
 
 
-def _int_tuple(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated ints, not {text!r}") from None
+def _comma_separated(kind: type) -> Callable[[str], tuple]:
+    """A flag's parser of comma-separated values of `kind` (`int` or `float`)."""
+    what = "ints" if kind is int else "numbers"
 
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(part) for part in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {what}, not {text!r}"
+            ) from None
 
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, not {text!r}"
-        ) from None
+    return parse
 
 
 def add_config_flags(
@@ -90,9 +89,9 @@ def add_config_flags(
         elif kind is bool:
             options["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(kind) is tuple:
-            options |= {"type": _int_tuple, "metavar": "N,N"}
+            options |= {"type": _comma_separated(int), "metavar": "N,N"}
         elif name in lists:
-            options |= {"type": _float_list, "metavar": "X,X"}
+            options |= {"type": _comma_separated(float), "metavar": "X,X"}
             options["help"] = f"values to sweep, comma-separated: {help_text}"
         else:
             options["type"] = kind
@@ -114,7 +113,7 @@ def add_config_flags(
 
 
 BASES = {
-    "config": lambda args: read_config_file(args.config),
+    "config": lambda args: TrainConfig.read(args.config),
     "codelab": lambda args: TrainConfig.codelab(),
     "best": lambda args: TrainConfig.best(),
     "distilled": lambda args: TrainConfig.distilled(),
@@ -126,21 +125,6 @@ def given_flags(args: argparse.Namespace) -> list[str]:
     """The config flags given on the command line, as `--names`."""
     given = [f"--{n.replace('_', '-')}" for n in _FIELDS if getattr(args, n, None) is not None]
     return given + [f"--{b}" for b in BASES if getattr(args, b, None) not in (None, False)]
-
-
-def read_config_file(path: str | os.PathLike) -> TrainConfig:
-    """A `TrainConfig` from a JSON file; `ValueError` naming the file and what is wrong
-    (missing, not JSON, an unknown field, a value of the wrong type)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ValueError(f"cannot read the config file {path}: {e.strerror or e}.") from None
-    try:
-        return TrainConfig.from_json(text)
-    except ValueError as e:
-        raise ValueError(f"config file {path}: {e}") from None
-    except RecursionError:  # JSON nested thousands deep
-        raise ValueError(f"config file {path}: nested too deeply to be a config.") from None
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -156,8 +140,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return base.with_changes(**given)
 
 
-def resumed(args: argparse.Namespace, kind: str, options: dict[str, typing.Any]) -> Training | None:
-    """`--resume`'s run of `kind` (`Run.resume` with the folder's `options`), or `None`;
+def resumed(args: argparse.Namespace, kind: str) -> Training | None:
+    """`--resume`'s run of `kind` (`Run.resume` with the folder's options), or `None`;
     the flags that would change its saved config are refused, and the data are loaded
     only for a checkpoint of that kind."""
     if not args.resume:
@@ -167,7 +151,8 @@ def resumed(args: argparse.Namespace, kind: str, options: dict[str, typing.Any])
         raise UsageError(
             f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
         )
-    return Run.resume(args.resume, kind=kind, out=args.out, data=lambda: load_data(args), **options)
+    options = folder_options(args) | {"out": args.out, "data": lambda: load_data(args)}
+    return Run.resume(args.resume, kind=kind, **options)
 
 
 def folder_options(args: argparse.Namespace) -> dict[str, typing.Any]:

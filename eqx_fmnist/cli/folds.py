@@ -4,30 +4,11 @@
 import argparse
 from pathlib import Path
 
-import jax.numpy as jnp
-import numpy as np
-
-from ..audit import audit_labels, require_cleanlab
+from ..audit import require_cleanlab
 from ..ensemble import CrossValidation, Folds
-from ..evaluation import predict_proba
-from ..runs import (
-    OUT_OF_FOLD,
-    Run,
-    default_folder,
-    read_out_of_fold,
-    run_splits,
-    write_suspects,
-)
+from ..runs import OUT_OF_FOLD, Run, audit_run, default_folder
+from . import flags
 from .common import UsageError, console, load_data, table, train_in_folder
-from .flags import (
-    add_config_flags,
-    add_data_args,
-    add_run_folder_flags,
-    config_from_args,
-    folder_options,
-    out_path,
-    resumed,
-)
 
 
 def add_cv_parser(sub) -> None:
@@ -40,10 +21,10 @@ def add_cv_parser(sub) -> None:
         "every training image (for `eqx-fmnist audit`).",
     )
     p.set_defaults(func=cmd_cv)
-    add_config_flags(p)
+    flags.add_config_flags(p)
     p.add_argument("--folds", type=int, default=5, help="K (5)")
-    add_run_folder_flags(p, what="cv run")
-    add_data_args(p)
+    flags.add_run_folder_flags(p, what="cv run")
+    flags.add_data_args(p)
 
 
 def add_audit_parser(sub) -> None:
@@ -62,27 +43,16 @@ def add_audit_parser(sub) -> None:
         help="the model for the test set (default: the folds' ensemble)",
     )
     p.add_argument("--top", type=int, default=20, help="suspects drawn per set (20)")
-    p.add_argument("--out", type=out_path, help="folder for the files (default: CV_RUN_DIR)")
-    add_data_args(p)
+    p.add_argument("--out", type=flags.out_path, help="folder for the files (default: CV_RUN_DIR)")
+    flags.add_data_args(p)
 
 
 def cmd_cv(args: argparse.Namespace) -> int:
-    options = folder_options(args)
-    training = resumed(args, "cv", options)
-    if training is None:
-        try:
-            folds = Folds(args.folds)
-        except ValueError as e:
-            raise UsageError(f"--folds {args.folds}: {e}") from None
-        out, config = args.out or default_folder(), config_from_args(args)
-        training = Run.new(out, config, members=folds, data=load_data(args), **options)
-    assert training.members is not None
-    k, train = len(training.members.configs(training.config)), len(training.splits.train)
-    describe = (
-        f"{k} folds of {train:,} images ({training.folder.num_train:,} to train on each), "
-        f"{training.total_steps:,} steps, one program"
-    )
-    done = train_in_folder(training, describe, command="cv")
+    if (training := flags.resumed(args, "cv")) is None:
+        config, folds = flags.config_from_args(args), Folds(args.folds)
+        options = flags.folder_options(args) | {"members": folds, "data": load_data(args)}
+        training = Run.new(args.out or default_folder(), config, **options)
+    done = train_in_folder(training)
     if isinstance(done, int):
         return done
     assert isinstance(done.outcome, CrossValidation)
@@ -114,32 +84,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
         require_cleanlab()
     except ImportError as e:
         raise UsageError(str(e)) from None
-    if args.top < 1:
-        raise UsageError(f"--top must be at least 1, but got {args.top}.")
-    folder = Path(args.cv_run)
-    oof, cv_run = read_out_of_fold(folder), Run.open(folder)
-    tested = Run.open(args.test_model) if args.test_model else cv_run
-    fm = load_data(args)
-    test_x = jnp.asarray(fm.test_images.reshape(len(fm.test_images), -1))
-    test_p = np.asarray(predict_proba(tested.model, test_x, policy=tested.policy))
-    splits = run_splits(cv_run.config, fm)
-    train_images = np.asarray(splits.train.images).reshape(-1, 28, 28)
-    out = args.out or folder
-    out.mkdir(parents=True, exist_ok=True)
-    sets = {
-        "train": (oof["probabilities"], oof["labels"], train_images),
-        "test": (test_p, fm.test_labels, fm.test_images),
-    }
-    lines = []
-    for name, (probs, labels, images) in sets.items():
-        found = audit_labels(probs, labels)
-        write_suspects(out, name, found, images, args.top)
-        share = len(found.indices) / found.examples
-        lines.append((name, f"{found.examples:,}", f"{len(found.indices):,}", f"{share:.2%}"))
+    found = audit_run(
+        args.cv_run, lambda: load_data(args), out=args.out, top=args.top, test_model=args.test_model
+    )
+    lines = [
+        (name, f"{a.examples:,}", f"{len(a.indices):,}", f"{len(a.indices) / a.examples:.2%}")
+        for name, a in found.items()
+    ]
     columns = ("set", "images", "suspects", "share")
     console.print(table("Label issues (confident learning)", columns, lines))
     console.print(
-        f"wrote {out}/: suspects_train.csv/.json/.png, suspects_test.csv/.json/.png "
+        f"wrote {args.out or args.cv_run}/: suspects_train.csv/.json/.png, suspects_test.csv/.json/.png "
         "and the by-class grids",
         highlight=False,
     )

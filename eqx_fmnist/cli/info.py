@@ -7,8 +7,6 @@ import numpy as np
 
 from .. import data as data_mod
 from ..dataset import to_datasets
-from ..fileio import atomic_write
-from ..plots import save_figure
 from .common import console, load_data, table
 from .flags import add_data_args, out_path
 
@@ -61,9 +59,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     console.print(report.to_markdown(), markup=False, highlight=False, soft_wrap=True)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with atomic_write(args.out / "throughput.md", "w") as f:
-            f.write(report.to_markdown())
-        save_figure(report.figure(), args.out / "throughput.png")
-        console.print(f"wrote {args.out}/throughput.md and throughput.png")
+        console.print(f"wrote {' and '.join(map(str, report.save(args.out)))}")
     return 0

@@ -10,7 +10,7 @@ import numpy as np
 from .. import data as data_mod
 from ..answers import Answer
 from ..attributions import Explanation
-from ..export import is_export, load_artifact, read_manifest
+from ..export import is_export, load_artifact
 from ..plots import plot_explanation, save_figure, save_pixels
 from ..runs import Run
 from .common import UsageError, console
@@ -66,19 +66,7 @@ def _answer(where: str, flat: np.ndarray, args: argparse.Namespace) -> Answer:
             f"{where}: --explain needs the model's gradients, which an exported "
             "artifact does not give: pass the run folder or its checkpoint."
         )
-    manifest = read_manifest(where)
-    if manifest.get("format") != "stablehlo":
-        raise UsageError(
-            f"{where} is a {manifest.get('format')} export; predict runs a StableHLO "
-            "artifact or a run folder."
-        )
-    artifact = load_artifact(where)
-    if args.tta is not None and args.tta != artifact.views:
-        raise UsageError(
-            f"{where}: the artifact computes --tta {artifact.views}, not {args.tta} (its "
-            "views are fixed when it is exported): leave --tta out."
-        )
-    return artifact.answer(flat)
+    return load_artifact(where).answer(flat, tta=args.tta)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -87,15 +75,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
     ans = _answer(args.checkpoint, flat, args)
-    members = None
-    if ans.member_probabilities is not None:
-        guesses = ans.member_probabilities.argmax(axis=-1).T
-        members = [", ".join(data_mod.CLASS_NAMES[c] for c in g) for g in guesses]
     for folder in (args.show, args.explain):
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
     for i, (path, p) in enumerate(zip(args.images, ans.probabilities, strict=True)):
-        record = _record(ans, i, p, str(path), args.top, prepared[i].inverted)
+        record = {"path": str(path), **ans.record(i, args.top), "inverted": prepared[i].inverted}
         if args.show is not None:
             shown = args.show / f"{Path(path).stem}.prepared.png"
             save_pixels(prepared[i].pixels, shown)
@@ -103,44 +87,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if ans.explained is not None and args.explain is not None:
             shown = _save_explanation(ans.explained, i, prepared[i].pixels, p, path, args.explain)
             record["explained"] = str(shown)
-        if members:
-            record["members"] = members[i]
         if args.json:
             print(json.dumps(record))
             continue
-        _print_line(record, members[i] if members else None, ans.coverage)
+        _print_line(record)
     if not args.json and not ans.calibrated and not is_export(args.checkpoint):
         console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
     return 0
 
 
-def _record(ans: Answer, i: int, p: np.ndarray, path: str, top: int, inverted: bool) -> dict:
-    """Image `i`'s answer as `--json` prints it: the top classes, the flag, the set."""
-    order = np.argsort(p)[::-1]
-    in_set = None
-    if ans.prediction_set is not None:  # most probable first
-        in_set = [data_mod.CLASS_NAMES[c] for c in order if ans.prediction_set[i, c]]
-    return {
-        "path": path,
-        "top": [
-            {"class": data_mod.CLASS_NAMES[c], "probability": float(p[c])} for c in order[:top]
-        ],
-        "calibrated": ans.calibrated,
-        "unusual": None if ans.unusual is None else bool(ans.unusual[i]),
-        "score": None if ans.trust_score is None else float(ans.trust_score[i]),
-        "threshold": ans.threshold,
-        "inverted": inverted,
-        "set": in_set,
-        "set_coverage": ans.coverage,
-    }
-
-
-def _print_line(record: dict, members: str | None, coverage: float | None) -> None:
+def _print_line(record: dict) -> None:
     """One line per image whatever the terminal's width: scripts read it line by line."""
     guesses = ", ".join(f"{t['class']} {t['probability']:.1%}" for t in record["top"])
-    notes = [f"members: {members}"] if members else []
+    notes = [f"members: {record['members']}"] if "members" in record else []
     if record["set"] is not None:
-        notes.append(f"{coverage:.0%} set: {', '.join(record['set']) or 'empty'}")
+        notes.append(f"{record['set_coverage']:.0%} set: {', '.join(record['set']) or 'empty'}")
     if record["unusual"]:
         notes.append("UNUSUAL INPUT: unlike the training images, do not trust this answer")
     notes += ["inverted"] * record["inverted"]

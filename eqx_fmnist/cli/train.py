@@ -4,36 +4,19 @@ sweep` (a grid x seeds as one program): one way to make a run folder for both.""
 import argparse
 from pathlib import Path
 
-from ..config import TrainConfig
+from .. import runs
 from ..ensemble import Grid, Seeds, SweepResult, member_seeds
-from ..runs import (
-    CHECKPOINT_NAME,
-    TEACHER_FOLDER,
-    TOKENS_PER_EXAMPLE,
-    Run,
-    RunResult,
-    Training,
-    default_folder,
-    teacher_training,
-)
 from ..state import BATCHED
 from ..train import TrainResult
+from . import flags
 from .common import UsageError, console, load_data, table, train_in_folder
-from .flags import (
-    add_config_flags,
-    add_data_args,
-    add_run_folder_flags,
-    config_from_args,
-    folder_options,
-    resumed,
-)
 
 
 def add_train_parser(sub) -> None:
     p = sub.add_parser("train", help="train, evaluate, and write a run folder with figures")
     p.set_defaults(func=cmd_train)
-    add_config_flags(p, distilled=True)
-    r = add_run_folder_flags(p)
+    flags.add_config_flags(p, distilled=True)
+    r = flags.add_run_folder_flags(p)
     seeds = "train N members (seeds SEED to SEED+N-1) as one program: an ensemble"
     r.add_argument("--seeds", type=int, metavar="N", help=seeds)
     r.add_argument(
@@ -48,7 +31,7 @@ def add_train_parser(sub) -> None:
     r.add_argument(
         "--profile", action="store_true", help="Perfetto trace of intervals 2-3 in RUN/profile"
     )
-    add_data_args(p)
+    flags.add_data_args(p)
 
 
 def add_sweep_parser(sub) -> None:
@@ -60,52 +43,39 @@ def add_sweep_parser(sub) -> None:
         f"Give comma-separated values to some of --{', --'.join(BATCHED)}".replace("_", "-"),
     )
     p.set_defaults(func=cmd_sweep)
-    add_config_flags(p, lists=BATCHED)
-    r = add_run_folder_flags(p, what="sweep")
+    flags.add_config_flags(p, lists=BATCHED)
+    r = flags.add_run_folder_flags(p, what="sweep")
     r.add_argument("--seeds", type=int, help="seeds per grid point (2)")
-    add_data_args(p)
+    flags.add_data_args(p)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    options = folder_options(args)
-    if (training := resumed(args, "train", options)) is not None:
+    if (training := flags.resumed(args, "train")) is not None:
         return _train(training, profile=args.profile)
-    config, out = config_from_args(args), args.out or default_folder()
+    config, out = flags.config_from_args(args), args.out or runs.default_folder()
+    options = flags.folder_options(args)
     fm = load_data(args)
     members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
     teacher = args.teacher
     if args.distilled and teacher is None:
-        first = teacher_training(out, config, data=fm, **options)
-        if first is None:
-            console.print(
-                f"teacher: {out / TEACHER_FOLDER}, trained before (--overwrite trains it again)"
-            )
+        teacher = out / runs.TEACHER_FOLDER
+        if (first := runs.teacher_training(out, config, data=fm, **options)) is None:
+            console.print(f"teacher: {teacher}, trained before (--overwrite trains it again)")
         else:
-            console.print(
-                f"teacher: a CNN ({_epochs(first.config)}), into {first.folder.folder}",
-                highlight=False,
-            )
-            status = _train(first)
-            if status:
+            console.print(f"teacher: a CNN, {first.length}, into {teacher}", highlight=False)
+            if status := _train(first):
                 return status
-        teacher = out / TEACHER_FOLDER
-    training = Run.new(out, config, members=members, teacher=teacher, data=fm, **options)
+    training = runs.Run.new(out, config, members=members, teacher=teacher, data=fm, **options)
     return _train(training, profile=args.profile)
 
 
-def _epochs(config: TrainConfig) -> str:
-    return f"{config.epochs} epoch{'s' * (config.epochs != 1)}"
-
-
-def _train(training: Training, *, profile: bool = False) -> int:
+def _train(training: runs.Training, *, profile: bool = False) -> int:
     """Train `training` with the progress bar, then print its results."""
-    configs = None if training.members is None else training.members.configs(training.config)
-    describe = _describe_run(training.config, configs, training.teacher, training.total_steps)
-    done = train_in_folder(training, describe, command="train", profile=profile)
+    done = train_in_folder(training, profile=profile)
     if isinstance(done, int):
         return done
     run = done.outcome
-    assert isinstance(run, RunResult)
+    assert isinstance(run, runs.RunResult)
     print_results(run.result, training.folder.folder, done.summary["seconds"])
     if run.calibration is not None:
         console.print(
@@ -114,25 +84,6 @@ def _train(training: Training, *, profile: bool = False) -> int:
             highlight=False,
         )
     return 0
-
-
-def _describe_run(config: TrainConfig, members, teacher: Path | None, total: int) -> str:
-    length = f"{config.epochs} epochs ({total:,} steps)" if config.epochs else f"{total:,} steps"
-    who = f"seed {config.seed}"
-    if members:
-        who = f"{len(members)} members in one program (seeds {describe_seeds(members)})"
-    held = ""
-    if config.calibration_size:
-        held = f", {config.calibration_size:,} images held out to calibrate"
-    taught = f", distilled from {teacher}" * (teacher is not None)
-    return f"{length}, {config.precision}, {who}{held}{taught}"
-
-
-def describe_seeds(members) -> str:
-    seeds = sorted({c.seed for c in members})
-    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
-        return f"{seeds[0]}-{seeds[-1]}"
-    return ",".join(map(str, seeds))
 
 
 def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> None:
@@ -162,10 +113,10 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
         )
     per = "model-examples/sec" if result.num_members else "examples/sec"
     console.print(
-        f"{eps:,.0f} {per}, {eps * TOKENS_PER_EXAMPLE:,.0f} tokens/sec projected "
-        f"({TOKENS_PER_EXAMPLE} tokens, 7 x 7 patches, per image); compile "
+        f"{eps:,.0f} {per}, {eps * runs.TOKENS_PER_EXAMPLE:,.0f} tokens/sec projected "
+        f"({runs.TOKENS_PER_EXAMPLE} tokens, 7 x 7 patches, per image); compile "
         f"{result.compile_seconds:.2f} s, train {result.train_seconds:.2f} s\n"
-        f"wrote {out}/: config.json, history.jsonl, summary.json, {CHECKPOINT_NAME}"
+        f"wrote {out}/: config.json, history.jsonl, summary.json, {runs.CHECKPOINT_NAME}"
         f"{' (all members)' if result.num_members else ''}, figures",
         highlight=False,
     )
@@ -176,10 +127,8 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    grid = {name: getattr(args, name) for name in BATCHED if getattr(args, name) is not None}
-    options = folder_options(args)
-    training = resumed(args, "sweep", options)
-    if training is None:
+    grid = {name: list(getattr(args, name)) for name in BATCHED if getattr(args, name) is not None}
+    if (training := flags.resumed(args, "sweep")) is None:
         if not grid:
             raise UsageError(
                 "give values to sweep, e.g. --learning-rate 1e-3,3e-3 --weight-decay 1e-2,5e-2 "
@@ -187,25 +136,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
         for name in grid:
             setattr(args, name, None)
-        config = config_from_args(args)
+        config = flags.config_from_args(args)
         members = Grid(grid, member_seeds(config, 2 if args.seeds is None else args.seeds))
-        out = args.out or default_folder()
-        training = Run.new(out, config, members=members, data=load_data(args), **options)
-    members = training.members
-    assert isinstance(members, Grid)
-    count, config = len(members.configs(training.config)), training.config
-    shown = "; ".join(f"{k} {', '.join(f'{v:g}' for v in vs)}" for k, vs in members.values.items())
-    seeds = member_seeds(config, members.seeds)
-    describe = (
-        f"{shown}; seeds {', '.join(map(str, seeds))}: {count} members in one "
-        f"program, {training.total_steps:,} steps each, ranked on {config.validation_size:,} "
-        "validation images"
-    )
-    done = train_in_folder(training, describe, command="sweep")
+        out = args.out or runs.default_folder()
+        options = flags.folder_options(args)
+        training = runs.Run.new(out, config, members=members, data=load_data(args), **options)
+    done = train_in_folder(training)
     if isinstance(done, int):
         return done
     assert isinstance(done.outcome, SweepResult)
     console.print(done.outcome.to_markdown(), markup=False, highlight=False)
-    out = training.folder.folder
-    console.print(f"wrote {out}/: sweep.md, sweep.json, sweep_heatmap.png, checkpoint.eqx, ...")
+    files = "sweep.md, sweep.json, sweep_heatmap.png, checkpoint.eqx, ..."
+    console.print(f"wrote {training.folder.folder}/: {files}")
     return 0

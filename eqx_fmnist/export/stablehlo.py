@@ -198,10 +198,16 @@ class Artifact:
         name = tta.get("name", "none") if isinstance(tta, dict) else "none"
         return name if isinstance(name, str) else "none"
 
-    def answer(self, images: np.ndarray) -> Answer:
+    def answer(self, images: np.ndarray, tta: str | None = None) -> Answer:
         """What it says of `images`, as the library's [`answer`][eqx_fmnist.answers.answer]
         says it: the probabilities, and for a calibrated run the trust flag and the
-        prediction sets with the threshold and coverage its manifest records."""
+        prediction sets with the threshold and coverage its manifest records. `tta`:
+        `None` or its own `views` (`ValueError` for others: they were fixed at export)."""
+        if tta is not None and tta != self.views:
+            raise ValueError(
+                f"{self.path}: the artifact computes --tta {self.views}, not {tta} (its "
+                "views are fixed when it is exported): leave --tta out."
+            )
         out = self.run(images)
         if out.get("probabilities") is None:  # every artifact returns them (export checks)
             raise ExportError(f"{self.path}: the artifact returned no probabilities.")
@@ -243,7 +249,13 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
     except (OSError, ValueError) as e:
         raise ExportError(f"cannot read the artifact {path} or its manifest: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != "stablehlo":
-        raise ExportError(f"{manifest_path(path)} is not the manifest of a StableHLO export.")
+        what = manifest.get("format") if isinstance(manifest, dict) else None
+        raise ExportError(
+            f"{path} is a {what} export, not StableHLO: run it with its own runtime, or "
+            "give a StableHLO artifact or a run folder."
+            if isinstance(what, str)
+            else f"{manifest_path(path)} is not the manifest of a StableHLO export."
+        )
     if hashlib.sha256(blob).hexdigest() != manifest.get("sha256"):
         raise ExportError(
             f"{path} does not match the SHA-256 in its manifest: the file is corrupt or "

@@ -39,6 +39,7 @@ from .report import (
 from .run import RunResult as RunResult, run_splits as run_splits, train_run as train_run
 from .saved import (
     Run as Run,
+    audit_run as audit_run,
     checkpoint_path as checkpoint_path,
     open_teacher as open_teacher,
     read_teacher as read_teacher,

@@ -1,10 +1,15 @@
 """When a run folder saves a checkpoint ([`CheckpointEvery`][eqx_fmnist.runs.CheckpointEvery])
-and how a stop asked for ends the training ([`Interrupted`][eqx_fmnist.runs.Interrupted])."""
+and how a stop asked for ends the training ([`Interrupted`][eqx_fmnist.runs.Interrupted]),
+and what to say of a stop ([`why_stopped`][eqx_fmnist.runs.cadence.why_stopped])."""
 
 import dataclasses
 import re
 from pathlib import Path
 
+import jax
+
+from ..intervals import NonFiniteError
+from ..parallel import is_lost_process
 from .summary import RunError
 
 
@@ -51,3 +56,30 @@ class CheckpointEvery:
 
 EVERY_MINUTE = CheckpointEvery()
 """The default cadence: a checkpoint after every 60 seconds of training."""
+
+
+def why_stopped(
+    e: BaseException, command: str, saved_step: int | None = None, checkpoint: Path | None = None
+) -> tuple[int, str]:
+    """Why a run of `eqx-fmnist COMMAND` stopped on `e` (a stop asked for, a non-finite
+    loss, a lost process of a multi-process run) and what was kept: the exit status
+    (1, or 130 for a stop asked for) and one line. `saved_step`: the last checkpoint's
+    step at `checkpoint` (`0`: none written; `None`: no run folder at hand)."""
+    kept = "no checkpoint was written"
+    if saved_step:
+        kept = f"the last checkpoint (step {saved_step:,}) is {checkpoint}"
+    if is_lost_process(e):
+        first = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(e).strip().splitlines()[0])[:160]
+        what = f"another process of this {jax.process_count()}-process run was lost ({first})"
+        if saved_step is None or jax.process_index() != 0:
+            return 1, f"error: {what}; process 0 keeps the run folder: start every process again."
+        again = f" with --resume {checkpoint}" if saved_step else ""
+        return 1, f"error: {what}; {kept}: start every process again{again}."
+    if isinstance(e, NonFiniteError):
+        return 1, f"error: {e} No result was written; {kept}."
+    if saved_step:
+        return (
+            130,
+            f"{e or 'interrupted'}; continue with `eqx-fmnist {command} --resume {checkpoint}`.",
+        )
+    return 130, "interrupted before the first checkpoint."

@@ -6,25 +6,33 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Shaped
 
 from ..answers import Answer, answer
+from ..audit import LabelAudit, audit_labels
 from ..augment import TTA_VIEWS, Move
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
+from ..dataset import to_datasets
 from ..distill import Teacher
 from ..ensemble import Grid, members_from
 from ..ensemble.grid import SWEEP_VALIDATION
+from ..evaluation import evaluate, predict_proba
+from ..export import FORMATS, export_model
 from ..model import Model
 from ..precision import Policy
 from ..state import TrainState
 from ..train import Members
 from .cadence import EVERY_MINUTE, CheckpointEvery
+from .files import read_out_of_fold, write_suspects
 from .folder import TEACHER_FILE
-from .start import DataSource, Resumed, Training, kind_of, start_training
+from .run import run_splits
+from .start import DataSource, Resumed, Training, kind_of, loaded, start_training
 from .summary import CHECKPOINT_NAME, RunError
 
 
@@ -235,10 +243,81 @@ class Run:
             attributions=attributions,
         )
 
+    def export(
+        self,
+        out: str | os.PathLike | None = None,
+        *,
+        format: str = "stablehlo",
+        tta: str | None = None,
+        data: DataSource = None,
+    ) -> tuple[Path, dict[str, Any]]:
+        """What `eqx-fmnist export` does: [`export_model`][eqx_fmnist.export.check.export_model]
+        of the run's model (or ensemble) with its calibration and
+        [`views`][eqx_fmnist.runs.saved.Run.views], checked on every test image of
+        `data` (as for `Run.new`), its test accuracy and step in the manifest. `out`:
+        defaults to `RUN/model.<suffix>`. Returns the artifact's path and its manifest."""
+        views, data = self.views(tta), loaded(data)
+        test = evaluate(self.model, to_datasets(data)[1], policy=self.policy, tta=views)
+        suffix = FORMATS[format].suffix if format in FORMATS else ""  # else export_model says
+        out = self.folder / f"model{suffix}" if out is None else Path(out)
+        images = data.test_images.reshape(len(data.test_images), -1)
+        about = {"test_accuracy": test.accuracy, "step": self.step}
+        return out, export_model(
+            self.model,
+            self.policy,
+            self.config,
+            out,
+            format=format,
+            calibration=self.calibration,
+            tta=views or (),  # (): none, even if the config has some
+            check_images=images,
+            extra=about | {"trained": f"{self.step:,} steps"},
+        )
+
     def teacher(self) -> Path | None:
         """The checkpoint of the teacher a distilled run learnt from (`teacher.json`),
         else `None` ([`read_teacher`][eqx_fmnist.runs.saved.read_teacher])."""
         return read_teacher(self.folder)
+
+
+def audit_run(
+    cv_run: str | os.PathLike,
+    data: DataSource = None,
+    *,
+    out: str | os.PathLike | None = None,
+    top: int = 20,
+    test_model: str | os.PathLike | None = None,
+) -> dict[str, LabelAudit]:
+    """The labels that look wrong (`eqx-fmnist audit`): the training set's, from the
+    out-of-fold probabilities `cv_run` (a folder `eqx-fmnist cv` wrote) holds; the test
+    set's, from the folds' ensemble (or the run `test_model`), which never trained on
+    it. `data`: as for `Run.new`, loaded once the runs are read. Writes each set's
+    suspects (`write_suspects`, the `top` most suspicious drawn) in `out` (defaults to
+    `cv_run`); returns the audits by set, `"train"` and `"test"`.
+
+    **Raises:**
+
+    `RunError` for a folder without out-of-fold probabilities; `ValueError` for `top`
+    below 1; `ImportError` without cleanlab.
+    """
+    if top < 1:
+        raise ValueError(f"`top` must be at least 1, but got {top}.")
+    oof, folds = read_out_of_fold(cv_run), Run.open(cv_run)
+    tested = Run.open(test_model) if test_model else folds
+    data = loaded(data)
+    test_x = jnp.asarray(data.test_images.reshape(len(data.test_images), -1))
+    test_p = np.asarray(predict_proba(tested.model, test_x, policy=tested.policy))
+    train_images = np.asarray(run_splits(folds.config, data).train.images).reshape(-1, 28, 28)
+    sets = {
+        "train": (oof["probabilities"], oof["labels"], train_images),
+        "test": (test_p, data.test_labels, data.test_images),
+    }
+    found = {name: audit_labels(probs, labels) for name, (probs, labels, _) in sets.items()}
+    out = Path(cv_run if out is None else out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (_, _, images) in sets.items():
+        write_suspects(out, name, found[name], images, top)
+    return found
 
 
 def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, Model]:

@@ -32,13 +32,22 @@ from ..checkpoint import Checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import Splits
-from ..ensemble import CrossValidation, Folds, Grid, SweepResult, cross_validate, sweep
+from ..ensemble import (
+    CrossValidation,
+    Folds,
+    Grid,
+    SweepResult,
+    cross_validate,
+    member_seeds,
+    sweep,
+)
 from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
 from ..train import Members
 from .files import write_cross_validation
 from .folder import RunFolder, refuse_results
+from .profile import IntervalProfiler, find_trace
 from .run import RunResult, run_splits, train_run
 from .summary import RunError
 
@@ -95,9 +104,58 @@ class Training:
     def total_steps(self) -> int:
         return self.folder.plan.total_steps
 
-    def run(self, callbacks: Sequence[Callback] = ()) -> Finished:
+    @property
+    def length(self) -> str:
+        """The run's length in words: `80 epochs (9,360 steps)`, or `400 steps`."""
+        epochs, steps = self.config.epochs, f"{self.total_steps:,} steps"
+        return f"{epochs} epoch{'s' * (epochs != 1)} ({steps})" if epochs else steps
+
+    def describe(self) -> str:
+        """Where and what trains, as the command line says it first: the folder; what
+        trains (a sweep's grid and seeds, cv's folds, else the length, precision, seeds,
+        held-out images and teacher); the checkpoint cadence; the data; a resume's step."""
+        folder, kind = self.folder, "run" if self.kind == "train" else self.kind
+        lines = [
+            f"{kind} folder {folder.folder}: {self._what()}, checkpoint every "
+            f"{folder.checkpoint_every}",
+            f"data: {self.data.source} ({self.data.origin})",
+        ]
+        if self.start:
+            lines.append(f"resuming at step {self.start:,} of {self.total_steps:,}")
+        return "\n".join(lines)
+
+    def _what(self) -> str:
+        config, total, members = self.config, self.total_steps, self.members
+        count = 0 if members is None else len(members.configs(config))
+        if isinstance(members, Grid):
+            grid = "; ".join(
+                f"{k} {', '.join(f'{v:g}' for v in vs)}" for k, vs in members.values.items()
+            )
+            seeds = ", ".join(map(str, member_seeds(config, members.seeds)))
+            return (
+                f"{grid}; seeds {seeds}: {count} members in one program, {total:,} steps "
+                f"each, ranked on {config.validation_size:,} validation images"
+            )
+        if isinstance(members, Folds):
+            return (
+                f"{count} folds of {len(self.splits.train):,} images ({self.folder.num_train:,} "
+                f"to train on each), {total:,} steps, one program"
+            )
+        who = f"seed {config.seed}"
+        if members is not None:
+            who = f"{count} members in one program (seeds {_seeds(members.configs(config))})"
+        held = f", {config.calibration_size:,} images held out to calibrate"
+        taught = f", distilled from {self.teacher}"
+        return (
+            f"{self.length}, {config.precision}, {who}{held * bool(config.calibration_size)}"
+            f"{taught * (self.teacher is not None)}"
+        )
+
+    def run(self, callbacks: Sequence[Callback] = (), *, profile: bool = False) -> Finished:
         """Train in the folder, then finish it; `callbacks` are called after each
         logging interval, before the folder's own (history, checkpoint, stop).
+        `profile`: trace intervals 2-3 ([`IntervalProfiler`][eqx_fmnist.runs.profile.IntervalProfiler])
+        into `RUN/profile` ([`trace`][eqx_fmnist.runs.start.Training.trace]).
 
         **Raises:**
 
@@ -105,9 +163,23 @@ class Training:
         asked for (a first SIGINT or SIGTERM, or `folder.request_stop()`): continue with
         `Run.resume(folder.checkpoint)`. `NonFiniteError`, as `fit` raises it.
         """
-        with self.folder as folder, folder.stop_on_signals():
-            outcome = self._train([*callbacks, folder.callback])
-            return Finished(outcome, self._finish(outcome))
+        traced = []
+        if profile:
+            traced = [
+                IntervalProfiler(self.folder.folder / "profile", self.folder.plan.intervals())
+            ]
+        try:
+            with self.folder as folder, folder.stop_on_signals():
+                outcome = self._train([*callbacks, *traced, folder.callback])
+                return Finished(outcome, self._finish(outcome))
+        finally:
+            for profiler in traced:
+                profiler.stop()
+
+    @property
+    def trace(self) -> Path | None:
+        """The Perfetto trace `run(profile=True)` wrote, if any."""
+        return find_trace(self.folder.folder / "profile")
 
     def _train(self, callbacks: list[Callback]) -> Outcome:
         config, splits, state = self.config, self.splits, self.state
@@ -136,6 +208,14 @@ class Training:
         return self.folder.finish(outcome.result, self.data, outcome.calibration)
 
 
+def _seeds(configs: Sequence[TrainConfig]) -> str:
+    """The members' seeds: `0-4` for a range of more than two, else `0,2,3`."""
+    seeds = sorted({c.seed for c in configs})
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
 @dataclasses.dataclass(frozen=True)
 class Resumed:
     """What a resume continues from: the checkpoint's path and what it holds."""
@@ -159,7 +239,7 @@ def start_training(
     [`Run.resume`][eqx_fmnist.runs.saved.Run.resume] share); in a multi-process run
     every process trains and only process 0 keeps the folder (the others write a
     temporary one)."""
-    data = data() if callable(data) else load_fashion_mnist() if data is None else data
+    data = loaded(data)
     try:
         splits = run_splits(config, data)
         num_train = len(splits.train)
@@ -192,6 +272,12 @@ def start_training(
     state = resume.saved.state if resume else None
     path, model = teacher if teacher else (None, None)
     return Training(folder, config, members, data, splits, state, step, path, model, scratch)
+
+
+def loaded(data: DataSource) -> FashionMNIST:
+    """The data a `DataSource` gives: the data themselves, the function's, or (`None`)
+    [`load_fashion_mnist`][eqx_fmnist.data.load_fashion_mnist]'s."""
+    return data() if callable(data) else load_fashion_mnist() if data is None else data
 
 
 def kind_of(members: Members | None) -> str:
