@@ -2,8 +2,8 @@
 web page.
 
 - **StableHLO** (`jax.export`): the whole forward pass (`uint8` pixels in, normalisation
-  inside, logits and probabilities out) with a symbolic batch size, lowered for CPU and
-  CUDA. It runs with `jax` alone: `jax.export.deserialize(blob).call(images)`.
+  inside, logits and probabilities out) with a symbolic batch size, lowered for CPU,
+  CUDA and TPU. It runs with `jax` alone: `jax.export.deserialize(blob).call(images)`.
 - **safetensors**: the weights, named `layers.0.weight`, `layers.0.bias`, ... (an
   ensemble's as `members.0.layers.0.weight`, ...), with the config in the metadata;
   `torch_state_dict` renames them for the equivalent PyTorch `nn.Sequential`.
