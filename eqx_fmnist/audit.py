@@ -15,6 +15,7 @@ import csv
 import dataclasses
 import io
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,10 @@ from .fileio import atomic_write
 def require_cleanlab():
     """`cleanlab`, or an `ImportError` that names the extra to install."""
     try:
-        import cleanlab.filter
+        with warnings.catch_warnings():  # cleanlab imports tqdm.auto, which warns in a
+            # Jupyter kernel without ipywidgets; the audit draws no progress bar
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import cleanlab.filter
     except ImportError:
         raise ImportError(
             "the label audit needs cleanlab: pip install 'eqx_fmnist[audit]'"
