@@ -28,8 +28,7 @@ from .fileio import atomic_write
 def require_cleanlab():
     """`cleanlab`, or an `ImportError` that names the extra to install."""
     try:
-        with warnings.catch_warnings():  # cleanlab imports tqdm.auto, which warns in a
-            # Jupyter kernel without ipywidgets; the audit draws no progress bar
+        with warnings.catch_warnings():  # tqdm.auto's, in a kernel without ipywidgets
             warnings.filterwarnings("ignore", message="IProgress not found")
             import cleanlab.filter
     except ImportError:

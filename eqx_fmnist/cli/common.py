@@ -7,14 +7,7 @@ from collections.abc import Sequence
 
 import jax
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from .. import data as data_mod
@@ -36,7 +29,7 @@ def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
     nothing otherwise: an idle bar would still leave a blank line on stderr)."""
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
     bar: Progress | None = None
-    tasks: dict[str, TaskID] = {}
+    tasks: dict = {}  # a task per file
 
     def report(name: str, done: int, total: int | None) -> None:
         nonlocal bar

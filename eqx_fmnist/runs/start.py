@@ -115,14 +115,13 @@ class Training:
         trains (a sweep's grid and seeds, cv's folds, else the length, precision, seeds,
         held-out images and teacher); the checkpoint cadence; the data; a resume's step."""
         folder, kind = self.folder, "run" if self.kind == "train" else self.kind
-        lines = [
+        resuming = f"\nresuming at step {self.start:,} of {self.total_steps:,}"
+        return (
             f"{kind} folder {folder.folder}: {self._what()}, checkpoint every "
-            f"{folder.checkpoint_every}",
-            f"data: {self.data.source} ({self.data.origin})",
-        ]
-        if self.start:
-            lines.append(f"resuming at step {self.start:,} of {self.total_steps:,}")
-        return "\n".join(lines)
+            f"{folder.checkpoint_every}\ndata: {self.data.source} ({self.data.origin})"
+            + resuming
+            * bool(self.start)
+        )
 
     def _what(self) -> str:
         config, total, members = self.config, self.total_steps, self.members
