@@ -294,7 +294,7 @@ def test_no_module_over_400_lines_and_no_function_over_60_lines_of_code(module):
 # The package's and the command line's line totals, held where they stand so that
 # features move rather than multiply. Issue 53 aims at 13,000 and 1,000: lower these as
 # code leaves, never raise them without saying why in the commit.
-MAX_PACKAGE_LINES = 14_293  # the rules the command line held, moved into the library (53)
+MAX_PACKAGE_LINES = 14_291  # the rules the command line held, moved into the library (53)
 MAX_CLI_LINES = 1_000
 
 

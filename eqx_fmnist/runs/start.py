@@ -115,12 +115,10 @@ class Training:
         trains (a sweep's grid and seeds, cv's folds, else the length, precision, seeds,
         held-out images and teacher); the checkpoint cadence; the data; a resume's step."""
         folder, kind = self.folder, "run" if self.kind == "train" else self.kind
-        resuming = f"\nresuming at step {self.start:,} of {self.total_steps:,}"
+        resuming = f"\nresuming at step {self.start:,} of {self.total_steps:,}" * bool(self.start)
         return (
             f"{kind} folder {folder.folder}: {self._what()}, checkpoint every "
-            f"{folder.checkpoint_every}\ndata: {self.data.source} ({self.data.origin})"
-            + resuming
-            * bool(self.start)
+            f"{folder.checkpoint_every}\ndata: {self.data.source} ({self.data.origin}){resuming}"
         )
 
     def _what(self) -> str:
