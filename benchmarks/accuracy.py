@@ -13,7 +13,8 @@ import argparse
 from pathlib import Path
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
+
+from harness import machine_line
 
 
 def main() -> None:

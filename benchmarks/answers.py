@@ -32,9 +32,10 @@ import numpy as np
 
 import eqx_fmnist as ef
 from eqx_fmnist.augment import TTA_MIRROR, TTA_SHIFTS
-from eqx_fmnist.bench import machine_line
 from eqx_fmnist.calibration import calibration_metrics, fit_temperature
 from eqx_fmnist.conformal import fit_sets, set_report
+
+from harness import machine_line
 
 
 def sets_rows(name, cal_logits, cal_y, test_logits, test_y, temperature) -> list[str]:

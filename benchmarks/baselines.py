@@ -12,7 +12,7 @@ process, on the same data and the same MLP:
 
 Every trainer is a function `run(num_steps)` that trains `num_steps` more steps,
 reading the loss back to the host every `read_every` steps (as a loop that logs does),
-and returns the last loss it read: an `eqx_fmnist.bench.suite.Trainer`, so that
+and returns the last loss it read: an `harness.suite.Trainer`, so that
 `BASELINES` plus the library's `TRAINERS` go into one `compare_training`.
 """
 
@@ -25,11 +25,12 @@ import jax.random as jr
 import numpy as np
 import optax
 
-from eqx_fmnist.bench.suite import TRAINERS, Trainer, TrainerFactory
 from eqx_fmnist.config import TrainConfig
 from eqx_fmnist.dataset import ArrayDataset, normalize, steps_per_epoch
 from eqx_fmnist.precision import optax_promotion
 from eqx_fmnist.state import init_state
+
+from harness.suite import TRAINERS, Trainer, TrainerFactory
 
 
 def _codelab_params(hidden, key) -> dict[str, jax.Array]:

@@ -24,12 +24,13 @@ from matplotlib.figure import Figure
 from PIL import Image, ImageDraw
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
 from eqx_fmnist.calibration import calibration_report, evaluate_calibration
 from eqx_fmnist.data import prepare_image
 from eqx_fmnist.plots import save_figure
 from eqx_fmnist.runs.report import reliability_figure
 from eqx_fmnist.trust import features
+
+from harness import machine_line
 
 
 def not_clothing(rng: np.random.Generator) -> dict[str, np.ndarray]:

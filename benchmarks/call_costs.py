@@ -69,11 +69,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/call_costs.md"))
     args = parser.parse_args()
 
-    from baselines import scan_epoch_trainer
-
     import eqx_fmnist as ef
-    from eqx_fmnist.bench import fit_cadence, machine_line, measure_interleaved
-    from eqx_fmnist.bench.suite import library_fused_trainer
+
+    from baselines import scan_epoch_trainer
+    from harness import fit_cadence, machine_line, measure_interleaved
+    from harness.suite import library_fused_trainer
 
     splits = ef.split_data(ef.load_fashion_mnist())
     train = splits.train

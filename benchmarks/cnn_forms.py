@@ -21,8 +21,9 @@ import jax.numpy as jnp
 import jax.random as jr
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line, measure_interleaved
 from eqx_fmnist.model import ConvForm, conv_stride2
+
+from harness import machine_line, measure_interleaved
 
 
 def maps(kernels, x, form):

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
+
+from harness import machine_line
 
 
 def most_confused_pairs(cm: np.ndarray, count: int) -> list[tuple[int, int, int]]:

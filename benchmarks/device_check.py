@@ -15,15 +15,16 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from baselines import all_trainers
-from time_to_accuracy import time_to_accuracy
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_facts, measure_interleaved, run_benchmark
-from eqx_fmnist.bench.suite import precision_rows
 from eqx_fmnist.ensemble import Seeds
 from eqx_fmnist.export import export_model, load_artifact
 from eqx_fmnist.state import init_members
+
+from baselines import all_trainers
+from harness import machine_facts, measure_interleaved, run_benchmark
+from harness.suite import precision_rows
+from time_to_accuracy import time_to_accuracy
 
 SECTIONS = ("throughput", "members", "precision", "time", "artifact")
 

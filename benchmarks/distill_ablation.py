@@ -24,7 +24,8 @@ import jax.random as jr
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
+
+from harness import machine_line
 
 
 def arm(text: str) -> tuple[int, float, int]:

@@ -21,8 +21,9 @@ import numpy as np
 
 import eqx_fmnist as ef
 from eqx_fmnist.augment import TTA_MIRROR
-from eqx_fmnist.bench import machine_line
 from eqx_fmnist.export import FORMATS, ExportError, export_model
+
+from harness import machine_line
 
 
 def scores(model, test, views) -> tuple[float, float, float]:

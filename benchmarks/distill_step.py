@@ -16,8 +16,9 @@ import jax
 
 import eqx_fmnist as ef
 from eqx_fmnist.augment import augmentation_of
-from eqx_fmnist.bench import machine_line, measure_interleaved
 from eqx_fmnist.distill import Teacher
+
+from harness import machine_line, measure_interleaved
 
 
 def main() -> None:

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line, measure_interleaved
 from eqx_fmnist.state import init_members
+
+from harness import machine_line, measure_interleaved
 
 
 def throughput(train: ef.ArrayDataset, ks: list[int], repeats: int) -> list[str]:

@@ -23,9 +23,10 @@ import numpy as np
 from PIL import Image, ImageOps
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
 from eqx_fmnist.data import prepare_image
 from eqx_fmnist.export import FORMATS, export_model, load_artifact, run_onnx
+
+from harness import machine_line
 
 SCREENSHOT = Path("docs/images/web-page.png")
 

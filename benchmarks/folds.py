@@ -27,9 +27,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
 from eqx_fmnist.dataset import ArrayDataset
 from eqx_fmnist.step import compile_steps
+
+from harness import machine_line
 
 
 def most_confused_with(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
+
+from harness import machine_line
 
 BASE_BATCH = 512
 

@@ -13,8 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from eqx_fmnist.bench import machine_line
 from eqx_fmnist.data import load_fashion_mnist
+
+from harness import machine_line
 
 TIMED = (
     "import time, sys; from eqx_fmnist.data import load_fashion_mnist; t = time.perf_counter(); "

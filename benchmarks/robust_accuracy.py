@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
+
+from harness import machine_line
 
 PUBLISHED = [
     ("MLPClassifier (the data set's paper)", 0.871),

@@ -13,7 +13,7 @@ shifts of up to 2 pixels; mirrors; both, the recipe), under float32 and under
 step gathering and moving its own batch and with a block of steps' batches prepared at
 once (`eqx_fmnist.batches.block_steps`): the library picks the gather step by step on a
 CPU and the selects in blocks elsewhere, and this table says what each choice is worth
-on the machine at hand. The third is `eqx_fmnist.bench.main_job_rows`: `fit` of the
+on the machine at hand. The third is `harness.main_job_rows`: `fit` of the
 default recipe, the same without augmentation, and the plain fused epoch.
 
 `--max-isa AVX2` runs XLA's generated code as on a CPU without AVX-512 (the
@@ -111,7 +111,8 @@ def main() -> None:
         )
 
     import eqx_fmnist as ef
-    from eqx_fmnist.bench import machine_line, main_job_rows, measure_interleaved
+
+    from harness import machine_line, main_job_rows, measure_interleaved
 
     splits = ef.split_data(ef.load_fashion_mnist())
     train = splits.train

@@ -1,21 +1,21 @@
 """Training throughput of every path in one process: the codelab's loop without and
 with `jax.jit`, the library's per-step and fused paths, and PyTorch's loop if it is
 installed, each reading its loss back every 25 steps; then `fit` at two logging
-cadences, precision policies, and batch sizes against the matmul bound (the tables of
-`eqx-fmnist bench`, which measures the library's paths alone).
+cadences, the main job, precision policies, and batch sizes against the step's bound
+(its matmuls on a CPU, its roofline from the device's own peaks elsewhere).
 
     python benchmarks/throughput.py [--quick] [--repeats 5] [--out benchmarks/results]
+
+`--quick` is a smoke run of seconds on any backend: tiny sizes, one repetition.
 """
 
 import argparse
 from pathlib import Path
 
-from baselines import all_trainers
-
 import eqx_fmnist as ef
-from eqx_fmnist.bench import run_benchmark
-from eqx_fmnist.fileio import atomic_write
-from eqx_fmnist.plots import save_figure
+
+from baselines import all_trainers
+from harness import run_benchmark
 
 
 def main() -> None:
@@ -38,11 +38,7 @@ def main() -> None:
     )
     print(report.to_markdown())
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with atomic_write(args.out / "throughput.md", "w") as f:
-            f.write(report.to_markdown())
-        save_figure(report.figure(), args.out / "throughput.png")
-        print(f"wrote {args.out}/throughput.md and throughput.png")
+        print(f"wrote {' and '.join(map(str, report.save(args.out)))}")
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def main() -> None:
             f" ({min(values):.1f}..{max(values):.1f})" if len(values) > 1 else ""
         )
 
-    from eqx_fmnist.bench import machine_line
+    from harness import machine_line
 
     print(machine_line() + "\n")
     print(f"{args.recipe} recipe, {args.precision}; seconds from calling fit()\n")

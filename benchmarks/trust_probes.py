@@ -24,8 +24,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 import eqx_fmnist as ef
-from eqx_fmnist.bench import machine_line
 from eqx_fmnist.trust import AS_THEY_ARE, features
+
+from harness import machine_line
 
 CONFIDENT = 0.9
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"

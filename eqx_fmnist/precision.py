@@ -177,7 +177,7 @@ class Policy(eqx.Module):
 
     @property
     def products(self) -> str:
-        """What the matmuls multiply in, as a run's summary and `bench` record it:
+        """What the matmuls multiply in, as a run's summary and the benchmarks record it:
         `"float32 (highest)"`, `"bfloat16 (default)"`, ..."""
         return f"{self.compute_dtype.name} ({self.matmul_precision.name.lower()})"
 

@@ -15,8 +15,16 @@ _CHEAP_ALLOWED = os.environ.get("EQX_FMNIST_TEST_OPTIMIZE", "") != "all"
 
 _HUGEPAGES = "ignore:Transparent hugepages are not enabled:UserWarning"
 
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# The benchmark harness (`benchmarks/harness/`) lives outside the package, as Flax keeps
+# its training benchmark beside its example: the scripts import it from their folder,
+# and so do the tests of its pieces. Appended, so that nothing installed is shadowed.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import compile_report  # noqa: E402
 

@@ -50,7 +50,7 @@ def machine() -> dict:
     import jax
     import jaxlib
 
-    from eqx_fmnist.bench import machine_facts
+    from harness import machine_facts
 
     facts = machine_facts()
     return {

@@ -1,11 +1,12 @@
 """The package's layout: imports point one way (a module imports only modules above it),
 every relative import resolves, and package faces only re-export.
 
-The order is `DESIGN.md`'s table (and `docs/architecture.md`'s), with three modules of
-this code's own: `hardware` (the CPU's flags, and the warning where a low precision is
-slower), `cache` (JAX's compilation cache in the user cache folder) and `bench/` (the
-throughput harness of `eqx-fmnist bench`). A subpackage
-(`data/`, `plots/`, `ensemble/`, `export/`, `runs/`, `bench/`, `cli/`) is one layer.
+The order is `DESIGN.md`'s table (and `docs/architecture.md`'s), with modules of this
+code's own: `checks` (the one wording of a refused number), `hardware` (the CPU's flags,
+and the warning where a low precision is slower), `cache` (JAX's compilation cache in the
+user cache folder) and `batches` (what each step trains on). A subpackage (`data/`,
+`plots/`, `ensemble/`, `export/`, `runs/`, `cli/`) is one layer. The benchmark harness is
+not in the package (`benchmarks/harness/`), and no module imports it.
 """
 
 import ast
@@ -50,7 +51,6 @@ LAYERS = [
     "checkpoint",
     "export",
     "runs",
-    "bench",
     "cli",
 ]
 ONLY = {
@@ -93,7 +93,7 @@ ENTRY_POINTS = {"__init__": set(LAYERS) - {"cli"}, "__main__": {"cli"}}
 
 def package_imports(path: Path, depth: int | None = None) -> set[str]:
     """Modules of the package imported by the module at `path` (for a module of a
-    subpackage such as `bench/`, the top-level modules it reaches with `..`); `depth`:
+    subpackage such as `runs/`, the top-level modules it reaches with `..`); `depth`:
     how deep the file sits in the package (1: top level), from its path by default."""
     if depth is None:
         depth = len(path.relative_to(PACKAGE).parts) if path.is_relative_to(PACKAGE) else 1
@@ -143,6 +143,25 @@ def test_imports_point_one_way(module):
     assert not bad, f"eqx_fmnist.{module} imports {sorted(bad)}, which stand below it"
 
 
+def imported_names(path: Path) -> set[str]:
+    """Every top-level name a module imports (`harness` in `from harness.suite import x`)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_module_imports_the_benchmark_harness(module):
+    """The harness and the scripts beside it measure the library; the library never
+    reaches them (an installed package could not: `benchmarks/` is not installed)."""
+    outside = imported_names(SOURCES[module]) & {"harness", "baselines", "benchmarks"}
+    assert not outside, f"eqx_fmnist.{module} imports {sorted(outside)}"
+
+
 def test_the_checker_sees_relative_and_absolute_imports(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from .train import fit\nfrom . import cli\nimport eqx_fmnist.plots\n")
@@ -155,7 +174,7 @@ def test_the_checker_sees_a_subpackage_reach_up(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from ..train import fit\nfrom .timing import measure\nfrom .. import plots\n")
     assert package_imports(probe, depth=2) == {"train", "plots"}
-    assert package_imports(SOURCES["bench.suite"]) >= {"train", "step"}
+    assert package_imports(SOURCES["runs.report"]) >= {"answers", "evaluation"}
 
 
 def test_no_permission_in_only_is_stale():
@@ -175,7 +194,7 @@ def _relative_imports(path: Path):
 @pytest.mark.parametrize("module", MODULES)
 def test_every_relative_import_resolves(module):
     """`from .x import y` inside a subpackage means its sibling `x`: a module moved into a
-    package keeps imports that no longer point where they did (the bench crash)."""
+    package keeps imports that no longer point where they did."""
     path = SOURCES[module]
     for node in _relative_imports(path):
         base = path.parent
@@ -257,7 +276,12 @@ def test_no_public_name_shadows_a_module(face):
 
 
 PACKAGE_FILES = sorted(PACKAGE.rglob("*.py"))
-MAX_MODULE_LINES, MAX_FUNCTION_CODE_LINES = 400, 60
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_CODE_LINES = 60
+MAX_WHOLE_MODULE_LINES = 500
+"""A module holds one concept in about 400 lines; where one concept needs more, up to
+500, its docstring says so with the words "kept whole" (DESIGN.md): the cap serves the
+concept, and a module is split where its idea splits, never squeezed to fit."""
 
 
 def code_lines(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -275,11 +299,14 @@ def code_lines(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -
 
 
 def size_problems(source: str) -> list[str]:
-    """A module over `MAX_MODULE_LINES` lines, a function over `MAX_FUNCTION_CODE_LINES`
+    """A module over `MAX_MODULE_LINES` lines (or over `MAX_WHOLE_MODULE_LINES`, or over
+    400 without saying it is kept whole), a function over `MAX_FUNCTION_CODE_LINES`
     lines of code (DESIGN.md: split where the idea splits)."""
-    lines = source.splitlines()
-    problems = [f"{len(lines)} lines"] if len(lines) > MAX_MODULE_LINES else []
-    for node in ast.walk(ast.parse(source)):
+    lines, tree = source.splitlines(), ast.parse(source)
+    whole = "kept whole" in " ".join((ast.get_docstring(tree) or "").split())
+    cap = MAX_WHOLE_MODULE_LINES if whole else MAX_MODULE_LINES
+    problems = [f"{len(lines)} lines"] if len(lines) > cap else []
+    for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             if (n := code_lines(lines, node)) > MAX_FUNCTION_CODE_LINES:
                 problems.append(f"{node.name} (line {node.lineno}): {n} lines of code")
@@ -291,10 +318,52 @@ def test_no_module_over_400_lines_and_no_function_over_60_lines_of_code(module):
     assert not size_problems(module.read_text()), size_problems(module.read_text())
 
 
-# The package's and the command line's line totals, held where they stand so that
-# features move rather than multiply. Issue 53 aims at 13,000 and 1,000: lower these as
-# code leaves, never raise them without saying why in the commit.
-MAX_PACKAGE_LINES = 14_291  # the rules the command line held, moved into the library (53)
+def golf_problems(source: str) -> list[str]:
+    """Line golf (DESIGN.md): a string (or list) multiplied by a boolean
+    (`", held" * bool(n)`), or constants that share a line (`A, B = 1, 2`); two statements on one line are
+    ruff's (E701, E702)."""
+    problems, tree = [], ast.parse(source)
+
+    def boolean(node: ast.expr) -> bool:
+        return (
+            isinstance(node, ast.Compare)
+            or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
+            or (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "bool")
+        )
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            if boolean(node.left) or boolean(node.right):
+                problems.append(f"line {node.lineno}: a value multiplied by a boolean")
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):
+            names = [getattr(e, "id", "") for e in node.targets[0].elts]
+            if any(n.isupper() for n in names):
+                problems.append(f"line {node.lineno}: constants {', '.join(names)} share a line")
+    return problems
+
+
+@pytest.mark.parametrize("module", PACKAGE_FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_line_golf(module):
+    assert not golf_problems(module.read_text()), golf_problems(module.read_text())
+
+
+def test_the_golf_checker_sees_a_boolean_string_and_shared_constants():
+    assert golf_problems('x = f", {n} held" * bool(n)\n') == [
+        "line 1: a value multiplied by a boolean"
+    ]
+    assert golf_problems("x = held * (n != 1)\n") == ["line 1: a value multiplied by a boolean"]
+    assert golf_problems('x = ["--seeds"] * (not s)\n') == [
+        "line 1: a value multiplied by a boolean"
+    ]
+    assert golf_problems("A, B = 1, 2\n") == ["line 1: constants A, B share a line"]
+    assert golf_problems('x = "---|" * len(h)\na, b = f()\ny = (k or 1) * n\n') == []
+
+
+# The package's and the command line's line totals, with headroom for the next feature
+# (DESIGN.md: the package within 12,500 lines, held at 13,000): a cap at today's count
+# breeds line golf. Raise one only with a reason in the commit.
+MAX_PACKAGE_LINES = 13_000
 MAX_CLI_LINES = 1_000
 
 
@@ -308,7 +377,8 @@ def test_the_package_and_its_command_line_hold_their_size():
 
 
 def test_the_size_checker_counts_code_not_docstrings_or_comments():
-    """The signature counts; the docstring, comments and blank lines do not."""
+    """The signature counts; the docstring, comments and blank lines do not; a module
+    kept whole may run to 500 lines."""
     body = "\n".join(f"    x{i} = {i}" for i in range(60))
     assert size_problems(f"def f():\n{body}\n") == ["f (line 1): 61 lines of code"]
     padded = '    """doc\n\n    more doc"""\n    # a comment\n\n' + "\n".join(
@@ -316,6 +386,9 @@ def test_the_size_checker_counts_code_not_docstrings_or_comments():
     )
     assert size_problems(f"def g():\n{padded}\n") == []
     assert size_problems("x = 1\n" * 401) == ["401 lines"]
+    whole = '"""One concept,\nkept whole."""\n'
+    assert size_problems(whole + "x = 1\n" * 450) == []
+    assert size_problems(whole + "x = 1\n" * 500) == ["501 lines"]
 
 
 def sibling_imports(path: Path) -> set[str]:
@@ -350,6 +423,25 @@ def test_the_sibling_checker_sees_both_forms(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from .evaluate import x\nfrom . import export\nfrom ..runs import Run\n")
     assert sibling_imports(probe) == {"evaluate", "export"}
+
+
+RUNS_WRITE_SIDE = ("training", "writing")  # a run started, trained, finished; its files
+
+
+@pytest.mark.parametrize("module", sorted(p.stem for p in (PACKAGE / "runs").glob("*.py")))
+def test_the_read_side_of_runs_never_imports_the_write_side(module):
+    """`runs/training.py` starts, resumes, trains and finishes a run over
+    `runs/writing.py` (the folder's files), and reads a run back through
+    `runs/reading.py`; nothing else in `runs/` imports the write side, so reading a run
+    never drags in the code that writes one."""
+    imports = sibling_imports(PACKAGE / "runs" / f"{module}.py")
+    allowed = (
+        set(RUNS_WRITE_SIDE[RUNS_WRITE_SIDE.index(module) + 1 :])
+        if module in (RUNS_WRITE_SIDE)
+        else set()
+    )
+    wrong = (imports & set(RUNS_WRITE_SIDE)) - allowed
+    assert not wrong, f"runs/{module}.py imports the write side: {sorted(wrong)}"
 
 
 def test_every_module_has_a_test_file_of_its_own():

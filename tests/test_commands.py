@@ -56,7 +56,7 @@ def subcommand(argv: list[str]) -> str:
 def alone(argv: list[str]) -> bool:
     """A command that needs no earlier one and takes a while: its own test case, so the
     suite's workers share the page's commands."""
-    return subcommand(argv) == "bench" or "--devices" in argv
+    return "--devices" in argv
 
 
 def _makes(argv: list[str]) -> str | None:
@@ -111,10 +111,9 @@ CASES = _cases()
 
 def test_the_finder_reads_the_readmes_commands():
     readme = shown_commands(ROOT / "README.md")
-    assert ["data"] in readme and ["bench", "--quick"] in readme
+    assert ["data"] in readme and ["train"] in readme
     assert all(
-        subcommand(c)
-        in {"data", "train", "sweep", "evaluate", "predict", "export", "bench", "cv", "audit"}
+        subcommand(c) in {"data", "train", "sweep", "evaluate", "predict", "export", "cv", "audit"}
         for p in PAGES_WITH_COMMANDS
         for c in shown_commands(p)
     )
@@ -174,8 +173,6 @@ class Session:
             argv += QUICK
             if "--out" not in argv:
                 argv += ["--out", f"runs/quick-{len(self.runs) + len(self.sweeps) + len(self.cvs)}"]
-        if subcommand(argv) == "bench" and "--out" not in argv:
-            argv += ["--out", "bench"]  # and the table and chart, to look at
         return argv
 
     def run(self, argv: list[str]) -> str:
@@ -310,27 +307,6 @@ def test_every_shown_command_runs(page, group, real_data, tmp_path, monkeypatch)
         elif command == "audit":
             folder = Path(session.resolve(argv[1]))
             assert (folder / "suspects_train.csv").is_file() and "Label issues" in printed
-        elif command == "bench":
-            table = (tmp_path / "bench" / "throughput.md").read_text()
-            for row in (
-                "Machine:",
-                "jax ",
-                "| fit, default recipe |",
-                "| fused epoch, no augmentation |",
-                "x plain fused epoch",
-                "| library_step |",
-                "| library_fused |",
-                "x library_step",
-                "% of bound",
-                "The roofline on cpu",
-                "| 25 steps |",
-                "p=f32,c=bf16,o=f32",
-                "| 128 |",
-                "cost_analysis",
-                "projection",
-            ):
-                assert row in table and row in printed, row
-            assert (tmp_path / "bench" / "throughput.png").read_bytes().startswith(b"\x89PNG")
 
 
 def readme_example() -> str:

@@ -1,5 +1,5 @@
-"""The `eqx-fmnist` command: data, train, sweep, evaluate, predict, export, cv, audit,
-bench. The only part of the package that prints.
+"""The `eqx-fmnist` command: data, train, sweep, evaluate, predict, export, cv, audit.
+The only part of the package that prints.
 
 Bad input (a missing file, a checkpoint of the wrong kind, an unreadable image, an
 invalid flag value or config file) prints one line to stderr and exits with status 2;
@@ -66,7 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_predict_parser(sub)
     folds.add_cv_parser(sub)
     folds.add_audit_parser(sub)
-    info.add_bench_parser(sub)
     return parser
 
 

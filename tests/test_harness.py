@@ -1,5 +1,6 @@
-"""The benchmark cannot rot: its pieces checked against hand counts (the README's
-`eqx-fmnist bench --quick` runs in `test_commands.py`). Speed is never asserted."""
+"""The benchmark harness (`benchmarks/harness/`, outside the package) cannot rot: its
+pieces checked against hand counts, and `python benchmarks/throughput.py --quick` run in
+its smoke form. Speed is never asserted."""
 
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_flops_per_example_is_the_exact_matmul_count():
-    from eqx_fmnist.bench import matmul_flops_per_example, matmul_shapes
+    from harness import matmul_flops_per_example, matmul_shapes
 
     # forward 2*(784*256 + 256*128 + 128*10); weight grads the same; input grads of
     # layers 2 and 3 only.
@@ -30,7 +31,8 @@ def test_step_traffic_counts_the_model_the_moments_and_the_activations():
     import optax
 
     import eqx_fmnist as ef
-    from eqx_fmnist.bench import step_traffic
+
+    from harness import step_traffic
 
     model = ef.init_state(ef.TrainConfig(), 60_000).model
     params = sum(leaf.size for leaf in jax.tree.leaves(model))
@@ -44,9 +46,10 @@ def test_step_traffic_counts_the_model_the_moments_and_the_activations():
 
 
 def test_the_roofline_is_the_slower_of_compute_and_memory():
-    from eqx_fmnist.bench import DevicePeaks, matmul_flops_per_example, step_roofline, step_traffic
+    from harness import DevicePeaks, matmul_flops_per_example, step_roofline, step_traffic
 
-    peaks = DevicePeaks({"float32": 1e12, "bfloat16": 1e14}, 1e11, 8, 4, 0.0, "test")
+    sizes = {"float32": 8, "bfloat16": 8}
+    peaks = DevicePeaks({"float32": 1e12, "bfloat16": 1e14}, 1e11, sizes, 4, 0.0, "test")
     f32, bf16 = step_roofline(512, peaks), step_roofline(512, peaks, dtype="bfloat16")
     assert f32.flops == 512 * matmul_flops_per_example()
     # float32: 515.6 MFLOP at 1 TFLOP/s (516 us) outlasts 8.6 MB at 100 GB/s (86 us)
@@ -57,20 +60,43 @@ def test_the_roofline_is_the_slower_of_compute_and_memory():
         step_roofline(512, peaks, dtype="float16")
 
 
-def test_measure_peaks_times_one_matmul_and_one_pass():
-    """Small sizes on a CPU, the default ones elsewhere (where a small matmul takes less
-    than an empty call's cost); the peaks must be of a plausible order: over 1 GFLOP/s
-    and 100 MB/s (a 2-core CPU), under 10 PFLOP/s and 100 TB/s (any one device)."""
+def test_sizes_grow_until_a_call_outlasts_the_floor():
+    """What picks a measurement's size: doubling from the start until one call lasts the
+    floor, stopping at the limit (a device whose calls cost more than the largest size's
+    work, as a TPU's 0.7 ms against a 512-square matmul, gets the limit's size)."""
+    from harness.roofline import _grown
+
+    asked = []
+
+    def seconds_at(n):
+        asked.append(n)
+        return n**3 * 1e-12  # a matmul at 1 TFLOP/s, about
+
+    assert _grown(seconds_at, 256, 16_384, floor=1e-3) == (1024, 1024**3 * 1e-12)
+    assert asked == [256, 512, 1024]
+    assert _grown(seconds_at, 256, 2048, floor=1.0)[0] == 2048  # the limit
+    assert _grown(seconds_at, 256, 16_384, floor=0.0)[0] == 256
+
+
+def test_measure_peaks_times_one_matmul_per_dtype_and_one_pass():
+    """The quick peaks on this device: each call outlasts four empty calls (the sizes
+    chose themselves), and the peaks are of a plausible order: over 1 GFLOP/s and 100
+    MB/s (a 2-core CPU), under 10 PFLOP/s and 100 TB/s (any one device)."""
     import jax
 
-    from eqx_fmnist.bench import measure_peaks
+    from harness import measure_peaks
 
-    cpu = jax.default_backend() == "cpu"
-    peaks = measure_peaks(matmul_size=512 if cpu else None, copy_mib=1 if cpu else None)
-    assert set(peaks.flops_per_sec) == {"float32", "bfloat16"}
+    peaks = measure_peaks(quick=True, repeats=2)
+    assert set(peaks.flops_per_sec) == set(peaks.matmul_sizes) == {"float32", "bfloat16"}
     assert all(1e9 < f < 1e16 for f in peaks.flops_per_sec.values())
     assert 1e8 < peaks.bytes_per_sec < 1e14
-    assert peaks.copy_bytes == (2**20 if cpu else 2**30)
+    for dtype, n in peaks.matmul_sizes.items():
+        assert n >= 256 and n & (n - 1) == 0, (dtype, n)  # 256 doubled
+        # seconds of the call, the empty call's cost added back: at least 4 such costs
+        assert 2 * n**3 / peaks.flops_per_sec[dtype] + peaks.call_seconds >= (
+            4 * peaks.call_seconds
+        )
+    assert peaks.copy_bytes >= 2**20
     assert peaks.device.startswith(jax.default_backend())
 
 
@@ -78,8 +104,9 @@ def test_measure_peaks_times_one_matmul_and_one_pass():
 def test_xla_counts_at_least_the_matmul_flops(real_datasets):
     """XLA's cost analysis of one compiled step counts every matmul FLOP and a little
     elementwise work on top (AdamW, GELU, softmax)."""
-    from eqx_fmnist.bench.suite import xla_flops_per_example
     from eqx_fmnist.config import TrainConfig
+
+    from harness.suite import xla_flops_per_example
 
     train, _ = real_datasets
     flops = xla_flops_per_example(train, TrainConfig(batch_size=512))
@@ -87,7 +114,7 @@ def test_xla_counts_at_least_the_matmul_flops(real_datasets):
 
 
 def test_measure_uses_medians_and_reports_compile_separately():
-    from eqx_fmnist.bench import measure
+    from harness import measure
 
     calls = []
 
@@ -101,7 +128,7 @@ def test_measure_uses_medians_and_reports_compile_separately():
 
 
 def test_measure_interleaved_alternates_the_variants():
-    from eqx_fmnist.bench import measure_interleaved
+    from harness import measure_interleaved
 
     order = []
     results = measure_interleaved(
@@ -116,7 +143,7 @@ def test_measure_interleaved_alternates_the_variants():
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_matmul_bound_adds_up_the_step_shapes():
-    from eqx_fmnist.bench import matmul_bound
+    from harness import matmul_bound
 
     bound = matmul_bound(64, backends=("numpy",))
     assert len(bound.seconds) == 8 and set(bound.backends) == {"numpy"}
@@ -128,7 +155,7 @@ def test_matmul_bound_adds_up_the_step_shapes():
 def test_machine_facts_name_the_cpu_and_versions():
     import jax
 
-    from eqx_fmnist.bench import machine_facts
+    from harness import machine_facts
 
     facts = machine_facts()
     assert facts["jax"] == jax.__version__ and facts["backend"] == jax.default_backend()
@@ -182,4 +209,19 @@ def test_the_throughput_script_compares_every_path(tmp_path, real_data, monkeypa
     rows = [ln.split(" | ")[0].lstrip("| ") for ln in table.splitlines() if ln.startswith("| ")]
     assert rows[:5] == ["path", "python_dispatch", "codelab_jit", "library_step", "library_fused"]
     assert "x codelab_jit" in table
+    for row in (
+        "Machine:",
+        "jax ",
+        "| fit, default recipe |",
+        "| fused epoch, no augmentation |",
+        "x plain fused epoch",
+        "% of bound",
+        "The roofline on cpu",
+        "| 25 steps |",
+        "p=f32,c=bf16,o=f32",
+        "| 128 |",
+        "cost_analysis",
+        "projection",
+    ):
+        assert row in table, row
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

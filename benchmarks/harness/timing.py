@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hardware import cpu_info
-from ..runs import TOKENS_PER_EXAMPLE
+from eqx_fmnist.hardware import cpu_info
+from eqx_fmnist.runs import TOKENS_PER_EXAMPLE
 
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 """The CPU flags that decide how fast float32 and bfloat16 matmuls can run."""
@@ -86,7 +86,7 @@ def measure_interleaved(
 
     **Returns:**
 
-    One [`Throughput`][eqx_fmnist.bench.timing.Throughput] per variant, in order, each
+    One `Throughput` per variant, in order, each
     the median of its repetitions.
     """
 
@@ -127,7 +127,7 @@ def machine_facts() -> dict[str, Any]:
     **Returns:**
 
     A dict with `cpu`, `cores` (usable by this process), `flags` (those of
-    [`CPU_FLAGS`][eqx_fmnist.bench.timing.CPU_FLAGS] the CPU has), `backend`,
+    `CPU_FLAGS` the CPU has), `backend`,
     `devices` (count and kind, e.g. `1 x NVIDIA H200`), `matmul_precision` (JAX's
     `jax_default_matmul_precision`: on a GPU, `"default"` lets float32 matmuls run in
     TF32), `torch_device` (where the PyTorch row runs, or `None` without torch), `jax`,
@@ -173,7 +173,7 @@ def _runtime() -> str:
 def machine_line(command: str | None = None) -> str:
     """The first line of a results file: the accelerator JAX runs on (its devices and
     runtime), if any, and the host (CPU model, cores, the flags of
-    [`CPU_FLAGS`][eqx_fmnist.bench.timing.CPU_FLAGS] it has, or that it has none of
+    `CPU_FLAGS` it has, or that it has none of
     them), the jax version, and the command that made the file (by default this
     process's: `python` and its arguments).
 
@@ -223,7 +223,7 @@ def matmul_shapes(
 
 def matmul_flops_per_example(in_size: int = 784, hidden=(256, 128), out_size: int = 10) -> int:
     """Exact matmul FLOPs of one training example (multiply-add = 2 FLOPs): the FLOPs of
-    [`matmul_shapes`][eqx_fmnist.bench.timing.matmul_shapes] per example.
+    `matmul_shapes` per example.
 
     1,007,104 for the reference 784-256-128-10 MLP.
     """
@@ -319,7 +319,7 @@ def matmul_bound(
 
     **Returns:**
 
-    A [`MatmulBound`][eqx_fmnist.bench.timing.MatmulBound].
+    A `MatmulBound`.
     """
     if backends is None:
         backends = ("numpy", "torch") if jax.default_backend() == "cpu" else ("jax",)

@@ -1,5 +1,5 @@
 """The library's own training paths, measured in one process and gathered into a
-[`BenchmarkReport`][eqx_fmnist.bench.report.BenchmarkReport]: per step against fused,
+`BenchmarkReport`: per step against fused,
 `fit` at two logging cadences, precision policies, and batch sizes against the step's
 bound (its matmuls on a CPU, its roofline elsewhere).
 
@@ -16,11 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import TrainConfig
-from ..dataset import ArrayDataset, Splits, epoch_indices, steps_per_epoch
-from ..state import init_state
-from ..step import compile_steps, train_step, train_steps
-from ..train import fit
+from eqx_fmnist.config import TrainConfig
+from eqx_fmnist.dataset import ArrayDataset, Splits, epoch_indices, steps_per_epoch
+from eqx_fmnist.state import init_state
+from eqx_fmnist.step import compile_steps, train_step, train_steps
+from eqx_fmnist.train import fit
+
 from .report import BenchmarkReport, Cadence
 from .roofline import DevicePeaks, Roofline, measure_peaks, step_roofline
 from .timing import (
@@ -117,7 +118,7 @@ def compare_training(
     - `config`: batch size, hidden sizes, optimiser, precision, augmentation. Defaults
         to `TrainConfig()`.
     - `trainers`: `{name: factory}`. Defaults to the library's
-        [`TRAINERS`][eqx_fmnist.bench.suite.TRAINERS].
+        `TRAINERS`.
     - `read_every`: steps between host reads of the loss, for every trainer. Defaults
         to `25`.
     - `steps`: steps per timed repetition, one number or one per name. Defaults to
@@ -126,7 +127,7 @@ def compare_training(
 
     **Returns:**
 
-    One [`Throughput`][eqx_fmnist.bench.timing.Throughput] per trainer, in order.
+    One `Throughput` per trainer, in order.
     """
     config = TrainConfig() if config is None else config
     runs, examples = {}, {}
@@ -209,7 +210,7 @@ def xla_flops_per_example(dataset: ArrayDataset, config: TrainConfig) -> float:
 
     It counts every floating-point operation XLA emits (the elementwise work too, not
     just the matmuls), as XLA estimates it; compare it with
-    [`matmul_flops_per_example`][eqx_fmnist.bench.timing.matmul_flops_per_example].
+    `matmul_flops_per_example`.
     One step, because XLA counts a loop's body once, however many times it runs.
     """
     state = init_state(config, len(dataset))
@@ -295,9 +296,7 @@ def step_bounds(
     """The device's peaks, and each batch size's bound: on a CPU the step's own matmuls
     timed one by one with numpy and PyTorch (tighter than the peaks there), elsewhere,
     where a small dispatch times the dispatch, the step's roofline."""
-    peaks = measure_peaks(
-        matmul_size=512 if quick else None, copy_mib=4 if quick else None, repeats=2 if quick else 5
-    )
+    peaks = measure_peaks(quick=quick, repeats=2 if quick else 5)
     cpu = jax.default_backend() == "cpu"
     bounds: list[MatmulBound | Roofline] = [
         matmul_bound(b, min_seconds=0.01 if quick else 0.2) if cpu else step_roofline(b, peaks)
@@ -327,7 +326,7 @@ def run_benchmark(
     - `repeats`: timed repetitions of each variant. Defaults to `5`.
     - `progress`: called with a description before each measurement.
     - `trainers`: the training paths of the first table. Defaults to the library's
-        own, [`TRAINERS`][eqx_fmnist.bench.suite.TRAINERS]; `benchmarks/throughput.py`
+        own, `TRAINERS`; `benchmarks/throughput.py`
         adds the codelab's and PyTorch's loops.
     - `steps`: `{name: steps}` per timed repetition for some trainers (a slow loop runs
         fewer). Defaults to the same for all.
@@ -335,7 +334,7 @@ def run_benchmark(
 
     **Returns:**
 
-    A [`BenchmarkReport`][eqx_fmnist.bench.report.BenchmarkReport].
+    A `BenchmarkReport`.
     """
     say = progress or (lambda _: None)
     train, test = data

@@ -11,7 +11,7 @@ noise (and the cost of an empty call is subtracted):
 - its peak **bytes/s**: one large elementwise pass, reading and writing every byte once.
 
 A training step must do its matmul FLOPs and move at least its
-[`step_traffic`][eqx_fmnist.bench.roofline.step_traffic] bytes, so it takes at least
+`step_traffic` bytes, so it takes at least
 `max(flops / peak FLOP/s, bytes / peak bytes/s)`: the step's roofline.
 """
 
@@ -23,7 +23,8 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from ..data import IMAGE_SIZE
+from eqx_fmnist.data import IMAGE_SIZE
+
 from .timing import matmul_flops_per_example
 
 
@@ -31,12 +32,12 @@ from .timing import matmul_flops_per_example
 class DevicePeaks:
     """What the default device did at its best: matmul FLOP/s by compute dtype
     (`"float32"` at `highest` precision, `"bfloat16"` accumulating in float32) and
-    memory bytes/s, with the sizes that measured them and the empty call's cost that was
-    subtracted."""
+    memory bytes/s, with the sizes that measured them (the side of each square matmul,
+    the bytes of the pass) and the empty call's cost that was subtracted."""
 
     flops_per_sec: dict[str, float]
     bytes_per_sec: float
-    matmul_size: int
+    matmul_sizes: dict[str, int]
     copy_bytes: int
     call_seconds: float
     device: str
@@ -53,57 +54,87 @@ def _best(fn: Callable[[], Any], repeats: int) -> float:
     return min(samples)
 
 
-def measure_peaks(
-    *, matmul_size: int | None = None, copy_mib: int | None = None, repeats: int = 5
-) -> DevicePeaks:
+def _grown(seconds_at: Callable[[int], float], size: int, limit: int, floor: float):
+    """`(size, seconds)`: the first of `size`, `2 size`, `4 size`, ... (at most `limit`)
+    whose call lasts `floor` seconds or more, and its seconds; `limit`'s if none does."""
+    while True:
+        seconds = seconds_at(size)
+        if seconds >= floor or 2 * size > limit:
+            return size, seconds
+        size *= 2
+
+
+FLOOR = {"quick": (4, 0.0), "full": (20, 0.01)}
+"""How long a timed call lasts at least: so many empty calls' cost (which is subtracted:
+a quarter of the time at most, or a twentieth) and so many seconds (a peak is read from
+work of some size, not from a matmul that fits in a cache)."""
+MAX_MATMUL, MAX_COPY_BYTES = 16_384, 2**31
+
+
+def measure_peaks(*, quick: bool = False, repeats: int = 5) -> DevicePeaks:
     """Measure the default device's peak matmul FLOP/s and memory bytes/s.
+
+    The sizes come from the device's own cost of a call: an empty call is timed first,
+    and each measurement doubles its size (a square matmul from a side of 256, a pass
+    from 1 MiB) until one call lasts as long as `FLOOR` says, so that the same code
+    measures a 2-core CPU and a TPU, where a 512-square matmul is shorter than an empty
+    call.
 
     **Arguments:**
 
-    - `matmul_size`: the side of the square matmul. Defaults to 1,024 on a CPU and
-        8,192 elsewhere (about 1.1 TFLOP: milliseconds on an accelerator).
-    - `copy_mib`: the size of the array read and written by the copy, in MiB. Defaults
-        to 64 on a CPU and 1,024 elsewhere.
-    - `repeats`: single calls timed; the fastest counts (a peak is the best the device
-        showed). Defaults to `5`.
+    - `quick`: stop at 4 empty calls' cost (seconds in all, for a smoke run), rather
+        than at 20 and 10 ms. Defaults to `False`.
+    - `repeats`: single calls timed at each size; the fastest counts (a peak is the
+        best the device showed). Defaults to `5`.
 
     **Returns:**
 
-    A [`DevicePeaks`][eqx_fmnist.bench.roofline.DevicePeaks].
+    A `DevicePeaks`.
+
+    **Raises:**
+
+    `ValueError` when even the largest size (a 16,384-square matmul, a 2 GiB pass)
+    lasts under twice an empty call: no peak can be read beyond the call's own cost.
     """
-    cpu = jax.default_backend() == "cpu"
-    n = matmul_size or (1024 if cpu else 8192)
-    elements = (copy_mib or (64 if cpu else 1024)) * 2**20 // 4
     empty = jax.jit(lambda x: x + 1)
-    one = jnp.zeros((1,), jnp.float32)
-    call = _best(lambda: empty(one), repeats)
-    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    call = _best(lambda: empty(jnp.zeros((1,), jnp.float32)), repeats)
+    calls, least = FLOOR["quick" if quick else "full"]
+    floor = max(calls * call, least)
     f32 = jax.jit(lambda x: jnp.matmul(x, x, precision=jax.lax.Precision.HIGHEST))
-    a16 = a.astype(jnp.bfloat16)
     bf16 = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
-    big = jnp.zeros((elements,), jnp.float32)
-    flops = 2 * n**3
+
+    def matmul_at(fn, dtype):
+        def seconds(n: int) -> float:
+            a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32).astype(dtype)
+            return _best(lambda: fn(a), repeats)
+
+        return seconds
+
+    def copy_at(elements: int) -> float:
+        big = jnp.zeros((elements,), jnp.float32)
+        return _best(lambda: empty(big), repeats)
 
     def beyond_the_call(seconds: float, what: str) -> float:
         if seconds < 2 * call:  # mostly the call's own cost: no peak can be read from it
             raise ValueError(
                 f"{what} took {seconds * 1e6:,.0f} us, under twice an empty call's "
-                f"{call * 1e6:,.0f} us: give a larger size (`matmul_size`, `copy_mib`)."
+                f"{call * 1e6:,.0f} us, at the largest size measured: this device's calls "
+                "cost more than a peak can be read beside."
             )
         return seconds - call
 
-    peaks = {
-        "float32": flops / beyond_the_call(_best(lambda: f32(a), repeats), f"a {n}-square matmul"),
-        "bfloat16": flops
-        / beyond_the_call(_best(lambda: bf16(a16), repeats), f"a {n}-square bf16 matmul"),
-    }
-    copy_time = _best(lambda: empty(big), repeats)
-    copy = 2 * 4 * elements / beyond_the_call(copy_time, f"a pass over {4 * elements:,} bytes")
+    flops, sizes = {}, {}
+    for dtype, fn in (("float32", f32), ("bfloat16", bf16)):
+        n, seconds = _grown(matmul_at(fn, jnp.dtype(dtype)), 256, MAX_MATMUL, floor)
+        flops[dtype] = 2 * n**3 / beyond_the_call(seconds, f"a {n}-square {dtype} matmul")
+        sizes[dtype] = n
+    elements, seconds = _grown(copy_at, 2**18, MAX_COPY_BYTES // 4, floor)
+    copy = 2 * 4 * elements / beyond_the_call(seconds, f"a pass over {4 * elements:,} bytes")
     device = jax.devices()[0]
     name = device.platform
     if device.device_kind.lower() != name:
         name += f" ({device.device_kind})"
-    return DevicePeaks(peaks, copy, n, 4 * elements, call, name)
+    return DevicePeaks(flops, copy, sizes, 4 * elements, call, name)
 
 
 def step_traffic(
@@ -163,7 +194,7 @@ def step_roofline(
     hidden: Sequence[int] = (256, 128),
     dtype: str = "float32",
 ) -> Roofline:
-    """The step's [`Roofline`][eqx_fmnist.bench.roofline.Roofline] at `batch_size` on the
+    """The step's `Roofline` at `batch_size` on the
     device that measured `peaks`, for compute dtype `dtype` (`"float32"` or
     `"bfloat16"`)."""
     if dtype not in peaks.flops_per_sec:
@@ -182,8 +213,9 @@ def step_roofline(
 def peaks_line(peaks: DevicePeaks, bound: Roofline) -> str:
     """One sentence: the peaks measured and the batch's roofline."""
     return (
-        f"The roofline on {peaks.device}: a {peaks.matmul_size:,}-square matmul ran at "
-        f"{peaks.flops_per_sec['float32'] / 1e12:.2f} TFLOP/s in float32 (highest) and "
+        f"The roofline on {peaks.device}: a {peaks.matmul_sizes['float32']:,}-square matmul "
+        f"ran at {peaks.flops_per_sec['float32'] / 1e12:.2f} TFLOP/s in float32 (highest), a "
+        f"{peaks.matmul_sizes['bfloat16']:,}-square one at "
         f"{peaks.flops_per_sec['bfloat16'] / 1e12:.2f} in bfloat16, a "
         f"{peaks.copy_bytes / 2**20:,.0f} MiB elementwise pass at "
         f"{peaks.bytes_per_sec / 1e9:,.0f} GB/s (an empty call's "

@@ -1,4 +1,4 @@
-"""The benchmark's tables and figure, from what [`run_benchmark`][eqx_fmnist.bench.suite.run_benchmark] measured."""
+"""The benchmark's tables and figure, from what `run_benchmark` measured."""
 
 import dataclasses
 import math
@@ -47,7 +47,7 @@ class BenchmarkReport:
 
     **Fields:**
 
-    - `facts`: [`machine_facts`][eqx_fmnist.bench.timing.machine_facts].
+    - `facts`: `machine_facts`.
     - `bf16_matmul_speedup`: XLA's bfloat16 (float32-accumulating) matmul over its
         float32 one on this machine.
     - `flops_per_example`, `xla_flops_per_example`: the hand count of matmul FLOPs per
@@ -60,7 +60,7 @@ class BenchmarkReport:
         matmuls timed one by one on a CPU, its roofline elsewhere.
     - `peaks`: the device's measured peaks (the roofline's), when measured.
     - `main_job`: `fit` of the default recipe, the same without augmentation, and the
-        plain fused epoch ([`main_job_rows`][eqx_fmnist.bench.suite.main_job_rows]).
+        plain fused epoch (`main_job_rows`).
     - `skipped`: variants left out, and why.
     """
 
@@ -200,7 +200,7 @@ class BenchmarkReport:
 
     def figure(self):
         """Bars of the training paths' examples/sec, with the batch-512 matmul bound."""
-        from ..plots import plot_throughput
+        from eqx_fmnist.plots import plot_throughput
 
         bound = next((b.examples_per_sec for _, b in self.batch_sizes if b.batch_size == 512), None)
         return plot_throughput(
@@ -213,8 +213,8 @@ class BenchmarkReport:
 
     def save(self, folder: str | os.PathLike) -> list[Path]:
         """`throughput.md` and `throughput.png` in `folder` (made if missing)."""
-        from ..fileio import atomic_write
-        from ..plots import save_figure
+        from eqx_fmnist.fileio import atomic_write
+        from eqx_fmnist.plots import save_figure
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

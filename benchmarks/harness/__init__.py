@@ -1,12 +1,14 @@
-"""Honest throughput of the library's own paths: the harness (`timing`), the training
-paths measured side by side (`suite`), the device's peaks and the step's roofline
-(`roofline`) and their tables (`report`): what
-`eqx-fmnist bench` prints.
+"""The benchmark harness, beside the scripts that use it and outside the installed
+package (as Flax keeps its training benchmark beside its example): the timing
+(`timing`: medians of interleaved repetitions, the machine a figure came from, the
+matmul bound), the device's peaks and the step's roofline (`roofline`), the library's
+training paths measured side by side (`suite`) and their tables and figure (`report`).
 
 Every comparison is measured in one process, in interleaved repetitions, as a median;
-every report names the machine it came from. The loops the library replaces (the
-codelab's, PyTorch's) live beside the package, in `benchmarks/baselines.py`, and
-`python benchmarks/throughput.py` measures them against these paths.
+every report names the machine it came from. The scripts import it from their folder
+(`from harness import machine_line`); `python benchmarks/throughput.py` adds the loops
+the library replaces (the codelab's and PyTorch's, `baselines.py`) to the library's
+paths.
 """
 
 from .report import BenchmarkReport as BenchmarkReport, Cadence as Cadence
