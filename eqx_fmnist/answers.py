@@ -133,10 +133,10 @@ def answer(
     if calibration is not None:
         if temperature != 1.0:
             raise ValueError("give a calibration or a temperature, not both.")
-        tta, temperature = calibration.views(tta), calibration.temperature
+        tta = calibration.views(tta)
     x = jnp.asarray(images)
-    logits = predict_logits(model, x, policy=policy, tta=tta).astype(jnp.float32)
-    probs = np.asarray(scaled_softmax(logits, temperature))
+    logits = predict_logits(model, x, policy=policy, tta=tta)
+    said = calibrated(logits, calibration, temperature)
     found: dict = {}
     if calibration is not None and trust:
         feats = features(model, x, policy=policy)
@@ -145,12 +145,30 @@ def answer(
             "unusual": calibration.trust.flags(feats, np.asarray(images)),
             "threshold": calibration.trust.threshold,
         }
-    if calibration is not None and calibration.sets is not None:
-        sets = calibration.sets
-        found |= {"prediction_set": sets.sets(probs), "coverage": sets.coverage}
     if members:
         each = member_probabilities(model, x, policy=policy)
         found["member_probabilities"] = np.asarray(each)
     if attributions:  # the class shown first: the temperature does not change the order
-        found["explained"] = explain(model, x, target=probs.argmax(axis=-1), policy=policy)
+        target = said.probabilities.argmax(axis=-1)
+        found["explained"] = explain(model, x, target=target, policy=policy)
+    return dataclasses.replace(said, **found)
+
+
+def calibrated(
+    logits: Float[Array | np.ndarray, "n classes"],
+    calibration: Calibration | None = None,
+    temperature: float = 1.0,
+) -> Answer:
+    """What logits say once calibrated: the probabilities at the calibration's
+    temperature (else at `temperature`) and, for a calibration with sets, each image's
+    prediction set and its coverage: the part of [`answer`][eqx_fmnist.answers.answer]
+    that needs no model (a run's test report takes its sets from it)."""
+    if calibration is not None:
+        temperature = calibration.temperature
+    logits = jnp.asarray(logits, jnp.float32)
+    probs = np.asarray(scaled_softmax(logits, temperature))
+    found: dict = {}
+    if calibration is not None and calibration.sets is not None:
+        sets = calibration.sets
+        found |= {"prediction_set": sets.sets(probs), "coverage": sets.coverage}
     return Answer(np.asarray(logits), probs, float(temperature), **found)

@@ -8,6 +8,9 @@ checkpoint must agree on to be continued are derived from them.
 The schedule and the optimiser built from a config are in `eqx_fmnist.optim`
 ([`make_schedule`][eqx_fmnist.optim.make_schedule],
 [`make_optimizer`][eqx_fmnist.optim.make_optimizer]).
+
+The module is the one list of choices, kept whole (a little over 400 lines): its fields,
+their checks and the recipes that fill them in are read together.
 """
 
 import dataclasses
@@ -36,13 +39,17 @@ BatchedHyperparameter = Literal["learning_rate", "weight_decay", "label_smoothin
 arrays in the training state, so a grid of them needs no recompiling."""
 
 DEFAULT_EPOCHS = 80
-BEST_EPOCHS, TEACHER_EPOCHS = 400, 50
-"""The lengths of [`TrainConfig.best()`][eqx_fmnist.config.TrainConfig.best] and `teacher()`."""
+BEST_EPOCHS = 400
+"""The length of [`TrainConfig.best()`][eqx_fmnist.config.TrainConfig.best]."""
+TEACHER_EPOCHS = 50
+"""The length of [`TrainConfig.teacher()`][eqx_fmnist.config.TrainConfig.teacher]."""
 PATIENT_EPOCHS = 5_000
 """`distilled()`'s length on an accelerator (`--distilled --epochs 5000`): 0.9208 on a TPU
 v5e (`benchmarks/results/tpu-v5-lite/distill_ablation.md`); 12.5 times the training of 400."""
-DISTILL_WEIGHT, DISTILL_TEMPERATURE = 0.7, 2.0
-"""The soft targets' share of the loss and their temperature in `distilled()`."""
+DISTILL_WEIGHT = 0.7
+"""The soft targets' share of the loss in `distilled()`."""
+DISTILL_TEMPERATURE = 2.0
+"""The soft targets' temperature in `distilled()`."""
 
 
 def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool = False):

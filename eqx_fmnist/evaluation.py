@@ -247,16 +247,16 @@ def confusion_matrix(
     predictions: Integer[Array | np.ndarray, " n"],
     *,
     num_classes: int = NUM_CLASSES,
-) -> Int[Array, "classes classes"]:
+) -> Int[np.ndarray, "classes classes"]:
     """Counts of (true, predicted) pairs: rows are true classes, columns predictions.
 
     **Returns:**
 
-    An int32 array of shape `(num_classes, num_classes)` summing to `n`.
+    An integer array of shape `(num_classes, num_classes)` summing to `n`, counted on
+    the host.
     """
-    labels, predictions = jnp.asarray(labels), jnp.asarray(predictions)
-    cm = jnp.zeros((num_classes, num_classes), jnp.int32)
-    return cm.at[labels, predictions].add(1)
+    pairs = np.asarray(labels) * num_classes + np.asarray(predictions)
+    return np.bincount(pairs, minlength=num_classes**2).reshape(num_classes, num_classes)
 
 
 def per_class_accuracy(
@@ -301,6 +301,19 @@ class Robustness:
     shifted: dict[int, float]
     count: int
 
+    @classmethod
+    def of(
+        cls,
+        logits: Float[np.ndarray, "moves n classes"],
+        labels: Integer[np.ndarray, " n"],
+        shifts: tuple[int, ...] = ROBUSTNESS_SHIFTS,
+    ) -> "Robustness":
+        """The accuracies of the logits of each of
+        [`robustness_moves(shifts)`][eqx_fmnist.evaluation.robustness_moves]."""
+        acc = (logits.argmax(-1) == labels).mean(-1)
+        shifted = {s: float(np.mean(acc[2 + 4 * i : 6 + 4 * i])) for i, s in enumerate(shifts)}
+        return cls(float(acc[0]), float(acc[1]), shifted, len(labels))
+
     def rows(self) -> list[tuple[str, float]]:
         """`(images, accuracy)` rows, clean first: a table's contents."""
         return [("as they are", self.clean), ("mirrored left-right", self.mirrored)] + [
@@ -313,17 +326,44 @@ class Robustness:
         return {"clean": self.clean, "mirrored": self.mirrored, **moved}
 
 
+def robustness_moves(shifts: tuple[int, ...] = ROBUSTNESS_SHIFTS) -> Int[np.ndarray, "moves 3"]:
+    """The `(dx, dy, mirror)` moves [`evaluate_robustness`][eqx_fmnist.evaluation.evaluate_robustness]
+    scores: the images as they are, mirrored, then left, right, up and down by each of
+    `shifts` pixels."""
+    moves = [(0, 0, 0), (0, 0, 1)]
+    moves += [m for s in shifts for m in ((s, 0, 0), (-s, 0, 0), (0, s, 0), (0, -s, 0))]
+    return np.asarray(moves, np.int32)
+
+
 @eqx.filter_jit
-def _moved_accuracy(model, dataset: ArrayDataset, moves, policy: Policy, batch_size: int, tta=None):
-    """The accuracy on `dataset` moved by each `(dx, dy, mirror)` row of `moves`: one
-    compiled program, one host read."""
+def _moved_logits(model, images, moves, policy: Policy, batch_size: int, tta=None):
+    """The logits (an ensemble's, or the views') of `images` moved by each
+    `(dx, dy, mirror)` row of `moves`, padded to whole batches: one compiled program,
+    one host read."""
 
     def one(move):
-        images = move_images(dataset.images, dx=move[0], dy=move[1], mirror=move[2] == 1)
-        moved = ArrayDataset(images, dataset.labels)
-        return _metrics(model, moved, policy, batch_size, None, tta)[0][1]
+        moved = move_images(images, dx=move[0], dy=move[1], mirror=move[2] == 1)
+        return combine(model, _member_logits(model, moved, policy, batch_size, None, tta))
 
     return jax.lax.map(one, moves)
+
+
+def moved_logits(
+    model: Model,
+    images: Shaped[Array, "n 784"],
+    moves: Int[np.ndarray, "moves 3"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+    tta: tuple[Move, ...] | None = None,
+) -> Float[np.ndarray, "moves n classes"]:
+    """The logits of `images` moved by each row of `moves` (`(dx, dy, mirror)`, as
+    [`robustness_moves`][eqx_fmnist.evaluation.robustness_moves] lists them), in one
+    compiled program: what a run's test report and
+    [`evaluate_robustness`][eqx_fmnist.evaluation.evaluate_robustness] read. For members,
+    or with `tta` views, the log of the mean probability."""
+    logits = _moved_logits(model, images, jnp.asarray(moves), policy, batch_size, tta)
+    return np.asarray(logits)[:, : images.shape[0]]
 
 
 def evaluate_robustness(
@@ -356,13 +396,8 @@ def evaluate_robustness(
 
     A [`Robustness`][eqx_fmnist.evaluation.Robustness].
     """
-
-    moves = [(0, 0, False), (0, 0, True)]
-    moves += [
-        m for s in shifts for m in ((s, 0, False), (-s, 0, False), (0, s, False), (0, -s, False))
-    ]
-    moves = jnp.asarray(moves, jnp.int32)
-    acc = np.asarray(_moved_accuracy(model, dataset, moves, policy, batch_size, tta))
-    clean, mirrored = float(acc[0]), float(acc[1])
-    shifted = {s: float(np.mean(acc[2 + 4 * i : 6 + 4 * i])) for i, s in enumerate(shifts)}
-    return Robustness(clean, mirrored, shifted, len(dataset))
+    moves = robustness_moves(shifts)
+    logits = moved_logits(
+        model, dataset.images, moves, policy=policy, batch_size=batch_size, tta=tta
+    )
+    return Robustness.of(logits, np.asarray(dataset.labels), shifts)

@@ -381,7 +381,7 @@ def _signals_taken_by_runs():
     """The stop requests a run folder's signal handler makes while inside."""
     from unittest import mock
 
-    from eqx_fmnist.runs.folder import RunFolder
+    from eqx_fmnist.runs.writing import RunFolder
 
     taken, original = [], RunFolder.request_stop
 

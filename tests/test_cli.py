@@ -89,10 +89,13 @@ def test_train_writes_a_complete_run_folder(trained_run):
     import jax
     from PIL import Image
 
-    from eqx_fmnist.runs import RESULT_FILES, TIME_SPLIT
+    from eqx_fmnist.runs import TIME_SPLIT
 
     out, result = trained_run
-    for name in RESULT_FILES:
+    files = ["config.json", "history.jsonl", "summary.json", "checkpoint.eqx"]
+    figures = ["examples.png", "training_curve.png", "predictions.png"]
+    figures += ["confusion_matrix.png", "reliability.png", "robustness.png"]
+    for name in files + figures:
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text())
     for key in (
@@ -406,7 +409,7 @@ def test_a_signal_a_run_in_the_suites_process_took_is_passed_on_to_the_suite(mon
     import signal
     import types
 
-    from eqx_fmnist.runs.folder import RunFolder
+    from eqx_fmnist.runs.writing import RunFolder
 
     import helpers
 

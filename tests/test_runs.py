@@ -35,7 +35,7 @@ def test_bad_checkpoint_cadence_is_a_run_error(text):
 
 
 def saves(monkeypatch):
-    import eqx_fmnist.runs.folder as runs
+    import eqx_fmnist.runs.writing as runs
 
     saved, real = [], runs.save_checkpoint
 
@@ -274,23 +274,25 @@ def test_damaged_out_of_fold_probabilities_are_named(tmp_path, damage):
 def test_a_new_run_is_refused_before_a_file_is_written_and_a_sweep_holds_out_its_ranking(
     real_data, tmp_path
 ):
-    """`Run.new` checks what would refuse the run first: cross-validation with a
+    """`Training.new` checks what would refuse the run first: cross-validation with a
     validation split, a teacher that is not a run; a sweep without a validation split
     ranks on the 10,000 held-out images `eqx-fmnist sweep` holds out."""
     import eqx_fmnist as ef
-    from eqx_fmnist.runs import Run, RunError
+    from eqx_fmnist.runs import RunError, Training
 
     out = tmp_path / "r"
     with pytest.raises(RunError, match="own fold"):
-        Run.new(out, config(validation_size=1000), members=ef.ensemble.Folds(3), data=real_data)
+        Training.new(
+            out, config(validation_size=1000), members=ef.ensemble.Folds(3), data=real_data
+        )
     with pytest.raises(RunError, match=f"the teacher {tmp_path / 'nope'}: no checkpoint"):
-        Run.new(out, config(), teacher=tmp_path / "nope", data=real_data)
+        Training.new(out, config(), teacher=tmp_path / "nope", data=real_data)
     assert not out.exists()
     grid = ef.ensemble.Grid({"learning_rate": [1e-3, 3e-3]}, seeds=1)
-    swept = Run.new(out, config(), members=grid, data=real_data)
+    swept = Training.new(out, config(), members=grid, data=real_data)
     assert swept.kind == "sweep" and swept.config.validation_size == 10_000
     assert swept.splits.validation is not None and len(swept.splits.validation) == 10_000
-    assert Run.new(out, config(), data=real_data).kind == "train" and not out.exists()
+    assert Training.new(out, config(), data=real_data).kind == "train" and not out.exists()
 
 
 @pytest.mark.slow  # trains a CNN teacher and its student twice
@@ -303,7 +305,7 @@ def test_a_distilled_run_interrupted_and_resumed_in_the_library_is_the_command_l
     import eqx_fmnist as ef
     import eqx_fmnist.config
     from eqx_fmnist.checkpoint import load_checkpoint
-    from eqx_fmnist.runs import TEACHER_FOLDER, Interrupted, Run, teacher_training
+    from eqx_fmnist.runs import TEACHER_FOLDER, Interrupted, Training, teacher_training
 
     from helpers import run_cli_here, same_arrays, use_a_slice
 
@@ -318,7 +320,7 @@ def test_a_distilled_run_interrupted_and_resumed_in_the_library_is_the_command_l
     teacher = teacher_training(out, student, data=data)
     assert teacher is not None and teacher.config.model == "cnn"
     teacher.run()
-    training = Run.new(out, student, teacher=out / TEACHER_FOLDER, data=data)
+    training = Training.new(out, student, teacher=out / TEACHER_FOLDER, data=data)
 
     def stop_after_the_first_interval(record, state):
         training.folder.request_stop("stopped by the notebook")
@@ -327,7 +329,7 @@ def test_a_distilled_run_interrupted_and_resumed_in_the_library_is_the_command_l
         training.run([stop_after_the_first_interval])
     first = stopped.value.step
     assert 0 < first < training.total_steps and not (out / "summary.json").exists()
-    resumed = Run.resume(out, data=data)
+    resumed = Training.resume(out, data=data)
     assert resumed.start == first and resumed.teacher == (out / TEACHER_FOLDER / "checkpoint.eqx")
     done = resumed.run()
     assert done.summary["test_accuracy"] == done.outcome.result.test.accuracy
@@ -339,28 +341,28 @@ def test_a_distilled_run_interrupted_and_resumed_in_the_library_is_the_command_l
 
 @pytest.mark.slow  # trains a run and writes its report
 def test_a_resumed_distillation_finds_its_teacher_in_the_run_folder(real_data, tmp_path):
-    """A run trained and finished with `Run.new(...).run()`; `Run.resume` takes the
+    """A run trained and finished with `Training.new(...).run()`; `Training.resume` takes the
     teacher `teacher.json` names (none without the file) and names the file when it is
     damaged."""
     import json
     import shutil
 
-    from eqx_fmnist.runs import TEACHER_FILE, Run, RunError
+    from eqx_fmnist.runs import TEACHER_FILE, RunError, Training
 
     teacher_run = tmp_path / "teacher"
-    done = Run.new(teacher_run, config(), data=real_data).run()
+    done = Training.new(teacher_run, config(), data=real_data).run()
     assert done.summary["test_count"] == 10_000 and (teacher_run / "summary.json").is_file()
     folder = tmp_path / "student"
     folder.mkdir()
     shutil.copy(teacher_run / "checkpoint.eqx", folder / "checkpoint.eqx")
     with pytest.raises(RunError, match="of a train run, not of a sweep run"):
-        Run.resume(folder, kind="sweep", data=real_data)  # `eqx-fmnist sweep --resume`
-    alone = Run.resume(folder, kind="train", data=real_data)
+        Training.resume(folder, kind="sweep", data=real_data)  # `eqx-fmnist sweep --resume`
+    alone = Training.resume(folder, kind="train", data=real_data)
     assert alone.teacher is None and alone.teacher_model is None  # not distilled
     (folder / TEACHER_FILE).write_text(json.dumps({"teacher": str(teacher_run)}))
-    taught = Run.resume(folder, data=real_data)
+    taught = Training.resume(folder, data=real_data)
     assert taught.teacher == teacher_run / "checkpoint.eqx"
     assert taught.teacher_model is not None and taught.teacher_model.hidden_sizes == (16,)
     (folder / TEACHER_FILE).write_text("[]")  # damaged: one line naming the file
     with pytest.raises(RunError, match=f"{TEACHER_FILE} does not name a teacher"):
-        Run.resume(folder, data=real_data)
+        Training.resume(folder, data=real_data)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..augment import TTA_VIEWS
 from ..config import _FIELDS, TrainConfig, field_type, literal_choices
-from ..runs import CheckpointEvery, Run, Training
+from ..runs import CheckpointEvery, Training
 from .common import UsageError, load_data
 
 
@@ -141,22 +141,26 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def resumed(args: argparse.Namespace, kind: str) -> Training | None:
-    """`--resume`'s run of `kind` (`Run.resume` with the folder's options), or `None`;
+    """`--resume`'s run of `kind` (`Training.resume` with the folder's options), or `None`;
     the flags that would change its saved config are refused, and the data are loaded
     only for a checkpoint of that kind."""
     if not args.resume:
         return None
-    if given := given_flags(args) + ["--seeds"] * (getattr(args, "seeds", None) is not None):
+    given = given_flags(args)
+    for name in ("seeds", "teacher"):  # what a new run chooses beside its config
+        if getattr(args, name, None) is not None:
+            given.append(f"--{name}")
+    if given:
         what = {"train": "run", "cv": "cv run"}.get(kind, kind)
         raise UsageError(
             f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
         )
     options = folder_options(args) | {"out": args.out, "data": lambda: load_data(args)}
-    return Run.resume(args.resume, kind=kind, **options)
+    return Training.resume(args.resume, kind=kind, **options)
 
 
 def folder_options(args: argparse.Namespace) -> dict[str, typing.Any]:
-    """The run folder's options from its flags, for `Run.new` and `Run.resume`."""
+    """The run folder's options from its flags, for `Training.new` and `Training.resume`."""
     return {
         "overwrite": args.overwrite,
         "checkpoint_every": CheckpointEvery.parse(args.checkpoint_every),

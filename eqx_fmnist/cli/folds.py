@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..audit import require_cleanlab
 from ..ensemble import CrossValidation, Folds
-from ..runs import OUT_OF_FOLD, Run, audit_run, default_folder
+from ..runs import OUT_OF_FOLD, Training, audit_run, default_folder
 from . import flags
 from .common import UsageError, console, load_data, table, train_in_folder
 
@@ -51,7 +51,7 @@ def cmd_cv(args: argparse.Namespace) -> int:
     if (training := flags.resumed(args, "cv")) is None:
         config, folds = flags.config_from_args(args), Folds(args.folds)
         options = flags.folder_options(args) | {"members": folds, "data": load_data(args)}
-        training = Run.new(args.out or default_folder(), config, **options)
+        training = Training.new(args.out or default_folder(), config, **options)
     done = train_in_folder(training)
     if isinstance(done, int):
         return done

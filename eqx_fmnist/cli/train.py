@@ -65,7 +65,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             console.print(f"teacher: a CNN, {first.length}, into {teacher}", highlight=False)
             if status := _train(first):
                 return status
-    training = runs.Run.new(out, config, members=members, teacher=teacher, data=fm, **options)
+    training = runs.Training.new(out, config, members=members, teacher=teacher, data=fm, **options)
     return _train(training, profile=args.profile)
 
 
@@ -140,7 +140,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         members = Grid(grid, member_seeds(config, 2 if args.seeds is None else args.seeds))
         out = args.out or runs.default_folder()
         options = flags.folder_options(args)
-        training = runs.Run.new(out, config, members=members, data=load_data(args), **options)
+        training = runs.Training.new(out, config, members=members, data=load_data(args), **options)
     done = train_in_folder(training)
     if isinstance(done, int):
         return done

@@ -2,9 +2,10 @@
 writes when training ends and what `eqx-fmnist evaluate` prints and draws again later,
 computed and drawn in one place.
 
-[`run_report`][eqx_fmnist.runs.report.run_report] runs the model once over the test
-images (logits, confusion matrix, calibration metrics raw and scaled) and once over
-them moved and mirrored (robustness); [`RunReport.figures`][eqx_fmnist.runs.report.RunReport.figures]
+[`run_report`][eqx_fmnist.runs.report.run_report] runs the model once, in one compiled
+program, over the test images as they are, mirrored and moved, and counts the rest from
+those logits (confusion matrix, calibration metrics raw and scaled, prediction sets,
+robustness); [`RunReport.figures`][eqx_fmnist.runs.report.RunReport.figures]
 draws the confusion matrix, the reliability diagram and the robustness curve.
 """
 
@@ -17,12 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..answers import answer
+from ..answers import calibrated
 from ..augment import Move
 from ..calibration import Calibration, CalibrationResult, calibration_report
 from ..conformal import SetReport, set_report
-from ..dataset import ArrayDataset
-from ..evaluation import Robustness, confusion_matrix, evaluate_robustness
+from ..evaluation import Robustness, confusion_matrix, moved_logits, robustness_moves
 from ..model import Model
 from ..plots import (
     plot_confusion_matrix,
@@ -122,22 +122,28 @@ def run_report(
     """The [`RunReport`][eqx_fmnist.runs.report.RunReport] of `model` (or a stack of
     members) on `uint8` test images `(n, 784)` and their labels, with the run's
     `calibration` if it has one, averaged over the views `tta` (a calibration's own
-    views, the outputs it was fitted on, take their place)."""
+    views, the outputs it was fitted on, take their place).
+
+    The model runs once, in one compiled program, over the images as they are, mirrored
+    and moved ([`moved_logits`][eqx_fmnist.evaluation.moved_logits]); the confusion
+    matrix, the calibration metrics, the prediction sets and the robustness are counted
+    from those logits on the host."""
     x = jnp.asarray(np.asarray(images).reshape(len(images), -1))
+    labels = np.asarray(labels)
     tta = tta if calibration is None else calibration.tta
-    said = answer(model, x, policy=policy, calibration=calibration, tta=tta, trust=False)
-    cm = np.asarray(confusion_matrix(labels, said.logits.argmax(axis=-1)))
+    logits = moved_logits(model, x, robustness_moves(), policy=policy, tta=tta)
+    robust = Robustness.of(logits, labels)
+    said = calibrated(logits[0], calibration)
+    cm = confusion_matrix(labels, said.logits.argmax(axis=-1))
     results = calibration_report(said.logits, labels, calibration)
     summary = {
         name: {"nll": r.nll, "brier": r.brier, "ece": r.ece, "temperature": r.temperature}
         for name, r in results.items()
     }
     reliability = reliability_figure(results)
-    data = ArrayDataset(x, jnp.asarray(labels))
-    robust = evaluate_robustness(model, data, policy=policy, tta=tta)
     if said.prediction_set is None or said.coverage is None:
         return RunReport(said.logits, cm, summary, robust, reliability)
-    sets, y = said.prediction_set, np.asarray(labels).astype(int)
+    sets, y = said.prediction_set, labels.astype(int)
     sizes = tuple(float(sets[y == k].sum(axis=1).mean()) for k in range(sets.shape[1]))
     report = set_report(sets, y)
     return RunReport(said.logits, cm, summary, robust, reliability, report, sizes, said.coverage)

@@ -1,6 +1,6 @@
 """What a finished run folder reports: the summary's numbers, the TensorBoard writer, the
-folder's file name for its checkpoint, its history read back, and the errors about run
-folders."""
+names of the folder's checkpoint and teacher record, its history read back, and the
+errors about run folders."""
 
 import json
 import os
@@ -19,6 +19,8 @@ from ..state import PER_MEMBER
 from ..train import TrainResult
 
 CHECKPOINT_NAME = "checkpoint.eqx"
+TEACHER_FILE = "teacher.json"
+"""Where a distilled run's folder names its teacher, so that a resume finds it."""
 TOKENS_PER_EXAMPLE = 16
 """Tokens per image of the summary's projected tokens/sec: 16 patches of 7 x 7 pixels."""
 

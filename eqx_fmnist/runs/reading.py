@@ -1,10 +1,19 @@
-"""A run folder read back: its checkpoint, config, members, calibration, views and
-teacher from one place, for every command that opens a run (`evaluate`, `predict`,
-`export`, `audit`, a resumed `train`, `sweep` or `cv`, a `--teacher`)."""
+"""A run read back, and the data a run uses: the read side of `runs/`.
+
+[`Run.open`][eqx_fmnist.runs.reading.Run.open] reads a run folder in one place (its
+checkpoint, config, members, calibration, views and teacher) for every command that
+opens a run: `evaluate`, `predict`, `export`, `audit`, a resume, a `--teacher`.
+[`run_splits`][eqx_fmnist.runs.reading.run_splits] makes the splits a config asks for;
+a `DataSource` is the data, or a function that loads them once the checks that need
+none have passed. Nothing here starts or writes a run: that is
+[`Training`][eqx_fmnist.runs.training.Training]'s (`runs/training.py`), which reads
+through this module.
+"""
 
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +27,51 @@ from ..augment import TTA_VIEWS, Move
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
-from ..dataset import to_datasets
+from ..data import FashionMNIST, load_fashion_mnist
+from ..dataset import Splits, split_data, to_datasets
 from ..distill import Teacher
-from ..ensemble import Grid, members_from
-from ..ensemble.grid import SWEEP_VALIDATION
+from ..ensemble import members_from
 from ..evaluation import evaluate, predict_proba
 from ..export import FORMATS, export_model
 from ..model import Model
 from ..precision import Policy
 from ..state import TrainState
 from ..train import Members
-from .cadence import EVERY_MINUTE, CheckpointEvery
 from .files import read_out_of_fold, write_suspects
-from .folder import TEACHER_FILE
-from .run import run_splits
-from .start import DataSource, Resumed, Training, kind_of, loaded, start_training
-from .summary import CHECKPOINT_NAME, RunError
+from .summary import CHECKPOINT_NAME, TEACHER_FILE, RunError
+
+DataSource = FashionMNIST | Callable[[], FashionMNIST] | None
+"""The data a run uses: the data set, a function that loads it (called once the checks
+that need no data have passed), or `None`:
+[`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist]."""
+
+
+def loaded(data: DataSource) -> FashionMNIST:
+    """The data a `DataSource` gives: the data themselves, the function's, or (`None`)
+    [`load_fashion_mnist`][eqx_fmnist.data.load_fashion_mnist]'s."""
+    if callable(data):
+        return data()
+    return load_fashion_mnist() if data is None else data
+
+
+def run_splits(config: TrainConfig, data: FashionMNIST | None = None) -> Splits:
+    """The splits `config` asks for (its `validation_size` and `calibration_size`), made
+    by [`split_data`][eqx_fmnist.dataset.split_data] from `data`; the library's one
+    convenience load: `data` defaults to
+    [`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist].
+
+    !!! example
+
+        ```python
+        config = ef.TrainConfig(epochs=5, calibration_size=5000)
+        result = ef.fit(config, ef.runs.run_splits(config))
+        ```
+    """
+    return split_data(
+        loaded(data),
+        validation_size=config.validation_size,
+        calibration_size=config.calibration_size,
+    )
 
 
 def checkpoint_path(where: str | os.PathLike) -> Path:
@@ -48,7 +86,7 @@ def checkpoint_path(where: str | os.PathLike) -> Path:
 @dataclasses.dataclass(frozen=True)
 class Run:
     """A run as its folder keeps it: open one with
-    [`Run.open`][eqx_fmnist.runs.saved.Run.open].
+    [`Run.open`][eqx_fmnist.runs.reading.Run.open].
 
     **Fields:** `checkpoint` (its path), `saved` (the
     [`Checkpoint`][eqx_fmnist.checkpoint.Checkpoint]: state, config, members) and
@@ -80,96 +118,6 @@ class Run:
         file = path.parent / CALIBRATION_FILE
         calibration = Calibration.load(file) if file.is_file() else None
         return cls(path, load_checkpoint(path), calibration)
-
-    @staticmethod
-    def new(
-        out: str | os.PathLike,
-        config: TrainConfig,
-        *,
-        members: Members | None = None,
-        teacher: str | os.PathLike | None = None,
-        data: DataSource = None,
-        overwrite: bool = False,
-        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
-        tensorboard: bool = False,
-    ) -> Training:
-        """A new run in folder `out`, ready to train: a
-        [`Training`][eqx_fmnist.runs.start.Training] (call its `run`).
-
-        **Arguments:**
-
-        - `out`: the run folder (created if needed).
-        - `config`: the run's [`TrainConfig`][eqx_fmnist.config.TrainConfig].
-        - `members`: `Seeds` (an ensemble), `Grid` (a sweep, ranked on a validation
-            split: 10,000 images when `config` holds out none) or `Folds`
-            (cross-validation). Defaults to `None`: one run.
-        - `teacher`: a run folder or checkpoint to distil from (named in the folder's
-            `teacher.json`, so that a resume finds it). Defaults to `None`.
-        - `data`: the data set, or a function that loads it (called after the checks
-            that need no data). Defaults to
-            [`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist].
-        - `overwrite`, `checkpoint_every`, `tensorboard`: as for
-            [`RunFolder`][eqx_fmnist.runs.RunFolder].
-
-        **Raises:**
-
-        `RunError` before a file is written: a folder holding another run's results, a
-        teacher this student cannot learn from, members too large for the memory, or
-        splits the members cannot use.
-        """
-        if isinstance(members, Grid) and not config.validation_size:
-            config = config.with_changes(validation_size=SWEEP_VALIDATION)
-        return start_training(
-            out,
-            config,
-            members,
-            data,
-            teacher=_opened_teacher(teacher, config),
-            overwrite=overwrite,
-            checkpoint_every=checkpoint_every,
-            tensorboard=tensorboard,
-        )
-
-    @staticmethod
-    def resume(
-        checkpoint: str | os.PathLike,
-        *,
-        kind: str | None = None,
-        out: str | os.PathLike | None = None,
-        data: DataSource = None,
-        overwrite: bool = False,
-        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
-        tensorboard: bool = False,
-    ) -> Training:
-        """The run of `checkpoint` (a file or its folder), ready to train on from its
-        step: a [`Training`][eqx_fmnist.runs.start.Training] with the saved config,
-        members, state and teacher, in its own folder or in `out` (which then takes
-        its history). `kind`: the kind of run it must be (`"train"`, `"sweep"` or
-        `"cv"`; see [`Training.kind`][eqx_fmnist.runs.start.Training.kind]), or `None`;
-        `data` as for `Run.new` (a function is called once the kind is checked).
-
-        **Raises:**
-
-        `RunError` before a file is written: no checkpoint, another kind of run than
-        `kind`, a run that has finished
-        (its summary written; `overwrite` finishes it again), a teacher gone, or
-        cross-validation's checkpoint on other data.
-        """
-        run = Run.open(checkpoint)
-        found = kind_of(run.choice)
-        if kind is not None and found != kind:
-            raise RunError(f"{checkpoint} is the checkpoint of a {found} run, not of a {kind} run.")
-        return start_training(
-            run.folder if out is None else out,
-            run.config,
-            run.choice,
-            data,
-            teacher=_opened_teacher(run.teacher(), run.config),
-            resume=Resumed(run.checkpoint, run.saved),
-            overwrite=overwrite,
-            checkpoint_every=checkpoint_every,
-            tensorboard=tensorboard,
-        )
 
     @property
     def folder(self) -> Path:
@@ -232,7 +180,7 @@ class Run:
         attributions: bool = False,
     ) -> Answer:
         """[`answer`][eqx_fmnist.answers.answer] of the run's model on `uint8` images
-        `(n, 784)`, with its calibration and [`views`][eqx_fmnist.runs.saved.Run.views]."""
+        `(n, 784)`, with its calibration and [`views`][eqx_fmnist.runs.reading.Run.views]."""
         return answer(
             self.model,
             images,
@@ -253,8 +201,8 @@ class Run:
     ) -> tuple[Path, dict[str, Any]]:
         """What `eqx-fmnist export` does: [`export_model`][eqx_fmnist.export.check.export_model]
         of the run's model (or ensemble) with its calibration and
-        [`views`][eqx_fmnist.runs.saved.Run.views], checked on every test image of
-        `data` (as for `Run.new`), its test accuracy and step in the manifest. `out`:
+        [`views`][eqx_fmnist.runs.reading.Run.views], checked on every test image of
+        `data` (as for `Training.new`), its test accuracy and step in the manifest. `out`:
         defaults to `RUN/model.<suffix>`. Returns the artifact's path and its manifest."""
         views, data = self.views(tta), loaded(data)
         test = evaluate(self.model, to_datasets(data)[1], policy=self.policy, tta=views)
@@ -276,7 +224,7 @@ class Run:
 
     def teacher(self) -> Path | None:
         """The checkpoint of the teacher a distilled run learnt from (`teacher.json`),
-        else `None` ([`read_teacher`][eqx_fmnist.runs.saved.read_teacher])."""
+        else `None` ([`read_teacher`][eqx_fmnist.runs.reading.read_teacher])."""
         return read_teacher(self.folder)
 
 
@@ -291,7 +239,7 @@ def audit_run(
     """The labels that look wrong (`eqx-fmnist audit`): the training set's, from the
     out-of-fold probabilities `cv_run` (a folder `eqx-fmnist cv` wrote) holds; the test
     set's, from the folds' ensemble (or the run `test_model`), which never trained on
-    it. `data`: as for `Run.new`, loaded once the runs are read. Writes each set's
+    it. `data`: as for `Training.new`, loaded once the runs are read. Writes each set's
     suspects (`write_suspects`, the `top` most suspicious drawn) in `out` (defaults to
     `cv_run`); returns the audits by set, `"train"` and `"test"`.
 
@@ -342,10 +290,11 @@ def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, M
     return run.checkpoint, run.model
 
 
-def _opened_teacher(
+def opened_teacher(
     where: str | os.PathLike | None, config: TrainConfig
 ) -> tuple[Path, Model] | None:
-    """`open_teacher`'s answer for a run that names a teacher, its error naming it."""
+    """`open_teacher`'s answer for a run that names a teacher, its error naming it (for
+    a new run and a resume)."""
     if where is None:
         return None
     try:

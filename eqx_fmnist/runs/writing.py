@@ -22,7 +22,7 @@ A [`RunFolder`][eqx_fmnist.runs.RunFolder] is driven by [`fit`][eqx_fmnist.train
 through its `callback`. Logging and checkpointing are separate: logging every 25 steps
 writes a history line every 25 steps, and a checkpoint only when
 [`CheckpointEvery`][eqx_fmnist.runs.CheckpointEvery] says so. A stop asked for from a
-signal handler ([`request_stop`][eqx_fmnist.runs.folder.RunFolder.request_stop]) takes effect at
+signal handler ([`request_stop`][eqx_fmnist.runs.writing.RunFolder.request_stop]) takes effect at
 the end of the interval, after a checkpoint, so an interrupted run resumes exactly.
 This module never prints; its errors are [`RunError`][eqx_fmnist.runs.RunError]s.
 """
@@ -57,11 +57,16 @@ from ..train import Members, TrainResult
 from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
 from .files import SWEEP_FILES, write_sweep
 from .report import run_report, time_split
-from .summary import CHECKPOINT_NAME, RunError, read_history, summarise, tensorboard_writer
+from .summary import (
+    CHECKPOINT_NAME,
+    TEACHER_FILE,
+    RunError,
+    read_history,
+    summarise,
+    tensorboard_writer,
+)
 
 LOCK_NAME = ".eqx-fmnist.lock"
-TEACHER_FILE = "teacher.json"
-"""Where a distilled run's folder names its teacher, so that a resume finds it."""
 FIGURES = (
     "examples.png",
     "training_curve.png",
@@ -70,7 +75,6 @@ FIGURES = (
     "reliability.png",
     "robustness.png",
 )
-RESULT_FILES = ("config.json", "history.jsonl", "summary.json", CHECKPOINT_NAME, *FIGURES)
 HOLDS_RESULTS = ("summary.json", CHECKPOINT_NAME, *FIGURES, *SWEEP_FILES)
 """What makes a folder hold results: a checkpoint, a summary or a figure (a folder with
 only the config and the history of a start that failed does not)."""
@@ -111,7 +115,7 @@ class RunFolder:
     """One training run's folder, written while [`fit`][eqx_fmnist.train.fit] runs.
 
     Use it as a context manager (it holds the folder's lock) and pass `run.callback` to
-    `fit`; then call [`finish`][eqx_fmnist.runs.folder.RunFolder.finish] with the result.
+    `fit`; then call [`finish`][eqx_fmnist.runs.writing.RunFolder.finish] with the result.
 
     !!! example
 

@@ -1,36 +1,44 @@
-"""A run started or resumed, trained in its folder and finished: what `eqx-fmnist train`,
-`sweep` and `cv` do, as the library calls a notebook makes too.
+"""The write side of `runs/`: a run started or resumed, trained in its folder and
+finished, what `eqx-fmnist train`, `sweep` and `cv` do, as the library calls a notebook
+makes too.
 
-[`Run.new`][eqx_fmnist.runs.saved.Run.new] and
-[`Run.resume`][eqx_fmnist.runs.saved.Run.resume] check everything that could refuse the
-run before a file is written, and return a [`Training`][eqx_fmnist.runs.start.Training]:
-its folder, config, members, data and (resuming) state, step and teacher.
-[`Training.run`][eqx_fmnist.runs.start.Training.run] trains in the folder (checkpoints
-on the folder's cadence, the first SIGINT or SIGTERM a clean stop) and finishes it (the
-summary, the figures, the calibration; a sweep's table, cv's out-of-fold file).
+[`Training.new`][eqx_fmnist.runs.training.Training.new] and
+[`Training.resume`][eqx_fmnist.runs.training.Training.resume] check everything that
+could refuse the run before a file is written, and return a
+[`Training`][eqx_fmnist.runs.training.Training]: its folder, config, members, data and
+(resuming) state, step and teacher.
+[`Training.run`][eqx_fmnist.runs.training.Training.run] trains in the folder
+(checkpoints on the folder's cadence, the first SIGINT or SIGTERM a clean stop) and
+finishes it (the summary, the figures, the calibration; a sweep's table, cv's
+out-of-fold file). The folder's files are [`RunFolder`][eqx_fmnist.runs.RunFolder]'s
+(`runs/writing.py`); a resume reads the run through
+[`Run.open`][eqx_fmnist.runs.reading.Run.open] (`runs/reading.py`), which never writes.
+The whole life of a run is one concept, kept whole here (about 450 lines): where a run
+is started is where it is resumed, trained and finished.
 
 !!! example
 
     ```python
-    training = ef.runs.Run.new("runs/a", ef.TrainConfig(epochs=5))
+    training = ef.runs.Training.new("runs/a", ef.TrainConfig(epochs=5))
     done = training.run()  # checkpoints, summary.json, figures
     # after an interruption (ef.runs.Interrupted), from its checkpoint:
-    done = ef.runs.Run.resume("runs/a").run()
+    done = ef.runs.Training.resume("runs/a").run()
     ```
 """
 
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 
+from ..calibration import Calibration, calibrate
 from ..checkpoint import Checkpoint
 from ..config import TrainConfig
-from ..data import FashionMNIST, load_fashion_mnist
+from ..data import FashionMNIST
 from ..dataset import Splits
 from ..ensemble import (
     CrossValidation,
@@ -41,31 +49,69 @@ from ..ensemble import (
     member_seeds,
     sweep,
 )
+from ..ensemble.grid import SWEEP_VALIDATION
 from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
-from ..train import Members
+from ..train import Members, TrainResult, fit
+from .cadence import EVERY_MINUTE, CheckpointEvery
 from .files import write_cross_validation
-from .folder import RunFolder, refuse_results
 from .profile import IntervalProfiler, find_trace
-from .run import RunResult, run_splits, train_run
+from .reading import DataSource, Run, loaded, opened_teacher, run_splits
 from .summary import RunError
-
-# The data, a function that loads them once the checks that need none pass, or `None`.
-DataSource = FashionMNIST | Callable[[], FashionMNIST] | None
+from .writing import RunFolder, refuse_results
 
 TEACHER_FOLDER = "teacher"
 """Where a distilled run without a teacher of its own trains one, inside its folder."""
 
+
+@dataclasses.dataclass
+class RunResult:
+    """What [`train_run`][eqx_fmnist.runs.train_run] returns: the training's result and,
+    when the run held out a calibration split, its calibration."""
+
+    result: TrainResult
+    calibration: Calibration | None
+
+
+def train_run(
+    config: TrainConfig,
+    splits: Splits,
+    *,
+    members: Members | None = None,
+    state: TrainState | None = None,
+    callback: Callback | Sequence[Callback] | None = None,
+    teacher: Model | None = None,
+) -> RunResult:
+    """Train on `splits` ([`fit`][eqx_fmnist.train.fit]: one run, or `members`) and then,
+    if the splits hold a calibration set, calibrate the model or the ensemble on it
+    ([`calibrate`][eqx_fmnist.calibration.calibrate]). A `teacher` is distilled (see
+    `fit`)."""
+    result = fit(config, splits, members=members, state=state, callback=callback, teacher=teacher)
+    if splits.calibration is None:
+        return RunResult(result, None)
+    config = result.config
+    calibration = calibrate(
+        result.model,
+        splits.train,
+        splits.calibration,
+        policy=result.policy,
+        coverage=config.coverage,
+        per_class=config.per_class_sets,
+        tta=config.views,
+    )
+    return RunResult(result, calibration)
+
+
 Outcome = RunResult | SweepResult | CrossValidation
-"""What a finished [`Training`][eqx_fmnist.runs.start.Training] trained: a run's
+"""What a finished [`Training`][eqx_fmnist.runs.training.Training] trained: a run's
 `RunResult`, a sweep's `SweepResult` or cross-validation's `CrossValidation`."""
 
 
 @dataclasses.dataclass
 class Finished:
-    """What [`Training.run`][eqx_fmnist.runs.start.Training.run] returns: the `outcome`
-    (see `Outcome`) and the `summary` written to `summary.json`."""
+    """What [`Training.run`][eqx_fmnist.runs.training.Training.run] returns: the
+    `outcome` (see `Outcome`) and the `summary` written to `summary.json`."""
 
     outcome: Outcome
     summary: dict[str, Any]
@@ -74,8 +120,8 @@ class Finished:
 @dataclasses.dataclass
 class Training:
     """A run ready to train in its folder; make one with
-    [`Run.new`][eqx_fmnist.runs.saved.Run.new] or
-    [`Run.resume`][eqx_fmnist.runs.saved.Run.resume].
+    [`Training.new`][eqx_fmnist.runs.training.Training.new] or
+    [`Training.resume`][eqx_fmnist.runs.training.Training.resume].
 
     **Fields:** `folder` (the [`RunFolder`][eqx_fmnist.runs.RunFolder]: its path, plan,
     checkpoint and last saved step), `config`, `members` (the choice of an ensemble,
@@ -95,6 +141,96 @@ class Training:
     """The temporary folder a process other than 0 of a multi-process run writes (it
     goes with the `Training`)."""
 
+    @classmethod
+    def new(
+        cls,
+        out: str | os.PathLike,
+        config: TrainConfig,
+        *,
+        members: Members | None = None,
+        teacher: str | os.PathLike | None = None,
+        data: DataSource = None,
+        overwrite: bool = False,
+        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+        tensorboard: bool = False,
+    ) -> "Training":
+        """A new run in folder `out`, ready to train (call its `run`).
+
+        **Arguments:**
+
+        - `out`: the run folder (created if needed).
+        - `config`: the run's [`TrainConfig`][eqx_fmnist.config.TrainConfig].
+        - `members`: `Seeds` (an ensemble), `Grid` (a sweep, ranked on a validation
+            split: 10,000 images when `config` holds out none) or `Folds`
+            (cross-validation). Defaults to `None`: one run.
+        - `teacher`: a run folder or checkpoint to distil from (named in the folder's
+            `teacher.json`, so that a resume finds it). Defaults to `None`.
+        - `data`: the data set, or a function that loads it (called after the checks
+            that need no data). Defaults to
+            [`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist].
+        - `overwrite`, `checkpoint_every`, `tensorboard`: as for
+            [`RunFolder`][eqx_fmnist.runs.RunFolder].
+
+        **Raises:**
+
+        `RunError` before a file is written: a folder holding another run's results, a
+        teacher this student cannot learn from, members too large for the memory, or
+        splits the members cannot use.
+        """
+        if isinstance(members, Grid) and not config.validation_size:
+            config = config.with_changes(validation_size=SWEEP_VALIDATION)
+        return start_training(
+            out,
+            config,
+            members,
+            data,
+            teacher=opened_teacher(teacher, config),
+            overwrite=overwrite,
+            checkpoint_every=checkpoint_every,
+            tensorboard=tensorboard,
+        )
+
+    @classmethod
+    def resume(
+        cls,
+        checkpoint: str | os.PathLike,
+        *,
+        kind: str | None = None,
+        out: str | os.PathLike | None = None,
+        data: DataSource = None,
+        overwrite: bool = False,
+        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+        tensorboard: bool = False,
+    ) -> "Training":
+        """The run of `checkpoint` (a file or its folder), ready to train on from its
+        step, with the saved config, members, state and teacher, in its own folder or
+        in `out` (which then takes its history). `kind`: the kind of run it must be
+        (`"train"`, `"sweep"` or `"cv"`; see
+        [`Training.kind`][eqx_fmnist.runs.training.Training.kind]), or `None`; `data` as
+        for `Training.new` (a function is called once the kind is checked).
+
+        **Raises:**
+
+        `RunError` before a file is written: no checkpoint, another kind of run than
+        `kind`, a run that has finished (its summary written; `overwrite` finishes it
+        again), a teacher gone, or cross-validation's checkpoint on other data.
+        """
+        run = Run.open(checkpoint)
+        found = kind_of(run.choice)
+        if kind is not None and found != kind:
+            raise RunError(f"{checkpoint} is the checkpoint of a {found} run, not of a {kind} run.")
+        return start_training(
+            run.folder if out is None else out,
+            run.config,
+            run.choice,
+            data,
+            teacher=opened_teacher(run.teacher(), run.config),
+            resume=Resumed(run.checkpoint, run.saved),
+            overwrite=overwrite,
+            checkpoint_every=checkpoint_every,
+            tensorboard=tensorboard,
+        )
+
     @property
     def kind(self) -> str:
         """`"sweep"` (a `Grid`), `"cv"` (`Folds`) or `"train"` (one run or an ensemble)."""
@@ -108,18 +244,24 @@ class Training:
     def length(self) -> str:
         """The run's length in words: `80 epochs (9,360 steps)`, or `400 steps`."""
         epochs, steps = self.config.epochs, f"{self.total_steps:,} steps"
-        return f"{epochs} epoch{'s' * (epochs != 1)} ({steps})" if epochs else steps
+        if not epochs:
+            return steps
+        return f"{epochs} epoch{'' if epochs == 1 else 's'} ({steps})"
 
     def describe(self) -> str:
         """Where and what trains, as the command line says it first: the folder; what
         trains (a sweep's grid and seeds, cv's folds, else the length, precision, seeds,
         held-out images and teacher); the checkpoint cadence; the data; a resume's step."""
-        folder, kind = self.folder, "run" if self.kind == "train" else self.kind
-        resuming = f"\nresuming at step {self.start:,} of {self.total_steps:,}" * bool(self.start)
-        return (
+        folder = self.folder
+        kind = "run" if self.kind == "train" else self.kind
+        lines = [
             f"{kind} folder {folder.folder}: {self._what()}, checkpoint every "
-            f"{folder.checkpoint_every}\ndata: {self.data.source} ({self.data.origin}){resuming}"
-        )
+            f"{folder.checkpoint_every}",
+            f"data: {self.data.source} ({self.data.origin})",
+        ]
+        if self.start:
+            lines.append(f"resuming at step {self.start:,} of {self.total_steps:,}")
+        return "\n".join(lines)
 
     def _what(self) -> str:
         config, total, members = self.config, self.total_steps, self.members
@@ -138,33 +280,32 @@ class Training:
                 f"{count} folds of {len(self.splits.train):,} images ({self.folder.num_train:,} "
                 f"to train on each), {total:,} steps, one program"
             )
-        who = f"seed {config.seed}"
+        parts = [self.length, config.precision, f"seed {config.seed}"]
         if members is not None:
-            who = f"{count} members in one program (seeds {_seeds(members.configs(config))})"
-        held = f", {config.calibration_size:,} images held out to calibrate"
-        taught = f", distilled from {self.teacher}"
-        return (
-            f"{self.length}, {config.precision}, {who}{held * bool(config.calibration_size)}"
-            f"{taught * (self.teacher is not None)}"
-        )
+            seeds = _seeds(members.configs(config))
+            parts[-1] = f"{count} members in one program (seeds {seeds})"
+        if config.calibration_size:
+            parts.append(f"{config.calibration_size:,} images held out to calibrate")
+        if self.teacher is not None:
+            parts.append(f"distilled from {self.teacher}")
+        return ", ".join(parts)
 
     def run(self, callbacks: Sequence[Callback] = (), *, profile: bool = False) -> Finished:
         """Train in the folder, then finish it; `callbacks` are called after each
         logging interval, before the folder's own (history, checkpoint, stop).
         `profile`: trace intervals 2-3 ([`IntervalProfiler`][eqx_fmnist.runs.profile.IntervalProfiler])
-        into `RUN/profile` ([`trace`][eqx_fmnist.runs.start.Training.trace]).
+        into `RUN/profile` ([`trace`][eqx_fmnist.runs.training.Training.trace]).
 
         **Raises:**
 
         [`Interrupted`][eqx_fmnist.runs.Interrupted] after the checkpoint of a stop
         asked for (a first SIGINT or SIGTERM, or `folder.request_stop()`): continue with
-        `Run.resume(folder.checkpoint)`. `NonFiniteError`, as `fit` raises it.
+        `Training.resume(folder.checkpoint)`. `NonFiniteError`, as `fit` raises it.
         """
         traced = []
         if profile:
-            traced = [
-                IntervalProfiler(self.folder.folder / "profile", self.folder.plan.intervals())
-            ]
+            intervals = self.folder.plan.intervals()
+            traced = [IntervalProfiler(self.folder.folder / "profile", intervals)]
         try:
             with self.folder as folder, folder.stop_on_signals():
                 outcome = self._train([*callbacks, *traced, folder.callback])
@@ -232,10 +373,10 @@ def start_training(
     **folder_options: Any,
 ) -> Training:
     """Every check before a file is written, then the folder (what
-    [`Run.new`][eqx_fmnist.runs.saved.Run.new] and
-    [`Run.resume`][eqx_fmnist.runs.saved.Run.resume] share); in a multi-process run
-    every process trains and only process 0 keeps the folder (the others write a
-    temporary one)."""
+    [`Training.new`][eqx_fmnist.runs.training.Training.new] and
+    [`Training.resume`][eqx_fmnist.runs.training.Training.resume] share); in a
+    multi-process run every process trains and only process 0 keeps the folder (the
+    others write a temporary one)."""
     data = loaded(data)
     try:
         splits = run_splits(config, data)
@@ -269,12 +410,6 @@ def start_training(
     state = resume.saved.state if resume else None
     path, model = teacher if teacher else (None, None)
     return Training(folder, config, members, data, splits, state, step, path, model, scratch)
-
-
-def loaded(data: DataSource) -> FashionMNIST:
-    """The data a `DataSource` gives: the data themselves, the function's, or (`None`)
-    [`load_fashion_mnist`][eqx_fmnist.data.load_fashion_mnist]'s."""
-    return data() if callable(data) else load_fashion_mnist() if data is None else data
 
 
 def kind_of(members: Members | None) -> str:
