@@ -39,7 +39,7 @@ def robustness_rows(result: ef.TrainResult, test: ef.ArrayDataset, *, ensemble: 
     else:
         models = [ef.select_members(result.model, i) for i in range(result.num_members)]
     return [
-        ef.evaluation.evaluate_robustness(m, test, policy=result.policy).to_dict() for m in models
+        ef.evaluate_robustness(m, test, policy=result.policy).to_dict() for m in models
     ]
 
 

@@ -24,6 +24,7 @@ from . import (
     optim as optim,
     parallel as parallel,
     precision as precision,
+    robustness as robustness,
     runs as runs,
     state as state,
     step as step,
@@ -77,10 +78,8 @@ from .ensemble import (
 )
 from .evaluation import (
     EvalResult as EvalResult,
-    Robustness as Robustness,
     confusion_matrix as confusion_matrix,
     evaluate as evaluate,
-    evaluate_robustness as evaluate_robustness,
     member_probabilities as member_probabilities,
     per_class_accuracy as per_class_accuracy,
     predict as predict,
@@ -100,7 +99,6 @@ from .model import (
     per_member as per_member,
 )
 from .optim import make_optimizer as make_optimizer, make_schedule as make_schedule
-from .parallel import jax_subprocess_env as jax_subprocess_env
 from .precision import (
     FLOAT32 as FLOAT32,
     MIXED_BF16 as MIXED_BF16,
@@ -110,6 +108,7 @@ from .precision import (
     Policy as Policy,
     StaticLossScale as StaticLossScale,
 )
+from .robustness import Robustness as Robustness, evaluate_robustness as evaluate_robustness
 from .runs import RunFolder as RunFolder
 from .state import (
     TrainState as TrainState,

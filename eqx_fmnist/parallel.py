@@ -27,7 +27,6 @@ after `jax.distributed.initialize()` in every process, on many machines.
     should write files (`jax.process_index() == 0`).
 """
 
-import os
 from collections.abc import Sequence
 
 import jax
@@ -209,25 +208,3 @@ def is_lost_process(e: BaseException) -> bool:
         and jax.process_count() > 1
         and any(s in text for s in ("Gloo", "closed by peer", "UNAVAILABLE", "heartbeat"))
     )
-
-
-PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
-
-
-def jax_subprocess_env(**overrides: str) -> dict[str, str]:
-    """The environment for a child process that runs JAX beside this one: this
-    process's, with `XLA_PYTHON_CLIENT_PREALLOCATE=false` unless it is set, then
-    `overrides`.
-
-    On a GPU every JAX process takes 75% of the device's memory when it starts; a
-    parent that holds device arrays and starts a JAX child would run out (JAX's docs,
-    "GPU memory allocation"). On a CPU the variable changes nothing.
-
-    !!! example
-
-        ```python
-        subprocess.run([sys.executable, "-m", "eqx_fmnist", "data"],
-                       env=ef.jax_subprocess_env())
-        ```
-    """
-    return {**os.environ, PREALLOCATE: os.environ.get(PREALLOCATE, "false"), **overrides}

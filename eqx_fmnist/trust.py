@@ -132,9 +132,11 @@ def trust_moves(augmentation: Moves) -> tuple[Move, ...]:
     Pass them to [`fit_trust`][eqx_fmnist.trust.fit_trust] for a flag that accepts
     mirrored and moved pictures, at the price of catching fewer unlike ones (see the
     trust tutorial's measured table)."""
-    moves = list(AS_THEY_ARE) + [(0, 0, True)] * augmentation.mirror
-    s = augmentation.shift
-    moves += [(s, 0, False), (-s, 0, False), (0, s, False), (0, -s, False)] if s else []
+    moves = list(AS_THEY_ARE)
+    if augmentation.mirror:
+        moves.append((0, 0, True))
+    if s := augmentation.shift:
+        moves += [(s, 0, False), (-s, 0, False), (0, s, False), (0, -s, False)]
     return tuple(moves)
 
 

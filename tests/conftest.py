@@ -206,6 +206,17 @@ def real_splits(real_datasets):
     return ef.Splits(*real_datasets)
 
 
+@pytest.fixture(scope="session")
+def codelab_run(real_splits):
+    """The codelab's recipe for 100 steps on the real data (the reference MLP, 784-256-
+    128-10): a model whose accuracy is far from chance and far from perfect, which the
+    evaluation and robustness tests score against their own numpy forward pass."""
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.train import fit
+
+    return fit(TrainConfig.codelab(steps=100, log_every=100), real_splits)
+
+
 @pytest.fixture
 def small():
     """A small synthetic training set: 256 examples, 8 steps of 32 per epoch."""

@@ -34,6 +34,7 @@ LAYERS = [
     "losses",
     "conformal",
     "evaluation",
+    "robustness",
     "trust",
     "calibration",
     "attributions",

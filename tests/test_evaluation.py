@@ -6,14 +6,6 @@ import pytest
 from helpers import F32_U, f32_sum_atol, mlp_logits_atol
 
 
-@pytest.fixture(scope="module")
-def codelab_run(real_splits):
-    from eqx_fmnist.config import TrainConfig
-    from eqx_fmnist.train import fit
-
-    return fit(TrainConfig.codelab(steps=100, log_every=100), real_splits)
-
-
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_evaluation_counts_all_10000_and_matches_numpy(codelab_run, real_datasets, real_data):
     from eqx_fmnist.evaluation import evaluate, predict_logits
@@ -110,30 +102,3 @@ def test_one_evaluation_for_a_model_and_for_a_stack_of_members(small):
     atol = np.expm1(2 * delta) + 8 * F32_U
     np.testing.assert_allclose(ef.predict_proba(stack, small.images), mean, rtol=0, atol=atol)
     assert result.accuracy_mean == pytest.approx(np.mean([m.accuracy for m in result.members]))
-
-
-def test_robustness_matches_a_numpy_forward_pass_on_numpy_moved_images(codelab_run, real_data):
-    from test_model import reference_mlp, reference_params
-
-    from eqx_fmnist.dataset import ArrayDataset
-    from eqx_fmnist.evaluation import evaluate_robustness
-
-    from helpers import moved_numpy
-
-    n = 2000
-    images, labels = real_data.test_images[:n].reshape(n, 784), real_data.test_labels[:n]
-    r = evaluate_robustness(codelab_run.model, ArrayDataset(images, labels), shifts=(2,))
-
-    def acc(x):
-        logits = reference_mlp(
-            reference_params(codelab_run.model), jnp.asarray(x / 255.0, jnp.float32)
-        )
-        return float((np.asarray(logits).argmax(1) == labels).mean())
-
-    assert r.clean == pytest.approx(acc(images), abs=1e-4)
-    assert r.mirrored == pytest.approx(acc(moved_numpy(images, mirror=True)), abs=1e-4)
-    moves = [(2, 0), (-2, 0), (0, 2), (0, -2)]
-    want = np.mean([acc(moved_numpy(images, dx, dy)) for dx, dy in moves])
-    assert r.shifted[2] == pytest.approx(want, abs=1e-4)
-    assert r.mirrored < r.clean - 0.1  # the codelab's model is not robust: the test can tell
-    assert [name for name, _ in r.rows()][:2] == ["as they are", "mirrored left-right"]

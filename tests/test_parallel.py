@@ -111,16 +111,6 @@ def test_indivisible_batch_and_too_many_devices_are_clear_errors():
         TrainConfig(devices=0)
 
 
-def test_a_jax_child_allocates_on_demand_unless_told_otherwise(monkeypatch):
-    import eqx_fmnist as ef
-
-    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
-    env = ef.jax_subprocess_env(XLA_FLAGS="--x")
-    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" and env["XLA_FLAGS"] == "--x"
-    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")  # the user's choice stands
-    assert ef.jax_subprocess_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
-
-
 def test_the_suite_sets_how_jax_allocates_before_jax_starts():
     """conftest.py sets it (a user's own value stands) before it imports JAX."""
     import os

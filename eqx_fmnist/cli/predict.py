@@ -104,9 +104,12 @@ def _print_line(record: dict) -> None:
         notes.append(f"{record['set_coverage']:.0%} set: {', '.join(record['set']) or 'empty'}")
     if record["unusual"]:
         notes.append("UNUSUAL INPUT: unlike the training images, do not trust this answer")
-    notes += ["inverted"] * record["inverted"]
-    notes += [f"saw {record['prepared']}"] if "prepared" in record else []
-    notes += [f"why: {record['explained']}"] if "explained" in record else []
+    if record["inverted"]:
+        notes.append("inverted")
+    if "prepared" in record:
+        notes.append(f"saw {record['prepared']}")
+    if "explained" in record:
+        notes.append(f"why: {record['explained']}")
     console.print(
         f"{record['path']}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
         markup=False,

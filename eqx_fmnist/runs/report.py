@@ -22,7 +22,7 @@ from ..answers import calibrated
 from ..augment import Move
 from ..calibration import Calibration, CalibrationResult, calibration_report
 from ..conformal import SetReport, set_report
-from ..evaluation import Robustness, confusion_matrix, moved_logits, robustness_moves
+from ..evaluation import confusion_matrix
 from ..model import Model
 from ..plots import (
     plot_confusion_matrix,
@@ -32,6 +32,7 @@ from ..plots import (
     save_figure,
 )
 from ..precision import Policy
+from ..robustness import Robustness, moved_logits, robustness_moves
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +126,7 @@ def run_report(
     views, the outputs it was fitted on, take their place).
 
     The model runs once, in one compiled program, over the images as they are, mirrored
-    and moved ([`moved_logits`][eqx_fmnist.evaluation.moved_logits]); the confusion
+    and moved ([`moved_logits`][eqx_fmnist.robustness.moved_logits]); the confusion
     matrix, the calibration metrics, the prediction sets and the robustness are counted
     from those logits on the host."""
     x = jnp.asarray(np.asarray(images).reshape(len(images), -1))
