@@ -38,9 +38,7 @@ def robustness_rows(result: ef.TrainResult, test: ef.ArrayDataset, *, ensemble: 
         models = [result.model]
     else:
         models = [ef.select_members(result.model, i) for i in range(result.num_members)]
-    return [
-        ef.evaluate_robustness(m, test, policy=result.policy).to_dict() for m in models
-    ]
+    return [ef.evaluate_robustness(m, test, policy=result.policy).to_dict() for m in models]
 
 
 def row(name: str, records: list[dict], seconds: float, seeds: str) -> tuple[str, dict]:

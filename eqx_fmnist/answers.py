@@ -17,6 +17,7 @@ from .attributions import Explanation, explain
 from .augment import Move
 from .calibration import Calibration
 from .data import CLASS_NAMES
+from .dataset import as_images
 from .evaluation import member_probabilities, predict_logits, scaled_softmax
 from .model import Model
 from .precision import FLOAT32, Policy
@@ -97,7 +98,7 @@ class Answer:
 
 def answer(
     model: Model,
-    images: Shaped[Array | np.ndarray, "n 784"],
+    images: Shaped[Array | np.ndarray, "n ..."],
     *,
     policy: Policy = FLOAT32,
     calibration: Calibration | None = None,
@@ -108,7 +109,8 @@ def answer(
     attributions: bool = False,
 ) -> Answer:
     """The [`Answer`][eqx_fmnist.answers.Answer] of `model` (or a stack of members) for
-    `uint8` images `(n, 784)`.
+    images `(n, 784)` or `(n, 28, 28)`: `uint8` pixels, or floats in `[0, 1]`
+    ([`as_images`][eqx_fmnist.dataset.as_images] checks them).
 
     **Arguments:**
 
@@ -134,7 +136,7 @@ def answer(
         if temperature != 1.0:
             raise ValueError("give a calibration or a temperature, not both.")
         tta = calibration.views(tta)
-    x = jnp.asarray(images)
+    x = as_images(images)
     logits = predict_logits(model, x, policy=policy, tta=tta)
     said = calibrated(logits, calibration, temperature)
     found: dict = {}
@@ -142,7 +144,7 @@ def answer(
         feats = features(model, x, policy=policy)
         found |= {
             "trust_score": calibration.trust.scores(feats),
-            "unusual": calibration.trust.flags(feats, np.asarray(images)),
+            "unusual": calibration.trust.flags(feats, np.asarray(x)),
             "threshold": calibration.trust.threshold,
         }
     if members:

@@ -12,6 +12,7 @@ ef.enable_compile_cache(ef.compile_cache_dir())
 """
 
 import os
+import warnings
 from pathlib import Path
 
 import jax
@@ -36,9 +37,21 @@ def enable_compile_cache(folder: str | os.PathLike | None) -> None:
     next process with the same programs loads them instead of compiling.
 
     Every program is kept, the small ones too (evaluation, initialisation): together
-    they are most of a warm start's compile time.
+    they are most of a warm start's compile time. A folder that cannot be made (a file
+    in its place, no permission) leaves the cache off, with one warning.
     """
-    if folder is not None:
-        jax.config.update("jax_compilation_cache_dir", str(folder))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if folder is None:
+        return
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a cache is a convenience: without it, programs compile
+        warnings.warn(
+            f"the compilation cache {folder} cannot be used ({e.strerror or e}); compiling "
+            f"without it (set ${COMPILE_CACHE_ENV} to another folder, or to off)",
+            stacklevel=2,
+        )
+        return
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

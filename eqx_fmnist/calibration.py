@@ -261,13 +261,16 @@ class Calibration:
     the trust detector, how many images it was fitted on, and the conformal prediction
     sets (`None` in a calibration saved before they existed), and the test-time
     augmentation views the temperature and the sets were fitted on (`None`: none; the
-    outputs they apply to must use the same)."""
+    outputs they apply to must use the same). A calibration read back from a run folder
+    also names the checkpoint it was fitted for (`checkpoint`: the SHA-256 of its
+    payload; `None` before files recorded it, or before it is saved)."""
 
     temperature: float
     trust: Trust
     held_out: int
     sets: ConformalSets | None = None
     tta: tuple[Move, ...] | None = None
+    checkpoint: str | None = dataclasses.field(default=None, compare=False)
 
     def views(self, tta: Sequence[Move] | None = None) -> tuple[Move, ...] | None:
         """The views to average over under this calibration: its own (`self.tta`, the
@@ -287,11 +290,15 @@ class Calibration:
             )
         return self.tta
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write a safetensors file (atomically); the numbers are in its metadata."""
+    def save(self, path: str | os.PathLike, *, checkpoint: str | None = None) -> Path:
+        """Write a safetensors file (atomically); the numbers are in its metadata, with
+        `checkpoint`, the payload SHA-256 of the checkpoint it calibrates (a run folder
+        records it, so that a calibration left by another run is never used)."""
         from safetensors.numpy import save
 
         meta = {k: json.dumps(v) for k, v in self.to_dict().items()}
+        if checkpoint is not None:
+            meta["checkpoint_sha256"] = json.dumps(checkpoint)
         arrays = {"means": self.trust.means, "precision": self.trust.precision}
         with atomic_write(path) as f:
             f.write(save(arrays, metadata=meta))
@@ -323,7 +330,11 @@ class Calibration:
                     if meta.get("tta")
                     else None
                 )
-                return cls(float(meta["temperature"]), trust, int(meta["held_out"]), sets, tta)
+                owner = meta.get("checkpoint_sha256")
+                if owner is not None and not isinstance(owner, str):
+                    raise ValueError(f"`checkpoint_sha256` is {owner!r}, not a checksum")
+                temperature, held_out = float(meta["temperature"]), int(meta["held_out"])
+                return cls(temperature, trust, held_out, sets, tta, owner)
         except Exception as e:  # safetensors raises several kinds
             raise ValueError(f"cannot read the calibration {path}: {e}") from None
 

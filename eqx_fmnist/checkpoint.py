@@ -229,6 +229,29 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
     return header, payload
 
 
+def payload_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of a checkpoint's payload, read from its header alone: what a file
+    that belongs to that checkpoint records of it (a run's calibration, a distilled run's
+    record of its teacher), so that a stale or replaced file is told apart.
+
+    **Raises:**
+
+    `CheckpointError` naming the file when its header cannot be read.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(MAGIC)) != MAGIC:
+                raise ValueError("no header line")
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        digest = header["payload_sha256"]
+        if not isinstance(digest, str):
+            raise ValueError("no payload checksum")
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not a readable checkpoint ({e}).") from None
+    return digest
+
+
 def check_compatible(saved: TrainConfig, config: TrainConfig) -> None:
     """Raise `CheckpointError` if `saved` and `config` differ in the model or its state."""
     diffs = [

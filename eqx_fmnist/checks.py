@@ -7,6 +7,19 @@ import typing
 from typing import Any, Literal
 
 
+def plain(value: Any) -> Any:
+    """A numpy or JAX scalar as the Python number it holds (`np.int64(20)` is `20`), a
+    tuple or list of them as a tuple of such numbers; anything else as it is. The doors
+    of the library take numpy's numbers as numbers."""
+    if isinstance(value, tuple | list):
+        return tuple(plain(v) for v in value) if any(map(_scalar, value)) else value
+    return value.item() if _scalar(value) else value
+
+
+def _scalar(value: Any) -> bool:
+    return getattr(value, "shape", None) == () and hasattr(value, "item")
+
+
 def positive_int(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
     """`value` is an int of at least `low` (1: positive; 0: non-negative) and at most
     `high`, the largest a PRNG key's seed takes."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .augment import TTA, TTA_VIEWS, Move, ShiftDistribution, augmentation_of
-from .checks import coerce_json, number, positive_int, split_optional
+from .checks import coerce_json, number, plain, positive_int, split_optional
 from .conformal import COVERAGE, check_coverage
 from .dataset import steps_per_epoch
 from .precision import Policy
@@ -196,6 +196,8 @@ class TrainConfig:
     )
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # numpy's numbers as numbers: np.int64(20) is 20
+            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
         if self.epochs is not None and self.steps is not None:
             raise ValueError(
                 f"give `epochs` or `steps`, not both (got epochs={self.epochs}, "

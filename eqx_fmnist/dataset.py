@@ -36,6 +36,44 @@ def normalize(images: Shaped[Array, "*batch 784"]) -> Float[Array, "*batch 784"]
     return images.astype(jnp.float32) / 255.0
 
 
+def as_images(
+    images: Shaped[Array | np.ndarray, "n ..."], name: str = "images"
+) -> Shaped[Array, "n 784"]:
+    """`images` as the library's functions take them: `(n, 784)` (a batch `(n, 28, 28)`
+    flattened), `uint8` pixels or floats in `[0, 1]`, on the device.
+
+    **Raises:**
+
+    `ValueError` naming `name` for another shape (one image `(784,)` included: pass
+    `image[None]`), or floats outside `[0, 1]` or not finite (pixels of 0-255 as floats
+    would be read as bright as 255 times their value); `TypeError` for another dtype.
+    """
+    shape = tuple(images.shape)
+    if not (len(shape) == 2 and shape[1] == IMAGE_SIZE) and shape[1:] != (28, 28):
+        raise ValueError(
+            f"`{name}` must have shape (n, 784) or (n, 28, 28), but got {shape}; for one "
+            "image, pass image[None]."
+        )
+    x = jnp.reshape(jnp.asarray(images), (shape[0], IMAGE_SIZE))
+    if x.dtype == jnp.uint8:
+        return x
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(
+            f"`{name}` must be uint8 pixels (0-255) or floats in [0, 1], but got "
+            f"{getattr(images, 'dtype', x.dtype)}."
+        )
+    try:
+        inside = bool(jnp.all((x >= 0) & (x <= 1)))  # NaN is neither
+    except jax.errors.ConcretizationTypeError:  # traced in a compiled function: unseen
+        return x
+    if not inside:
+        raise ValueError(
+            f"`{name}` holds floats outside [0, 1] or not finite; pixels of 0-255 go in as "
+            "uint8 (`x.astype(np.uint8)`), or as floats divided by 255."
+        )
+    return x
+
+
 class ArrayDataset(eqx.Module):
     """A split of Fashion-MNIST held as device arrays: flat `uint8` pixels and labels."""
 
@@ -144,6 +182,19 @@ class Splits(eqx.Module):
     test: ArrayDataset | None = None
     validation: ArrayDataset | None = None
     calibration: ArrayDataset | None = None
+
+    def check_held_out(self, validation_size: int, calibration_size: int) -> None:
+        """`ValueError` unless the held-out sets are of these sizes (a config's), so that
+        no image a run holds out is trained on without a word."""
+        for name, size in (("validation", validation_size), ("calibration", calibration_size)):
+            held = getattr(self, name)
+            if size and (held is None or len(held) != size):
+                raise ValueError(
+                    f"the config's {name}_size is {size:,}, but the splits' {name} set holds "
+                    f"{0 if held is None else len(held):,} images: make the splits from this "
+                    "config's sizes (`ef.split_data(data, validation_size=..., "
+                    "calibration_size=...)`, or `ef.runs.run_splits(config)`)."
+                )
 
 
 def split_data(

@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
 from .augment import Move, move_images
 from .data import NUM_CLASSES
-from .dataset import ArrayDataset, normalize, pad_to_batches
+from .dataset import ArrayDataset, as_images, normalize, pad_to_batches
 from .losses import accuracy, cross_entropy
 from .model import Model, combine, ensemble_log_probs, logits_of, num_members, per_member
 from .parallel import batch_sharding
@@ -105,7 +105,7 @@ def padded_logits(
 
 def predict_logits(
     model: Model,
-    images: Shaped[Array, "n 784"],
+    images: Shaped[Array | np.ndarray, "n ..."],
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
@@ -116,7 +116,8 @@ def predict_logits(
     **Arguments:**
 
     - `model`: the model, or a stack of members.
-    - `images`: shape `(n, 784)`, `uint8` pixels or floats in `[0, 1]`.
+    - `images`: shape `(n, 784)` or `(n, 28, 28)`, `uint8` pixels or floats in
+        `[0, 1]` (checked: [`as_images`][eqx_fmnist.dataset.as_images]).
     - `policy`: the precision policy of the forward pass. Defaults to float32.
     - `batch_size`: images per compiled batch. Defaults to `1000`.
     - `tta`: test-time augmentation: the views of each image to average the
@@ -129,13 +130,14 @@ def predict_logits(
     The logits, shape `(n, 10)`; for members, or with `tta`, the log of the mean of
     the probabilities (over members and views).
     """
+    images = as_images(images)
     logits, _ = padded_logits(model, images, policy, batch_size, None, tta)
     return logits[: images.shape[0]]
 
 
 def predict(
     model: Model,
-    images: Shaped[Array, "n 784"],
+    images: Shaped[Array | np.ndarray, "n ..."],
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
@@ -149,7 +151,7 @@ def predict(
 
 def predict_proba(
     model: Model,
-    images: Shaped[Array, "n 784"],
+    images: Shaped[Array | np.ndarray, "n ..."],
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
@@ -175,13 +177,14 @@ def scaled_softmax(
 
 def member_probabilities(
     model: Model,
-    images: Shaped[Array, "n 784"],
+    images: Shaped[Array | np.ndarray, "n ..."],
     *,
     policy: Policy = FLOAT32,
     batch_size: int = 1000,
 ) -> Float[Array, "members n classes"]:
     """Each member's softmax probabilities (float32), for a stack of members; one
     model counts as a stack of one."""
+    images = as_images(images)
     logits = _member_logits(model, images, policy, batch_size)
     return jax.nn.softmax(logits[:, : images.shape[0]].astype(jnp.float32), axis=-1)
 

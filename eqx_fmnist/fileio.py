@@ -103,7 +103,16 @@ class FolderLock:
 
     def __enter__(self) -> "FolderLock":
         for _ in range(5):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+            try:  # never through a link: the lock is rewritten, and must be the folder's
+                flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                fd = os.open(self.path, flags, 0o666 & ~_umask())
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+                raise FolderInUse(
+                    f"{self.path} is a symbolic link, not the folder's lock file: remove it "
+                    "(it is never followed)."
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -136,8 +145,8 @@ _OS_HINTS = {
     errno.ENOSPC: "free some space, or write elsewhere (--out)",
     errno.EDQUOT: "free some space, or write elsewhere (--out)",
     errno.EROFS: "the file system is read-only: write elsewhere (--out)",
-    errno.EACCES: "no permission: write elsewhere (--out), or change the folder's permissions",
-    errno.EPERM: "no permission: write elsewhere (--out), or change the folder's permissions",
+    errno.EACCES: "no permission: change its permissions, or use another path",
+    errno.EPERM: "no permission: change its permissions, or use another path",
     errno.EISDIR: "that is a folder: give a file",
     errno.ENOTDIR: "a part of that path is a file, not a folder",
     errno.EEXIST: "it exists and is in the way: move it, or choose another path",

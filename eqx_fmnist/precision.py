@@ -15,6 +15,9 @@ float16 has a narrow exponent range, so small gradients underflow to zero. A los
 scale multiplies the loss before differentiation and divides the gradients after;
 [`DynamicLossScale`][eqx_fmnist.precision.DynamicLossScale] finds the largest scale
 that does not overflow. Every scale is a JAX array, so changing it never recompiles.
+
+Mixed precision is one concept here, kept whole (a little over 400 lines): the policy's
+dtypes, how its matmuls run, and the loss scale that float16 needs are read together.
 """
 
 import functools
@@ -39,11 +42,19 @@ def _to_dtype(value, what: str) -> np.dtype:
             raise ValueError(
                 f"{what}: unknown dtype {value!r}; valid names are {', '.join(_DTYPES)}."
             )
-        return _DTYPES[value.lower()]
-    dtype = jnp.dtype(value)
+        dtype = _DTYPES[value.lower()]
+    elif value is None:
+        raise TypeError(f"{what} must be a dtype or its name ({', '.join(_DTYPES)}), not None.")
+    else:
+        dtype = jnp.dtype(value)
     if dtype.name not in _DTYPES:
         raise ValueError(
             f"{what}: {dtype.name} is not a floating dtype; use one of {', '.join(_DTYPES)}."
+        )
+    if dtype.name == "float64" and not jax.config.jax_enable_x64:  # pyright: ignore[reportAttributeAccessIssue]
+        raise ValueError(
+            f"{what}: float64 needs JAX's 64-bit mode (jax.config.update('jax_enable_x64', "
+            "True) before any array is made); without it JAX computes in float32."
         )
     return dtype
 

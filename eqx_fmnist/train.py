@@ -208,9 +208,20 @@ def run_chunks(
         pending = queued
 
 
-def _check_splits(config: object, splits: object) -> None:
-    """`config` is one config and `splits` what `fit` takes, with the config's held-out
-    sizes (any type is taken, so that the error names the fix without a type checker)."""
+def _check_arguments(config: object, splits: object, members: object, callbacks: object) -> None:
+    """`config` is one config, `splits` what `fit` takes, with the config's held-out
+    sizes, `members` a choice and `callbacks` callables (any type is taken, so that the
+    error names the argument and the fix before any work, without a type checker)."""
+    if members is not None and not isinstance(members, Members):
+        raise TypeError(
+            f"`members` must be a Members choice (ef.ensemble.Seeds, Grid, Folds, Bootstrap, "
+            f"or Listed(configs) for a list of configs), not {type(members).__name__}."
+        )
+    if not isinstance(callbacks, list | tuple) or not all(map(callable, callbacks)):
+        raise TypeError(
+            "`callback` must be a function `callback(record, state)` or a list of them, "
+            f"not {callbacks!r:.60}."
+        )
     if not isinstance(config, TrainConfig):
         raise TypeError(
             f"`fit` trains one config, not {type(config).__name__}; for members pass "
@@ -222,18 +233,7 @@ def _check_splits(config: object, splits: object) -> None:
             "`ef.split_data(data)` (a FashionMNIST or `(train, test)`) or "
             "`ef.Splits(train, test)`."
         )
-    for name, size in (
-        ("validation", config.validation_size),
-        ("calibration", config.calibration_size),
-    ):
-        held = getattr(splits, name)
-        if size and (held is None or len(held) != size):
-            raise ValueError(
-                f"the config's {name}_size is {size:,}, but the splits' {name} set holds "
-                f"{0 if held is None else len(held):,} images: make the splits from this "
-                "config's sizes (`ef.split_data(data, validation_size=..., "
-                "calibration_size=...)`, or `ef.runs.run_splits(config)`)."
-            )
+    splits.check_held_out(config.validation_size, config.calibration_size)
 
 
 _Trees = TypeVar("_Trees")
@@ -367,7 +367,9 @@ def fit(
         ```
     """
     start = time.perf_counter()
-    _check_splits(config, splits)
+    callbacks = [] if callback is None else [callback] if callable(callback) else callback
+    _check_arguments(config, splits, members, callbacks)
+    callbacks = list(callbacks)
     train, test, valid = splits.train, splits.test, splits.validation
     configs = (config,) if members is None else members.configs(config)
     rows = None if members is None else members.rows(len(train), config)
@@ -381,7 +383,6 @@ def fit(
     mesh, (train, valid, test, state, soft) = _place(config, (train, valid, test, state, soft))
     seconds: dict[str, float] = dict.fromkeys(FIT_SECONDS, 0.0)
     seconds["load"] = _since(start)
-    callbacks = [callback] if callable(callback) else list(callback or ())
 
     evaluated = _evaluator(state.policy, config.views, eval_batch_size, mesh)
     validated = (members or Members()).validator(evaluated, train, valid, rows)

@@ -422,3 +422,141 @@ def test_a_signal_a_run_in_the_suites_process_took_is_passed_on_to_the_suite(mon
     helpers.pass_on_signals(taken)
     helpers.pass_on_signals(["the time limit was reached"])  # not a signal
     assert raised == [signal.SIGTERM]
+
+
+# ------------------------------------------------------ no output destroys, one line
+
+
+def test_an_export_never_replaces_a_runs_checkpoint_or_an_artifact_unasked(
+    trained_run, real_data, tmp_path
+):
+    """`export --out RUN/checkpoint.eqx` is refused (the run's only checkpoint stays);
+    an artifact there already is replaced only with `--overwrite`; another run's folder
+    is never written into."""
+    import shutil
+
+    out, _ = trained_run
+    data = ("--data-dir", real_data.source)
+    before = (out / "checkpoint.eqx").read_bytes()
+    refused = run_cli_here("export", out, "--out", out / "checkpoint.eqx", *data)
+    assert refused.returncode == 2 and "replace the run's own" in refused.stderr
+    assert (out / "checkpoint.eqx").read_bytes() == before
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    into = run_cli_here("export", out, "--out", other / "model.stablehlo", *data)
+    assert into.returncode == 2 and "holds another run" in into.stderr
+    target = tmp_path / "m.stablehlo"
+    assert run_cli_here("export", out, "--out", target, *data).returncode == 0
+    again = run_cli_here("export", out, "--out", target, *data)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    assert run_cli_here("export", out, "--out", target, "--overwrite", *data).returncode == 0
+
+
+def test_evaluate_writes_into_no_other_run_and_predict_names_never_collide(
+    trained_run, real_data, tmp_path, monkeypatch
+):
+    """`evaluate A --out B` refuses B when B is a run (its figures are B's); two photos
+    of one name in different folders give two files, not one over the other; a second
+    `--show` into the same folder is refused without `--overwrite`."""
+    import shutil
+
+    from PIL import Image
+
+    out, _ = trained_run
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    figure = (other / "confusion_matrix.png").read_bytes()
+    refused = run_cli_here("evaluate", out, "--out", other, "--data-dir", real_data.source)
+    assert refused.returncode == 2 and "holds another run" in refused.stderr
+    assert (other / "confusion_matrix.png").read_bytes() == figure
+    photos = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        photos.append(tmp_path / name / "x.png")
+        Image.fromarray(real_data.test_images[len(photos)]).save(photos[-1])
+    shown = tmp_path / "shown"
+    said = run_cli_here("predict", out, *photos, "--show", shown)
+    assert said.returncode == 0, said.stderr
+    assert sorted(p.name for p in shown.iterdir()) == ["x-2.prepared.png", "x.prepared.png"]
+    again = run_cli_here("predict", out, *photos, "--show", shown)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    assert run_cli_here("predict", out, *photos, "--show", shown, "--overwrite").returncode == 0
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(real_data, tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    (out / ".eqx-fmnist.lock").symlink_to(precious)
+    refused = run_cli_here("train", "--steps", 4, "--out", out, "--data-dir", real_data.source)
+    assert refused.returncode == 2 and "symbolic link" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert precious.read_text() == "keep me"
+
+
+def test_a_resume_refuses_a_teacher_it_would_ignore(trained_run, real_data):
+    out, _ = trained_run
+    refused = run_cli_here("train", "--resume", out / "checkpoint.eqx", "--teacher", "nowhere")
+    assert refused.returncode == 2 and "drop --teacher" in refused.stderr
+
+
+def test_sigterm_before_training_ends_as_interrupted_not_killed(real_data, monkeypatch, capsys):
+    """Run as a program (`main()` reading its own command line), SIGTERM is Ctrl-C: a
+    command not yet training ends with status 130 and one line, as the table says."""
+    import signal
+    import sys
+
+    import eqx_fmnist.cli.command as cli
+    import eqx_fmnist.cli.common as common
+
+    def terminated(args):
+        signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(common, "load_data", terminated)
+    monkeypatch.setattr(cli.info, "load_data", terminated)
+    monkeypatch.setattr(sys, "argv", ["eqx-fmnist", "data"])
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main() == 130
+    assert capsys.readouterr().err.strip() == "eqx-fmnist: interrupted"
+    assert signal.getsignal(signal.SIGTERM) is before  # given back
+    assert "130  interrupted" in cli.EXIT_STATUSES and "143" in cli.EXIT_STATUSES
+
+
+@pytest.mark.slow  # trains a CNN teacher (stopped, continued) and its student
+def test_a_distilled_recipe_stopped_while_its_teacher_trains_continues_by_its_own_command(
+    real_data, tmp_path, monkeypatch
+):
+    """Stopped during the teacher, the command says how to continue the whole recipe
+    (its own command, the folder named, quoted for a shell); that command continues the
+    teacher from its checkpoint, then trains the student."""
+    import shlex
+
+    import eqx_fmnist.config
+    from eqx_fmnist.runs.writing import RunFolder
+
+    from helpers import use_a_slice
+
+    use_a_slice(real_data, monkeypatch, 2048, 500)
+    monkeypatch.setattr(eqx_fmnist.config, "TEACHER_EPOCHS", 2)
+    out = tmp_path / "my run [1]"
+    args = ["train", "--distilled", "--epochs", "1", "--hidden", "32", "--log-every", "4"]
+    real = RunFolder.callback
+
+    def stop_the_teacher(self, record, state):
+        if self.folder.name == "teacher":
+            self.request_stop("stopped by the test")
+        real(self, record, state)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(RunFolder, "callback", stop_the_teacher)
+        stopped = run_cli_here(*args, "--out", out, "--overwrite")
+    assert stopped.returncode == 130, stopped.stderr
+    command = stopped.stderr.split("continue with `")[1].split("`")[0]
+    argv = shlex.split(command)
+    assert argv[0] == "eqx-fmnist" and "--overwrite" not in argv
+    assert argv[argv.index("train") :][: len(args)] == list(map(str, args))
+    assert argv[argv.index("--out") + 1] == str(out)
+    again = run_cli_here(*argv[1:])
+    assert again.returncode == 0, again.stderr
+    assert "resuming at step 4" in again.stdout and again.stdout.count("Test results") == 2

@@ -111,6 +111,24 @@ def test_a_sweep_writes_its_table_heatmap_and_all_members(tmp_path, real_data):
     means = [p["validation_mean"] for p in saved["points"]]
     assert saved["best"]["index"] == int(np.argmax(means))
     assert saved["config"]["validation_size"] == 2000
+    # What the sweep's folder answers and exports is its winner, the table's first row
+    # (the winner's two seeds as an ensemble), not the mean of every grid point.
+    import jax.tree_util as jtu
+
+    from eqx_fmnist.runs import Run, RunError
+    from eqx_fmnist.state import select_members
+
+    run, best = Run.open(out), saved["best"]["index"]
+    assert run.winner == [2 * best, 2 * best + 1]
+    assert [c.learning_rate for c in run.members] == [saved["best"]["learning_rate"]] * 2
+    winner = select_members(run.saved.state.eval_model, run.winner)
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(jtu.tree_leaves(run.model), jtu.tree_leaves(winner), strict=True)
+    )
+    (out / "summary.json").unlink()  # unfinished: no winner to answer with
+    with pytest.raises(RunError, match="a sweep without a finished summary.json"):
+        Run.open(out).model  # noqa: B018
 
 
 @pytest.mark.parametrize(

@@ -322,8 +322,10 @@ def test_train_distilled_trains_its_cnn_teacher_first_then_the_mlp(
     assert teacher["channels"] == [32, 64]  # the teacher's recipe, not the student's flags
     assert student["model"] == "mlp" and student["hidden_sizes"] == [32]
     assert (student["distill_weight"], student["distill_temperature"]) == (0.7, 2.0)
-    named = json.loads((out / "teacher.json").read_text())["teacher"]
-    assert Path(named).parent == out / "teacher"  # the teacher's checkpoint in its folder
+    named = json.loads((out / "teacher.json").read_text())
+    # the teacher's checkpoint in its folder, named relative to the run, with its checksum
+    assert named["teacher"] == "teacher/checkpoint.eqx" and len(named["sha256"]) == 64
+    assert Path(named["absolute"]) == (out / "teacher" / "checkpoint.eqx").resolve()
     assert "teacher: a CNN, 1 epoch (" in trained.stdout
     assert trained.stdout.count("Test results") == 2
 

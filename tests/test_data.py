@@ -200,6 +200,53 @@ def test_wrong_content_fails_verification(tmp_path, monkeypatch):
     assert len(data.load_fashion_mnist(folder, download=False, verify=False).train_images) == 60
 
 
+@pytest.mark.parametrize("stamps", ["[]", "null", '"x"', "{not json"])
+def test_a_verified_record_of_another_shape_is_ignored_and_rewritten(
+    stamps, gz_folder, caplog, monkeypatch
+):
+    """`verified.json` is a cache: a JSON list, null, a string or no JSON at all counts
+    as nothing verified (said in the log), and the next verification writes it whole."""
+    import json
+    import logging
+
+    import eqx_fmnist.data as data
+
+    folder, _ = gz_folder
+    stamp = data.cache_dir().parent / "verified.json"
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(stamps)
+    with caplog.at_level(logging.WARNING, logger="eqx_fmnist.data.store"):
+        assert len(data.load_fashion_mnist(folder, download=False).train_images) == 60
+    assert "not a record of verified files" in caplog.text
+    assert isinstance(json.loads(stamp.read_text()), dict)
+
+
+def test_a_giant_file_is_refused_by_its_size_before_it_is_read(gz_folder, monkeypatch):
+    """A sparse 100 GB file named like the training images is refused by its size on
+    disk, before a byte is read (it would not fit in memory); so is a gzip file whose
+    content runs past the size of the file it is named for."""
+    import gzip
+
+    import eqx_fmnist.data as data
+
+    folder, _ = gz_folder
+    name = data.facts.FILES["train_images"].name
+    (folder / f"{name}.gz").unlink()
+    with open(folder / name, "wb") as f:
+        f.truncate(100 * 2**30)  # sparse: nothing written
+    reads = []
+    with monkeypatch.context() as patched:
+        patched.setattr(data.idx.Path, "read_bytes", lambda p: reads.append(p))
+        with pytest.raises(data.DataError, match=f"{name} holds more than the"):
+            data.load_fashion_mnist(folder, download=False)
+    assert not reads
+    (folder / name).unlink()
+    size = data.facts.FILES["train_images"].size
+    (folder / f"{name}.gz").write_bytes(gzip.compress(b"\x00" * (size + 1000)))
+    with pytest.raises(data.DataError, match=f"{name}.gz holds more than the"):
+        data.load_fashion_mnist(folder, download=False)
+
+
 # ----------------------------------------------------------------------------- decoded cache
 
 

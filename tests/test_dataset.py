@@ -163,3 +163,25 @@ def test_held_out_sets_that_leave_nothing_to_train_on_name_the_fields(sizes):
         split_data(
             (train, train), validation_size=validation_size, calibration_size=calibration_size
         )
+
+
+def test_the_images_door_takes_batches_of_28_x_28_and_refuses_what_it_would_misread():
+    """`(n, 28, 28)` is flattened; one image `(784,)`, floats of 0-255, NaN and ints are
+    refused with the argument named (they gave JAX's dot_general error, an image 255
+    times too bright, class 0, or a silent cast)."""
+    import numpy as np
+    import pytest
+
+    from eqx_fmnist.dataset import as_images
+
+    pixels = np.arange(2 * 784, dtype=np.uint8).reshape(2, 28, 28)
+    np.testing.assert_array_equal(as_images(pixels), pixels.reshape(2, 784))
+    floats = (pixels / 255.0).astype(np.float32)
+    np.testing.assert_array_equal(as_images(floats), floats.reshape(2, 784))
+    with pytest.raises(ValueError, match=r"`images` must have shape .* got \(784,\)"):
+        as_images(pixels[0].reshape(784))
+    for bad in (pixels.astype(np.float32), np.full((2, 784), np.nan, np.float32)):
+        with pytest.raises(ValueError, match="`images` holds floats outside"):
+            as_images(bad)
+    with pytest.raises(TypeError, match="uint8 pixels .* but got int64"):
+        as_images(pixels.astype(np.int64))

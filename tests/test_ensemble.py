@@ -290,3 +290,14 @@ def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data
     lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert len(lines[-1]["members"]) == 2
     assert lines[-1]["loss"] == pytest.approx(np.mean([m["loss"] for m in lines[-1]["members"]]))
+
+
+def test_seeds_past_the_largest_are_named_as_the_user_gave_them():
+    """`--seed 4294967295 --seeds 2` complained of a seed the user never typed."""
+    import pytest
+
+    import eqx_fmnist as ef
+
+    with pytest.raises(ValueError, match="2 seeds from seed 4294967295 run past the largest"):
+        ef.ensemble.member_seeds(ef.TrainConfig(seed=2**32 - 1), 2)
+    assert ef.ensemble.member_seeds(ef.TrainConfig(seed=2**32 - 2), 2) == (2**32 - 2, 2**32 - 1)

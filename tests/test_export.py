@@ -471,3 +471,22 @@ def test_a_trust_flag_fitted_on_moves_travels_with_all_its_centres(
     out = load_artifact(path).run(test_images[:2000])
     ref = numpy_reference(trained.model, test_images[:2000], calibration=cal)
     assert_flags_match(out, ref, cal.trust, [trained.model], test_images[:2000])
+
+
+def test_a_manifest_edited_to_lie_is_refused_by_its_own_checksum(trained, test_images, tmp_path):
+    """A threshold or a coverage edited into the manifest would be believed by every
+    answer of the artifact: the manifest carries the SHA-256 of the rest of itself."""
+    import json
+
+    from eqx_fmnist.export import ExportError, export_model, load_artifact, manifest_path
+
+    path = tmp_path / "m.stablehlo"
+    export_model(
+        trained.model, trained.state.policy, trained.config, path, check_images=test_images[:50]
+    )
+    assert load_artifact(path).manifest["manifest_sha256"]
+    manifest = json.loads(manifest_path(path).read_text())
+    manifest["temperature"] = 0.01
+    manifest_path(path).write_text(json.dumps(manifest))
+    with pytest.raises(ExportError, match="was edited since it was written"):
+        load_artifact(path)

@@ -100,3 +100,30 @@ def test_an_os_error_is_one_line_with_the_path_and_what_to_do(code, hint):
     line = os_error_line(OSError(code, os.strerror(code), "runs/a/summary.json"))
     assert line.startswith(os.strerror(code) + " (runs/a/summary.json); ") and hint in line
     assert "\n" not in line
+
+
+def test_a_permission_error_says_nothing_of_writing_elsewhere():
+    """Reading a file without permission is not helped by `--out`: the hint says what
+    fixes either a read or a write."""
+    import errno
+
+    from eqx_fmnist.fileio import os_error_line
+
+    line = os_error_line(PermissionError(errno.EACCES, "Permission denied", "data/x.gz"))
+    assert "--out" not in line and "permissions" in line
+
+
+def test_the_lock_is_never_taken_through_a_link(tmp_path):
+    """A symbolic link where the lock file goes would make the lock truncate and rewrite
+    its target, outside the folder: it is refused, and the target is left as it was."""
+    from eqx_fmnist.fileio import FolderInUse, FolderLock
+
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / ".eqx-fmnist.lock").symlink_to(outside)
+    with pytest.raises(FolderInUse, match="is a symbolic link"):
+        with FolderLock(folder / ".eqx-fmnist.lock"):
+            pass
+    assert outside.read_text() == "keep me"

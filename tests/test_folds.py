@@ -71,7 +71,7 @@ def test_subsets_are_refused_where_they_do_not_fit(small):
     import eqx_fmnist as ef
     from eqx_fmnist.ensemble import Folds, Listed
     from eqx_fmnist.subsets import kfold
-    from eqx_fmnist.train import _check_splits
+    from eqx_fmnist.train import _check_arguments
 
     subsets = kfold(len(small), 2)
     with pytest.raises(ValueError, match="2 members' rows"):
@@ -91,7 +91,7 @@ def test_subsets_are_refused_where_they_do_not_fit(small):
     with pytest.raises(TypeError, match="config"):
         ef.fit([config(), config(seed=1)], ef.Splits(small, small))
     with pytest.raises(TypeError, match=r"not list; for members pass `members=ef\.ensemble"):
-        _check_splits([config(), config(seed=1)], ef.Splits(small, small))
+        _check_arguments([config(), config(seed=1)], ef.Splits(small, small), None, [])
 
 
 def test_a_run_on_subsets_resumes_exactly(small, tmp_path):

@@ -55,6 +55,77 @@ def test_idx_round_trip(shape):
     np.testing.assert_array_equal(parse_idx(idx_bytes(arr)), arr)
 
 
+IMAGE_FORMATS = {  # every format Pillow writes that a photo could come in, by its mode
+    "PNG": "RGB",
+    "JPEG": "RGB",
+    "GIF": "P",
+    "TIFF": "RGB",
+    "BMP": "RGB",
+    "WEBP": "RGB",
+    "ICO": "RGB",
+    "PPM": "RGB",
+    "TGA": "RGB",
+    "DDS": "RGB",
+    "SPIDER": "F",
+    "IM": "RGB",
+    "PCX": "RGB",
+    "SGI": "RGB",
+    "QOI": "RGB",
+    "MSP": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def image_files():
+    """A small noise image in every format of `IMAGE_FORMATS`, as bytes."""
+    import io
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    pixels = (np.random.default_rng(0).random((20, 16, 3)) * 255).astype(np.uint8)
+    files = {}
+    for fmt, mode in IMAGE_FORMATS.items():
+        out = io.BytesIO()
+        with warnings.catch_warnings():  # the IM writer warns that it is deprecated
+            warnings.simplefilter("ignore", DeprecationWarning)
+            Image.fromarray(pixels).convert(mode).save(out, format=fmt)
+        files[fmt] = out.getvalue()
+    return files
+
+
+@settings(max_examples=4 * EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_mutated_image_of_any_format_prepares_or_is_one_line(image_files, tmp_path_factory, data):
+    """`prepare_image` on an image of any format Pillow reads with a few bytes changed
+    (more often in the header, where the decoders' branches are): Fashion-MNIST pixels,
+    or one `DataError` line naming the file, whatever the decoder raised. The cases
+    fuzzing found first are kept in `test_images.py`."""
+    import numpy as np
+
+    from eqx_fmnist.data import DataError, prepare_image
+
+    fmt = data.draw(st.sampled_from(sorted(image_files)), label="format")
+    raw = bytearray(image_files[fmt])
+    span = data.draw(st.sampled_from([min(len(raw), 128), len(raw)]), label="span")
+    for at, byte in data.draw(
+        st.lists(st.tuples(st.integers(0, span - 1), st.integers(0, 255)), min_size=1, max_size=4),
+        label="changes",
+    ):
+        raw[at] = byte
+    path = tmp_path_factory.mktemp("image") / f"photo.{fmt.lower()}"
+    path.write_bytes(raw)
+    try:
+        prepared = prepare_image(path)
+    except DataError as e:
+        event(f"{fmt}: refused")
+        assert str(path) in str(e) and "\n" not in str(e), str(e)
+    else:
+        event(f"{fmt}: prepared")
+        assert prepared.pixels.shape == (28, 28) and prepared.pixels.dtype == np.uint8
+
+
 policy_text = st.one_of(
     st.text(max_size=40),
     st.lists(

@@ -114,3 +114,103 @@ def test_an_image_pillow_calls_a_decompression_bomb_is_one_line(tmp_path, monkey
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)
     with pytest.raises(DataError, match=r"bomb.png is more than the 50 megapixels read here"):
         prepare_image(path)
+
+
+def _saved(fmt: str, mode: str = "L") -> bytes:
+    """A 16 x 20 noise image as Pillow writes it in `fmt` (the IM format's writer warns
+    that it is deprecated: these files are readers' input, not Pillow's future)."""
+    import io
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    pixels = (np.random.default_rng(0).random((20, 16)) * 255).astype(np.uint8)
+    out = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        Image.fromarray(pixels).convert(mode).save(out, format=fmt)
+    return out.getvalue()
+
+
+def _tiff_with_double_strip_offsets() -> bytes:
+    """StripOffsets (tag 273) typed DOUBLE (12) instead of LONG: a float offset."""
+    import struct
+
+    data = bytearray(_saved("TIFF"))
+    ifd = struct.unpack_from("<I", data, 4)[0]
+    for i in range(struct.unpack_from("<H", data, ifd)[0]):
+        entry = ifd + 2 + 12 * i
+        if struct.unpack_from("<H", data, entry)[0] == 273:
+            struct.pack_into("<H", data, entry + 2, 12)
+    return bytes(data)
+
+
+def _dds_with_pixel_format_flags_0() -> bytes:
+    import struct
+
+    data = bytearray(_saved("DDS", "RGB"))
+    struct.pack_into("<I", data, 80, 0)  # DDS_PIXELFORMAT.dwFlags
+    return bytes(data)
+
+
+def _spider_with_a_damaged_header() -> bytes:
+    data = bytearray(_saved("SPIDER", "F"))
+    for at, byte in ((82, 103), (107, 115), (165, 200)):  # found by fuzzing
+        data[at] = byte
+    return bytes(data)
+
+
+def _im_with_a_fractional_size() -> bytes:
+    return _saved("IM", "RGB").replace(b"(x*y): 16*20", b"(x*y): .6*20", 1)
+
+
+def _float_tiff(value: float) -> bytes:
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    out = io.BytesIO()
+    pixels = np.full((8, 8), 0.5, np.float32)
+    pixels[3, 3] = value
+    Image.fromarray(pixels, "F").save(out, format="TIFF")
+    return out.getvalue()
+
+
+HOSTILE = {
+    "tiff-double-strip-offsets.tiff": _tiff_with_double_strip_offsets,
+    "dds-pixel-format-flags-0.dds": _dds_with_pixel_format_flags_0,
+    "spider-damaged-header.spi": _spider_with_a_damaged_header,
+    "im-fractional-size.im": _im_with_a_fractional_size,
+    "float-nan.tiff": lambda: _float_tiff(float("nan")),
+    "float-inf.tiff": lambda: _float_tiff(float("inf")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_file_the_decoder_fails_on_in_its_own_way_is_one_line(name, tmp_path):
+    """Each decoder's own exception (Pillow raised TypeError, NotImplementedError,
+    AttributeError on these, found by fuzzing) and non-finite pixels (which numpy would
+    cast to 0 or 255 with a warning) become one `DataError` naming the file."""
+    from eqx_fmnist.data import DataError, prepare_image
+
+    path = tmp_path / name
+    path.write_bytes(HOSTILE[name]())
+    with pytest.raises(DataError) as refused:
+        prepare_image(path)
+    line = str(refused.value)
+    assert str(path) in line and "\n" not in line
+
+
+def test_a_pipe_named_like_an_image_is_refused_not_waited_on(tmp_path):
+    """A FIFO would block the reader until something writes to it: only regular files
+    are read."""
+    import os
+
+    from eqx_fmnist.data import DataError, prepare_image
+
+    fifo = tmp_path / "x.png"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="x.png is not a regular file"):
+        prepare_image(fifo)

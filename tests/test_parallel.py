@@ -164,7 +164,7 @@ def test_slurm_starts_two_processes_and_a_killed_one_stops_the_other(killed, rea
         assert survivor.returncode == 1
         (line,) = err.strip().splitlines()
         assert "another process of this 2-process run was lost" in line
-        assert f"--resume {out / 'checkpoint.eqx'}" in line
+        assert f"--resume={out / 'checkpoint.eqx'}" in line
     # The last checkpoint stays loadable: what process 0 saved, whole.
     run = ef.runs.Run.open(out)
     assert run.config.devices == 2 and run.step > 0 and run.step % 20 == 0

@@ -344,3 +344,18 @@ def test_bf16_members_train_as_one_program_like_single_runs(small):
         )
         member = ef.select_members(stacked.model, i)
         assert tree_allclose(member, alone.model, rtol=1e-5, atol=1e-6)
+
+
+def test_a_dtype_jax_would_truncate_or_none_is_refused_at_once():
+    """`o=f64` (without JAX's 64-bit mode, JAX computes float32 and warns on every call)
+    is refused when the policy is made (`Policy(None)`: `test_checks.py`, without this
+    suite's type checker, which refuses it first)."""
+    import pytest
+
+    from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.precision import Policy
+
+    with pytest.raises(ValueError, match="float64 needs JAX's 64-bit mode"):
+        Policy.from_string("p=f32,c=f32,o=f64")
+    with pytest.raises(ValueError, match="`precision`: .*float64"):
+        TrainConfig(precision="o=f64")

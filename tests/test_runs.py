@@ -50,7 +50,7 @@ def saves(monkeypatch):
 @pytest.mark.parametrize(
     "stop, saved, status, said",
     [
-        ("asked", 40, 130, "stop asked; continue with `eqx-fmnist cv --resume R/checkpoint.eqx`."),
+        ("asked", 40, 130, "stop asked; continue with `eqx-fmnist cv --resume=R/checkpoint.eqx`."),
         ("asked", 0, 130, "interrupted before the first checkpoint."),
         ("nan", 40, 1, "error: bad. No result was written; the last checkpoint (step 40) is R/"),
         ("nan", 0, 1, "error: bad. No result was written; no checkpoint was written."),
@@ -366,3 +366,145 @@ def test_a_resumed_distillation_finds_its_teacher_in_the_run_folder(real_data, t
     (folder / TEACHER_FILE).write_text("[]")  # damaged: one line naming the file
     with pytest.raises(RunError, match=f"{TEACHER_FILE} does not name a teacher"):
         Training.resume(folder, data=real_data)
+
+
+# ------------------------------------------------- a run folder holds only its own run
+
+
+def sliced(real_data, n_train: int = 2048, n_test: int = 500):
+    import dataclasses
+
+    return dataclasses.replace(
+        real_data,
+        train_images=real_data.train_images[:n_train],
+        train_labels=real_data.train_labels[:n_train],
+        test_images=real_data.test_images[:n_test],
+        test_labels=real_data.test_labels[:n_test],
+    )
+
+
+@pytest.mark.slow  # trains three small runs and writes their reports
+def test_overwrite_starts_the_folder_afresh_and_a_stale_calibration_is_refused(real_data, tmp_path):
+    """`--overwrite` over a calibrated run removes its calibration, figures and
+    everything else it wrote (never a file of the user's), so the new run's `predict`
+    and `export` cannot serve the old temperature, sets and flag; a calibration left
+    beside a checkpoint it was not fitted for (copied in) is refused, not used."""
+    import shutil
+
+    from eqx_fmnist.runs import Run, RunError, Training
+
+    data = sliced(real_data)
+    out = tmp_path / "r"
+    Training.new(out, config(calibration_size=500), data=data).run()
+    assert Run.open(out).calibration is not None and (out / "prediction_sets.png").is_file()
+    (out / "notes.txt").write_text("mine")
+    (out / "tensorboard").mkdir()
+    Training.new(out, config(hidden_sizes=(8,)), data=data, overwrite=True).run()
+    assert not (out / "calibration.safetensors").exists()
+    assert not (out / "prediction_sets.png").exists() and not (out / "tensorboard").exists()
+    assert (out / "notes.txt").read_text() == "mine"  # not the run's: kept
+    fresh = Run.open(out)
+    assert fresh.calibration is None and fresh.config.hidden_sizes == (8,)
+    other = tmp_path / "calibrated"
+    Training.new(other, config(calibration_size=500), data=data).run()
+    shutil.copy(other / "calibration.safetensors", out / "calibration.safetensors")
+    with pytest.raises(RunError, match="fitted for another checkpoint"):
+        Run.open(out)
+
+
+@pytest.mark.slow  # trains a run, then edits its folder
+def test_a_resume_refuses_an_edited_config_and_a_finished_resume_keeps_its_throughput(
+    real_data, tmp_path
+):
+    """An edit of `config.json` would be undone by a resume (which continues the
+    checkpoint's config): refused, naming the field. A finished run whose summary was
+    lost, resumed, reports the throughput its history recorded, not 0."""
+    import json
+
+    from eqx_fmnist.runs import RunError, Training
+
+    data = sliced(real_data)
+    out = tmp_path / "r"
+    first = Training.new(out, config(), data=data).run()
+    rate = first.summary["examples_per_sec"]
+    (out / "summary.json").unlink()
+    again = Training.resume(out, data=data).run()
+    assert again.summary["examples_per_sec"] == pytest.approx(rate, rel=1e-6)
+    (out / "summary.json").unlink()
+    edited = json.loads((out / "config.json").read_text()) | {"learning_rate": 0.5}
+    (out / "config.json").write_text(json.dumps(edited))
+    with pytest.raises(RunError, match=r"was edited: learning_rate 0\.5 \(checkpoint: 0\.003\)"):
+        Training.resume(out, data=data)
+
+
+@pytest.mark.slow  # trains a teacher and a student
+def test_a_distilled_run_moved_or_copied_finds_its_own_teacher_and_a_replaced_one_is_refused(
+    real_data, tmp_path
+):
+    """`teacher.json` names the teacher relative to the run (a copy of the run with its
+    teacher inside resumes with its own copy) and records its checksum (a teacher
+    replaced by another run is refused)."""
+    import shutil
+
+    from eqx_fmnist.runs import TEACHER_FOLDER, Interrupted, RunError, Training
+
+    data = sliced(real_data)
+    out = tmp_path / "student"
+    Training.new(out / TEACHER_FOLDER, config(), data=data).run()
+    student = Training.new(out, config(steps=8), teacher=out / TEACHER_FOLDER, data=data)
+
+    def stop(record, state):
+        student.folder.request_stop("stopped")
+
+    with pytest.raises(Interrupted):
+        student.run([stop])
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    shutil.rmtree(out)  # the original gone: the copy resumes with its own teacher
+    resumed = Training.resume(copy, data=data)
+    assert resumed.teacher == copy / TEACHER_FOLDER / "checkpoint.eqx"
+    Training.new(copy / TEACHER_FOLDER, config(seed=7), data=data, overwrite=True).run()
+    with pytest.raises(RunError, match="not there with the checksum it had"):
+        Training.resume(copy, data=data)
+
+
+@pytest.mark.parametrize(
+    "target", ["checkpoint.eqx", "summary.json", "another run", "exists", "a folder"]
+)
+def test_no_output_writes_over_a_run_or_an_existing_file(target, tmp_path):
+    """The one rule every command that writes a file asks first: never a run's own
+    record, never into another run's folder, never over a file without `overwrite`."""
+    from eqx_fmnist.runs import RunError, refuse_overwriting
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    for folder in (run, other):
+        folder.mkdir()
+        (folder / "checkpoint.eqx").write_bytes(b"x")
+    (tmp_path / "taken.png").write_bytes(b"x")
+    path = {
+        "checkpoint.eqx": run / "checkpoint.eqx",
+        "summary.json": run / "summary.json",
+        "another run": other / "model.onnx",
+        "exists": tmp_path / "taken.png",
+        "a folder": other,
+    }[target]
+    named = path.parent if target == "another run" else path
+    with pytest.raises(RunError, match=re.escape(str(named))):
+        refuse_overwriting([path], own=run)
+    refuse_overwriting([run / "model.onnx", tmp_path / "new.png"], own=run)  # allowed
+    refuse_overwriting([tmp_path / "taken.png"], own=run, overwrite=True)
+
+
+def test_the_hint_to_continue_is_quoted_for_a_shell():
+    """A folder `my run [1]` or `-dash`: the command printed runs as printed."""
+    import shlex
+
+    from eqx_fmnist.runs import Interrupted
+    from eqx_fmnist.runs.cadence import why_stopped
+
+    for folder in ("my run [1]", "-dash"):
+        checkpoint = Path(folder) / "checkpoint.eqx"
+        stop = Interrupted("stop asked", step=8, checkpoint=checkpoint)
+        status, line = why_stopped(stop, "train", 8, checkpoint)
+        command = line.split("`")[1]
+        assert status == 130 and shlex.split(command)[-1] == f"--resume={checkpoint}"

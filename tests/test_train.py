@@ -141,14 +141,14 @@ def test_fit_takes_splits_and_refuses_other_data_or_other_sizes_before_training(
     import pytest
 
     import eqx_fmnist as ef
-    from eqx_fmnist.train import _check_splits
+    from eqx_fmnist.train import _check_arguments
 
     # Under this suite's type checker `fit` itself refuses a tuple for `splits`; without
     # one, its own check says what to pass instead.
     with pytest.raises(TypeError, match="splits"):
         ef.fit(small_config(), (small, small))
     with pytest.raises(TypeError, match=r"not tuple: pass `ef\.split_data\(data\)`"):
-        _check_splits(small_config(), (small, small))
+        _check_arguments(small_config(), (small, small), None, [])
     # The config holds out 64 validation images; splits made without them are refused...
     held_out = small_config(validation_size=64)
     with pytest.raises(
@@ -159,3 +159,22 @@ def test_fit_takes_splits_and_refuses_other_data_or_other_sizes_before_training(
     other = ef.split_data((small, small), validation_size=32)
     with pytest.raises(ValueError, match="holds 32 images: make the splits from this config"):
         ef.fit(held_out, other)
+
+
+def test_fits_door_names_a_list_of_configs_or_a_callback_that_is_not_one(small):
+    """`fit(members=[cfg, cfg])` and `fit(callback=5)` ended deep inside with an
+    AttributeError; the door names the argument and what it takes (called as `fit`
+    calls it: under this suite's type checker `fit` itself refuses them first)."""
+    import pytest
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.train import _check_arguments
+
+    splits = ef.Splits(small, small)
+    with pytest.raises(TypeError, match=r"`members` must be a Members choice .*not list"):
+        _check_arguments(small_config(), splits, [small_config()], [])
+    with pytest.raises(TypeError, match="`callback` must be a function"):
+        _check_arguments(small_config(), splits, None, 5)
+    with pytest.raises(TypeError, match="`callback` must be a function"):
+        _check_arguments(small_config(), splits, None, [print, 5])
+    _check_arguments(small_config(), splits, ef.ensemble.Seeds(2), [print])

@@ -10,7 +10,9 @@ generated from [`TrainConfig`][eqx_fmnist.config.TrainConfig]'s fields (`cli/fla
 import argparse
 import logging
 import os
+import signal
 import sys
+import warnings
 from collections.abc import Sequence
 
 import jax
@@ -30,7 +32,9 @@ EXIT_STATUSES = """exit status:
   1    training stopped on a NaN or infinite loss, or on a lost process of a
        multi-process run (--distributed); the last good checkpoint is kept
   2    bad input: a flag, a file, a folder or the data (one line on stderr; nothing written)
-  130  interrupted (Ctrl-C or SIGTERM; continue with --resume RUN/checkpoint.eqx)"""
+  130  interrupted (Ctrl-C or SIGTERM): once training has begun, after a checkpoint
+       (continue with the command it prints); before, nothing to continue
+  143  terminated (SIGTERM) while the program was still starting: nothing written"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,39 +73,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    """A warning on stderr as one line, as an error is (not a source line under it)."""
+    return f"eqx-fmnist: warning: {' '.join(str(message).split())}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run `eqx-fmnist` with `argv`, by default this process's own command line: a
+    program of its own then, which takes SIGTERM as Ctrl-C (see `EXIT_STATUSES`)."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed, for a hint
     # Failures reach the user as the one-line error below; -v shows the story.
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    if not args.no_compile_cache:
-        enable_compile_cache(compile_cache_dir())
+    shown, warnings.formatwarning = warnings.formatwarning, _one_line
+    # As a program of its own, SIGTERM raises KeyboardInterrupt, as Ctrl-C does.
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler) if argv is None else None
     try:
-        if args.distributed:
-            initialize()
-        status = args.func(args)
-    except jax.errors.JaxRuntimeError as e:
-        if not is_lost_process(e):
-            raise
-        status, line = why_stopped(e, args.command)
-        print(f"eqx-fmnist {args.command}: {line}", file=sys.stderr)
-    except OSError as e:  # the disk, the permissions, a path: the path and what to do
-        if args.verbose:
-            raise
-        print(f"eqx-fmnist {args.command}: error: {os_error_line(e)}", file=sys.stderr)
-        status = 2
-    except (UsageError, RunError, CheckpointError, data_mod.DataError, ValueError) as e:
-        # Library errors name the thing and the fix; a traceback adds nothing (unless
-        # asked for with --verbose). Anything else is a bug and keeps its traceback.
-        if args.verbose:
-            raise
-        print(f"eqx-fmnist {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
-        status = 2
-    except KeyboardInterrupt:
-        print("eqx-fmnist: interrupted", file=sys.stderr)
-        status = 130
+        status = _run(args)
+    finally:
+        warnings.formatwarning = shown
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
     if status and jax.process_count() > 1:
         # JAX's shutdown waits for every process at a barrier; one that failed alone (or
         # whose peer is gone) would wait there, then abort with a page of log: leave now.
@@ -109,3 +104,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(status)
     return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command `args` names, its failures as one line and an exit status."""
+    if not args.no_compile_cache:
+        enable_compile_cache(compile_cache_dir())
+    try:
+        if args.distributed:
+            initialize()
+        return args.func(args)
+    except jax.errors.JaxRuntimeError as e:
+        if not is_lost_process(e):
+            raise
+        status, line = why_stopped(e, args.command)
+        print(f"eqx-fmnist {args.command}: {line}", file=sys.stderr)
+        return status
+    except OSError as e:  # the disk, the permissions, a path: the path and what to do
+        if args.verbose:
+            raise
+        print(f"eqx-fmnist {args.command}: error: {os_error_line(e)}", file=sys.stderr)
+        return 2
+    except (UsageError, RunError, CheckpointError, data_mod.DataError, ValueError) as e:
+        # Library errors name the thing and the fix; a traceback adds nothing (unless
+        # asked for with --verbose). Anything else is a bug and keeps its traceback.
+        if args.verbose:
+            raise
+        print(f"eqx-fmnist {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("eqx-fmnist: interrupted", file=sys.stderr)
+        return 130

@@ -49,10 +49,13 @@ def load_data(args: argparse.Namespace) -> data_mod.FashionMNIST:
             bar.stop()
 
 
-def train_in_folder(training: Training, *, profile: bool = False) -> Finished | int:
+def train_in_folder(
+    training: Training, *, profile: bool = False, again: str | None = None
+) -> Finished | int:
     """Say where `training` trains and what (`Training.describe`), train it with a progress
-    bar (the members' means when many train at once), and say why it stopped; the
-    finished run, or the exit status of a stopped one."""
+    bar (the members' means when many train at once), and say why it stopped (and
+    `again`, the command that continues it, where it is not `--resume`); the finished
+    run, or the exit status of a stopped one."""
     folder, command = training.folder, training.kind
     console.quiet = console.quiet or jax.process_index() != 0  # process 0 speaks
     console.print(training.describe(), markup=False, highlight=False)
@@ -82,7 +85,8 @@ def train_in_folder(training: Training, *, profile: bool = False) -> Finished | 
             if isinstance(e, jax.errors.JaxRuntimeError) and not is_lost_process(e):
                 raise
             bar.stop()
-            status, line = why_stopped(e, command, folder.saved_step, folder.checkpoint)
+            saved, checkpoint = folder.saved_step, folder.checkpoint
+            status, line = why_stopped(e, command, saved, checkpoint, again=again)
             print(f"eqx-fmnist {command}: {line}", file=sys.stderr)
             return status
         finally:

@@ -10,7 +10,8 @@ from ..augment import tta_name
 from ..calibration import Calibration
 from ..dataset import to_datasets
 from ..evaluation import EvalResult, evaluate, most_confused, per_class_accuracy
-from ..runs import Run, RunReport, run_report
+from ..runs import Run, RunReport, refuse_overwriting, run_report
+from ..runs.report import REPORT_FIGURES
 from ..state import BATCHED
 from .common import console, load_data, table
 from .flags import add_data_args, add_tta_arg, out_path
@@ -21,6 +22,7 @@ def add_evaluate_parser(sub) -> None:
     p.set_defaults(func=cmd_evaluate)
     p.add_argument("run", metavar="RUN_DIR_OR_CHECKPOINT")
     p.add_argument("--out", type=out_path, help="folder for the figure (default: the run folder)")
+    p.add_argument("--overwrite", action="store_true", help="replace figures in another --out")
     p.add_argument("--members", action="store_true", help="an ensemble's: report each member")
     add_tta_arg(p)
     add_data_args(p)
@@ -28,13 +30,16 @@ def add_evaluate_parser(sub) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
+    out = args.out or run.folder  # its own figures drawn again, or in a folder of yours
+    again = args.overwrite or out.resolve() == run.folder.resolve()
+    refuse_overwriting([out / n for n in REPORT_FIGURES], own=run.folder, overwrite=again)
     views, fm = run.views(args.tta), load_data(args)
     result = evaluate(run.model, to_datasets(fm)[1], policy=run.policy, tta=views)
     _print_test(run, result, views, each_member=args.members)
     images, labels = fm.test_images, fm.test_labels
     report = run_report(run.model, run.policy, images, labels, run.calibration, tta=views)
     _print_report(report, run.calibration)
-    for path in report.save_figures(args.out or run.folder):
+    for path in report.save_figures(out):
         console.print(f"wrote {path}")
     return 0
 

@@ -29,16 +29,16 @@ def add_export_parser(sub) -> None:
         "in a browser, offline)",
     )
     p.add_argument("--out", type=out_path, help="the artifact (default: RUN/model.<format>)")
+    p.add_argument("--overwrite", action="store_true", help="replace an artifact already there")
     add_tta_arg(p)
     add_data_args(p)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
-    run.views(args.tta)  # a --tta the run refuses, before the data are looked for
-    fm = load_data(args)
-    with console.status(f"exporting and checking on {len(fm.test_images):,} test images ..."):
-        out, manifest = run.export(args.out, format=args.format, tta=args.tta, data=fm)
+    data, options = (lambda: load_data(args)), {"tta": args.tta, "overwrite": args.overwrite}
+    with console.status("exporting and checking on the test images ..."):  # after the checks
+        out, manifest = run.export(args.out, format=args.format, data=data, **options)
     parity = manifest["parity"]
     console.print(
         f"wrote {out} ({manifest['bytes']:,} bytes) and {manifest_path(out).name}: "

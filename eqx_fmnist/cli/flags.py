@@ -98,11 +98,8 @@ def add_config_flags(
         group.add_argument(f"--{name.replace('_', '-')}", *f.metadata["flags"], **options)
     group.add_argument("--config", type=Path, help="start from a JSON config (flags override it)")
     group.add_argument("--codelab", action="store_true", help="start from the codelab's run")
-    group.add_argument(
-        "--best",
-        action="store_true",
-        help="start from the strongest recipe, TrainConfig.best() (400 epochs)",
-    )
+    best = "start from the strongest recipe trained alone, TrainConfig.best() (400 epochs)"
+    group.add_argument("--best", action="store_true", help=best)
     if distilled:
         group.add_argument(
             "--distilled",
@@ -122,8 +119,10 @@ BASES = {
 
 
 def given_flags(args: argparse.Namespace) -> list[str]:
-    """The config flags given on the command line, as `--names`."""
-    given = [f"--{n.replace('_', '-')}" for n in _FIELDS if getattr(args, n, None) is not None]
+    """The flags given on the command line that choose a new run (its config, members or
+    teacher), as `--names`."""
+    names = [*_FIELDS, "seeds", "teacher"]
+    given = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None) is not None]
     return given + [f"--{b}" for b in BASES if getattr(args, b, None) not in (None, False)]
 
 
@@ -146,11 +145,7 @@ def resumed(args: argparse.Namespace, kind: str) -> Training | None:
     only for a checkpoint of that kind."""
     if not args.resume:
         return None
-    given = given_flags(args)
-    for name in ("seeds", "teacher"):  # what a new run chooses beside its config
-        if getattr(args, name, None) is not None:
-            given.append(f"--{name}")
-    if given:
+    if given := given_flags(args):
         what = {"train": "run", "cv": "cv run"}.get(kind, kind)
         raise UsageError(
             f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."

@@ -12,7 +12,7 @@ from ..answers import Answer
 from ..attributions import Explanation
 from ..export import is_export, load_artifact
 from ..plots import plot_explanation, save_figure, save_pixels
-from ..runs import Run
+from ..runs import Run, distinct_stems, refuse_overwriting
 from .common import UsageError, console
 from .flags import add_tta_arg
 
@@ -43,6 +43,7 @@ def add_predict_parser(sub) -> None:
     p.add_argument("--top", type=int, default=3, help="classes to show per image (3)")
     p.add_argument("--members", action="store_true", help="an ensemble's: each member's guess")
     p.add_argument("--json", action="store_true", help="one JSON object per image, for scripts")
+    p.add_argument("--overwrite", action="store_true", help="replace images --show writes")
     saves = {
         "--show": "what the model saw, IMAGE.prepared.png, in DIR (default: .)",
         "--explain": "which pixels made the model say it (integrated gradients), "
@@ -72,21 +73,20 @@ def _answer(where: str, flat: np.ndarray, args: argparse.Namespace) -> Answer:
 def cmd_predict(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, but got {args.top}.")
+    names = distinct_stems(args.images)  # a/x.png and b/x.png: x and x-2
+    saved = {"prepared": args.show, "explained": args.explain}
+    writes = {k: [d / f"{n}.{k}.png" for n in names] for k, d in saved.items() if d is not None}
+    refuse_overwriting([p for paths in writes.values() for p in paths], overwrite=args.overwrite)
     prepared = [data_mod.prepare_image(p, invert=args.invert) for p in args.images]
     flat = np.stack([p.pixels.reshape(-1) for p in prepared])
     ans = _answer(args.checkpoint, flat, args)
-    for folder in (args.show, args.explain):
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
     for i, (path, p) in enumerate(zip(args.images, ans.probabilities, strict=True)):
         record = {"path": str(path), **ans.record(i, args.top), "inverted": prepared[i].inverted}
-        if args.show is not None:
-            shown = args.show / f"{Path(path).stem}.prepared.png"
-            save_pixels(prepared[i].pixels, shown)
-            record["prepared"] = str(shown)
-        if ans.explained is not None and args.explain is not None:
-            shown = _save_explanation(ans.explained, i, prepared[i].pixels, p, path, args.explain)
-            record["explained"] = str(shown)
+        if "prepared" in writes:
+            record["prepared"] = str(save_pixels(prepared[i].pixels, writes["prepared"][i]))
+        if ans.explained is not None and "explained" in writes:
+            figure = _explanation(ans.explained, i, prepared[i].pixels, p, path)
+            record["explained"] = str(save_figure(figure, writes["explained"][i]))
         if args.json:
             print(json.dumps(record))
             continue
@@ -118,13 +118,9 @@ def _print_line(record: dict) -> None:
     )
 
 
-def _save_explanation(e: Explanation, i: int, pixels, probs, path, folder: Path) -> Path:
-    """Image `i`'s attribution figure, `IMAGE.explained.png` in `folder`."""
-    fig = plot_explanation(
-        pixels,
-        e.attributions[i].reshape(28, 28),
-        probs,
-        int(e.target[i]),
-        title=f"{Path(path).name}: why {data_mod.CLASS_NAMES[e.target[i]]}?",
-    )
-    return save_figure(fig, folder / f"{Path(path).stem}.explained.png")
+def _explanation(e: Explanation, i: int, pixels, probs, path):
+    """Image `i`'s attribution figure."""
+    why = data_mod.CLASS_NAMES[e.target[i]]
+    attributions = e.attributions[i].reshape(28, 28)
+    title = f"{Path(path).name}: why {why}?"
+    return plot_explanation(pixels, attributions, probs, int(e.target[i]), title=title)

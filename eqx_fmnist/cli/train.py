@@ -2,6 +2,7 @@
 sweep` (a grid x seeds as one program): one way to make a run folder for both."""
 
 import argparse
+import shlex
 from pathlib import Path
 
 from .. import runs
@@ -56,22 +57,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     options = flags.folder_options(args)
     fm = load_data(args)
     members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
-    teacher = args.teacher
-    if args.distilled and teacher is None:
-        teacher = out / runs.TEACHER_FOLDER
+    teacher, training, again = args.teacher, None, None
+    if args.distilled and teacher is None:  # the recipe: a teacher first, then the student
+        # What continues it: its own command, the folder named, not starting it afresh.
+        argv = [a for a in args.argv if a != "--overwrite"]
+        if args.out is None:
+            argv += ["--out", str(out)]
+        teacher, again = out / runs.TEACHER_FOLDER, shlex.join(["eqx-fmnist", *argv])
         if (first := runs.teacher_training(out, config, data=fm, **options)) is None:
             console.print(f"teacher: {teacher}, trained before (--overwrite trains it again)")
         else:
             console.print(f"teacher: a CNN, {first.length}, into {teacher}", highlight=False)
-            if status := _train(first):
+            if status := _train(first, again=again):
                 return status
-    training = runs.Training.new(out, config, members=members, teacher=teacher, data=fm, **options)
-    return _train(training, profile=args.profile)
+        if not args.overwrite:  # the recipe's command run again continues its student
+            training = runs.Training.unfinished(out, config, data=fm, **options)
+    if training is None:
+        options |= {"members": members, "teacher": teacher, "data": fm}
+        training = runs.Training.new(out, config, **options)
+    return _train(training, profile=args.profile, again=again)
 
 
-def _train(training: runs.Training, *, profile: bool = False) -> int:
+def _train(training: runs.Training, *, profile: bool = False, again: str | None = None) -> int:
     """Train `training` with the progress bar, then print its results."""
-    done = train_in_folder(training, profile=profile)
+    done = train_in_folder(training, profile=profile, again=again)
     if isinstance(done, int):
         return done
     run = done.outcome

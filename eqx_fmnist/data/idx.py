@@ -11,17 +11,31 @@ from .errors import DataError
 from .facts import IMAGE_SHAPE, NUM_CLASSES
 
 
-def read_bytes(path: Path) -> bytes:
-    """The decompressed bytes of `path`; gzip is assumed for names ending in `.gz`."""
+def read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """The decompressed bytes of `path`; gzip is assumed for names ending in `.gz`.
+
+    With a `limit` (the file's known size), a file that holds more is refused before it
+    is read whole: a raw file by its size on disk, a gzip file once its content passes
+    the limit (so that neither a sparse giant nor a gzip bomb fills the memory)."""
+    too_big = DataError(
+        f"{path} holds more than the {limit or 0:,} bytes of the file it is named for: it "
+        "is not that file; delete it so that it is fetched again."
+    )
     if path.suffix == ".gz":
         try:
             with gzip.open(path, "rb") as f:
-                return f.read()
+                raw = f.read(-1 if limit is None else limit + 1)
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:
             raise DataError(
                 f"{path} is not a valid gzip file ({e}). Delete it and fetch it again."
             ) from e
-    return path.read_bytes()
+    elif limit is not None and path.stat().st_size > limit:
+        raise too_big
+    else:
+        raw = path.read_bytes()
+    if limit is not None and len(raw) > limit:
+        raise too_big
+    return raw
 
 
 def parse_idx(raw: bytes, *, name: str = "<bytes>", magic: int | None = None) -> np.ndarray:

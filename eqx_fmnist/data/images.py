@@ -10,6 +10,8 @@ light background, as in a product photo, is negated; a dark one is kept).
 
 import dataclasses
 import os
+import stat
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,8 @@ def _grayscale(im) -> np.ndarray:
 
     if im.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
         a = np.asarray(im, np.float64)
+        if not np.isfinite(a).all():
+            raise ValueError("its pixels include NaN or infinity")
         top = 65535.0 if im.mode.startswith("I;16") or a.max() > 255 else 255.0
         return np.clip(a / top * 255.0 + 0.5, 0, 255).astype(np.uint8)
     if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
@@ -53,6 +57,22 @@ def _grayscale(im) -> np.ndarray:
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         im = Image.alpha_composite(white, rgba)
     return np.asarray(im.convert("L"), np.uint8)
+
+
+def _decoded(path: Path) -> tuple[np.ndarray, int, int]:
+    """The image at `path` in gray, its width and height (checked before decoding)."""
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as im:
+        width, height = im.size
+        if width * height > MAX_PIXELS:
+            raise DataError(
+                f"{path} is {width:,} x {height:,} pixels, more than the "
+                f"{MAX_PIXELS // 1_000_000} megapixels read here; make it smaller first."
+            )
+        if width == 0 or height == 0:
+            raise DataError(f"{path} is an empty image ({width} x {height}).")
+        return _grayscale(ImageOps.exif_transpose(im)), width, height
 
 
 def _trim_box(gray: np.ndarray, background: int) -> tuple[int, int, int, int]:
@@ -87,34 +107,42 @@ def prepare_image(path: str | os.PathLike, *, invert: bool | None = None) -> Pre
 
     **Raises:**
 
-    `DataError` naming the file when it is missing, not a readable image, empty, or
-    larger than `MAX_PIXELS`.
+    `DataError` naming the file when it is missing, not a regular file, not an image
+    the decoder can read (whatever the decoder raised), empty, larger than
+    `MAX_PIXELS`, or holding pixels that are not finite.
     """
-    from PIL import Image, ImageFilter, ImageOps, UnidentifiedImageError
+    from PIL import Image, ImageFilter
 
     path = Path(path)
     try:
-        with Image.open(path) as im:
-            width, height = im.size
-            if width * height > MAX_PIXELS:
-                raise DataError(
-                    f"{path} is {width:,} x {height:,} pixels, more than the "
-                    f"{MAX_PIXELS // 1_000_000} megapixels read here; make it smaller first."
-                )
-            if width == 0 or height == 0:
-                raise DataError(f"{path} is an empty image ({width} x {height}).")
-            gray = _grayscale(ImageOps.exif_transpose(im))
+        kind = path.stat().st_mode
     except FileNotFoundError:
         raise DataError(f"no image at {path}.") from None
-    except IsADirectoryError:
-        raise DataError(f"{path} is a folder, not an image.") from None
+    if stat.S_ISDIR(kind):
+        raise DataError(f"{path} is a folder, not an image.")
+    if not stat.S_ISREG(kind):  # a FIFO or a device would be read forever
+        raise DataError(f"{path} is not a regular file (a pipe or a device); give an image file.")
+    try:
+        # Pillow warns of damaged metadata (EXIF, TIFF tags) it reads past; the pixels
+        # it returns are the file's, and a file it cannot decode raises below.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gray, width, height = _decoded(path)
+    except DataError:
+        raise
     except Image.DecompressionBombError:  # Pillow refuses it before we see its size
         raise DataError(
             f"{path} is more than the {MAX_PIXELS // 1_000_000} megapixels read here; make "
             "it smaller first."
         ) from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise DataError(f"{path} is not a readable image (PNG or JPEG): {e}") from None
+    except OSError as e:
+        if e.errno is not None:  # the file system's error, not the decoder's
+            raise DataError(f"{path} cannot be read: {e.strerror}.") from None
+        raise DataError(f"{path} is not a readable image ({e}); give a PNG or JPEG file.") from None
+    except Exception as e:  # a decoder's failure, of whatever kind: the file is damaged
+        raise DataError(
+            f"{path} is not a readable image ({type(e).__name__}: {e}); give a PNG or JPEG file."
+        ) from None
     corners = gray[[0, 0, -1, -1], [0, -1, 0, -1]]
     background = int(np.median(corners))
     # 1. Trim the edges close to the corner colour, judged on a copy averaged down to at

@@ -100,10 +100,19 @@ def _stamp_key(path: Path) -> tuple[str, dict]:
 
 
 def read_stamps() -> dict:
+    """The files verified before (`verified.json`): a cache, so a file that is missing,
+    unreadable or not a JSON object counts as empty (and is rewritten whole by the next
+    verification), said once in the log."""
     try:
-        return json.loads(_stamp_path().read_text())
-    except (OSError, ValueError):
+        stamps = json.loads(_stamp_path().read_text())
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError):
+        stamps = None
+    if not isinstance(stamps, dict):
+        logger.warning("ignoring %s, which is not a record of verified files", _stamp_path())
+        return {}
+    return stamps
 
 
 def remember_verified(paths: Sequence[Path]) -> None:
@@ -177,7 +186,7 @@ def read_content(
     copy), the file it was read from, and the files newly verified on the way."""
     decoded = _decoded_copy(path, spec)
     if decoded is not None:
-        raw = read_bytes(decoded)
+        raw = read_bytes(decoded, spec.size)
         if not verify or _is_remembered(decoded, stamps):
             return raw, decoded, []
         try:
@@ -186,7 +195,7 @@ def read_content(
         except ChecksumError:  # a damaged copy: drop it and read the source
             logger.warning("discarding a damaged decoded copy %s", decoded)
             decoded.unlink(missing_ok=True)
-    raw, verified = read_bytes(path), []
+    raw, verified = read_bytes(path, spec.size), []
     if verify and not _is_remembered(path, stamps):
         _check_sha256(raw, spec, path)
         verified.append(path)

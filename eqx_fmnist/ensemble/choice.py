@@ -25,6 +25,9 @@ from ..state import BATCHED, check_members, select_members
 from ..subsets import Subsets, bootstrap, kfold
 from ..train import Members
 
+MAX_SEED = 2**32 - 1
+"""The largest seed a PRNG key takes (`TrainConfig.seed`)."""
+
 
 def member_seeds(config: TrainConfig, seeds: int | Sequence[int]) -> tuple[int, ...]:
     """`seeds` as a tuple: a count `n` means `config.seed, ..., config.seed + n - 1`."""
@@ -33,6 +36,11 @@ def member_seeds(config: TrainConfig, seeds: int | Sequence[int]) -> tuple[int, 
     if isinstance(seeds, int):
         if seeds <= 0:
             raise ValueError(f"`seeds` must be a positive count or a list of seeds, got {seeds}.")
+        if config.seed + seeds - 1 > MAX_SEED:
+            raise ValueError(
+                f"{seeds} seeds from seed {config.seed} run past the largest seed, {MAX_SEED:,} "
+                f"(2**32 - 1): start at seed {MAX_SEED - seeds + 1:,} or lower."
+            )
         return tuple(range(config.seed, config.seed + seeds))
     seeds = tuple(seeds)
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):

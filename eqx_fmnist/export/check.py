@@ -24,7 +24,7 @@ from ..model import MLP, Model, num_members
 from ..precision import FLOAT32, Policy
 from . import html, onnx, safetensors, stablehlo
 from .format import ExportFormat, ExportInputs
-from .manifest import ExportError, manifest_path
+from .manifest import ExportError, manifest_path, sealed
 from .portable import Portable, to_portable
 
 FORMATS: dict[str, ExportFormat] = {
@@ -295,6 +295,7 @@ def export_model(
     ) | {"export_seconds": time.perf_counter() - start, **(extra or {})}
     with atomic_write(path) as f:
         f.write(blob)
+    manifest = sealed(manifest)
     with atomic_write(manifest_path(path), "w") as f:
         f.write(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -3,7 +3,6 @@ symbolic batch size, lowered for CPU, CUDA and TPU, that runs with `jax` alone."
 
 import dataclasses
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from ..evaluation import scaled_softmax
 from ..model import Model, combine, ensemble_log_probs, per_member
 from ..precision import Policy
 from .format import ExportFormat, ExportInputs, Outputs
-from .manifest import ExportError, manifest_path
+from .manifest import ExportError, manifest_path, read_manifest
 from .portable import PortableTrust
 
 PLATFORMS = ("cpu", "cuda", "tpu")
@@ -241,15 +240,15 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
     file that is not a StableHLO export.
     """
     path = Path(path)
+    manifest = read_manifest(path)
     try:
         blob = path.read_bytes()
-        manifest = json.loads(manifest_path(path).read_text())
-    except FileNotFoundError as e:
-        raise ExportError(f"{e.filename} does not exist; export the model first.") from None
-    except (OSError, ValueError) as e:
-        raise ExportError(f"cannot read the artifact {path} or its manifest: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != "stablehlo":
-        what = manifest.get("format") if isinstance(manifest, dict) else None
+    except FileNotFoundError:
+        raise ExportError(f"{path} does not exist; export the model first.") from None
+    except OSError as e:
+        raise ExportError(f"cannot read the artifact {path}: {e}") from None
+    if manifest.get("format") != "stablehlo":
+        what = manifest.get("format")
         raise ExportError(
             f"{path} is a {what} export, not StableHLO: run it with its own runtime, or "
             "give a StableHLO artifact or a run folder."

@@ -9,22 +9,32 @@ logging interval, checkpoints on a cadence of their own, clean stops, the summar
 the figures). The read side: `reading` (a run folder read back,
 [`Run.open`][eqx_fmnist.runs.reading.Run.open]: its model, calibration, views, answer,
 export and teacher; the splits and data a run uses), which imports nothing of the write
-side. Beside them: `report` (the test report a folder writes and `evaluate` shows:
-[`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers,
-[`RunError`][eqx_fmnist.runs.RunError]), `cadence` (when to checkpoint, why a run
+side. Beside them: `layout` (what a run folder holds, the rule that no command writes
+over another run's, and the readers of the files a run reads back), `report` (the test report a folder writes and `evaluate` shows:
+[`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers), `cadence` (when to checkpoint, why a run
 stopped), `files` (what a sweep, `cv` and `audit` write beside the folder's own files)
 and `profile` (`train --profile`'s trace). Nothing here prints.
 """
 
 from .cadence import CheckpointEvery as CheckpointEvery, Interrupted as Interrupted
 from .files import (
-    OUT_OF_FOLD as OUT_OF_FOLD,
-    SWEEP_FILES as SWEEP_FILES,
     read_out_of_fold as read_out_of_fold,
     sweep_heatmap as sweep_heatmap,
     write_cross_validation as write_cross_validation,
     write_suspects as write_suspects,
     write_sweep as write_sweep,
+)
+from .layout import (
+    CHECKPOINT_NAME as CHECKPOINT_NAME,
+    FIGURES as FIGURES,
+    OUT_OF_FOLD as OUT_OF_FOLD,
+    SWEEP_FILES as SWEEP_FILES,
+    TEACHER_FILE as TEACHER_FILE,
+    RunError as RunError,
+    distinct_stems as distinct_stems,
+    read_history as read_history,
+    read_teacher as read_teacher,
+    refuse_overwriting as refuse_overwriting,
 )
 from .reading import (
     DataSource as DataSource,
@@ -32,7 +42,6 @@ from .reading import (
     audit_run as audit_run,
     checkpoint_path as checkpoint_path,
     open_teacher as open_teacher,
-    read_teacher as read_teacher,
     run_splits as run_splits,
 )
 from .report import (
@@ -42,11 +51,7 @@ from .report import (
     time_split as time_split,
 )
 from .summary import (
-    CHECKPOINT_NAME as CHECKPOINT_NAME,
-    TEACHER_FILE as TEACHER_FILE,
     TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,
-    RunError as RunError,
-    read_history as read_history,
     summarise as summarise,
     tensorboard_writer as tensorboard_writer,
 )
@@ -60,7 +65,6 @@ from .training import (
     train_run as train_run,
 )
 from .writing import (
-    FIGURES as FIGURES,
     LOCK_NAME as LOCK_NAME,
     RunFolder as RunFolder,
     default_folder as default_folder,

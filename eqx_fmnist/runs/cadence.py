@@ -4,13 +4,14 @@ and what to say of a stop ([`why_stopped`][eqx_fmnist.runs.cadence.why_stopped])
 
 import dataclasses
 import re
+import shlex
 from pathlib import Path
 
 import jax
 
 from ..intervals import NonFiniteError
 from ..parallel import is_lost_process
-from .summary import RunError
+from .layout import RunError
 
 
 class Interrupted(Exception):
@@ -59,27 +60,34 @@ EVERY_MINUTE = CheckpointEvery()
 
 
 def why_stopped(
-    e: BaseException, command: str, saved_step: int | None = None, checkpoint: Path | None = None
+    e: BaseException,
+    command: str,
+    saved_step: int | None = None,
+    checkpoint: Path | None = None,
+    *,
+    again: str | None = None,
 ) -> tuple[int, str]:
     """Why a run of `eqx-fmnist COMMAND` stopped on `e` (a stop asked for, a non-finite
     loss, a lost process of a multi-process run) and what was kept: the exit status
     (1, or 130 for a stop asked for) and one line. `saved_step`: the last checkpoint's
-    step at `checkpoint` (`0`: none written; `None`: no run folder at hand)."""
+    step at `checkpoint` (`0`: none written; `None`: no run folder at hand). `again`:
+    the command that continues the run, when it is not `eqx-fmnist COMMAND --resume
+    CHECKPOINT` (a recipe of two runs continues with its own command); paths are
+    quoted for a shell."""
     kept = "no checkpoint was written"
     if saved_step:
         kept = f"the last checkpoint (step {saved_step:,}) is {checkpoint}"
+    resume = shlex.quote(f"--resume={checkpoint}")  # `=`: a path may start with a dash
+    again = again or f"eqx-fmnist {command} {resume}"
     if is_lost_process(e):
         first = re.sub(r"\[[^\]]*\.cc:\d+\] ", "", str(e).strip().splitlines()[0])[:160]
         what = f"another process of this {jax.process_count()}-process run was lost ({first})"
         if saved_step is None or jax.process_index() != 0:
             return 1, f"error: {what}; process 0 keeps the run folder: start every process again."
-        again = f" with --resume {checkpoint}" if saved_step else ""
-        return 1, f"error: {what}; {kept}: start every process again{again}."
+        with_it = f" with {resume}" if saved_step else ""
+        return 1, f"error: {what}; {kept}: start every process again{with_it}."
     if isinstance(e, NonFiniteError):
         return 1, f"error: {e} No result was written; {kept}."
     if saved_step:
-        return (
-            130,
-            f"{e or 'interrupted'}; continue with `eqx-fmnist {command} --resume {checkpoint}`.",
-        )
+        return 130, f"{e or 'interrupted'}; continue with `{again}`."
     return 130, "interrupted before the first checkpoint."

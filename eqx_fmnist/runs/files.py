@@ -15,12 +15,7 @@ from ..data import NUM_CLASSES
 from ..ensemble import CrossValidation, SweepResult
 from ..fileio import atomic_write
 from ..plots import plot_folds, plot_heatmap, plot_predictions, save_figure
-from .summary import RunError, read_history
-
-OUT_OF_FOLD = "out_of_fold.npz"
-"""A cv folder's out-of-fold probabilities (`probabilities`, `labels`, `fold`)."""
-CV_FILES = (OUT_OF_FOLD, "cv.json", "folds.png")
-SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
+from .layout import CV_FILES, OUT_OF_FOLD, SWEEP_FILES, RunError, read_history
 
 
 def sweep_heatmap(result: SweepResult):

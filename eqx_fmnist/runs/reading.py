@@ -12,6 +12,7 @@ through this module.
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -30,15 +31,15 @@ from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import Splits, split_data, to_datasets
 from ..distill import Teacher
-from ..ensemble import members_from
+from ..ensemble import Grid, members_from
 from ..evaluation import evaluate, predict_proba
-from ..export import FORMATS, export_model
+from ..export import FORMATS, export_model, manifest_path
 from ..model import Model
 from ..precision import Policy
-from ..state import TrainState
+from ..state import TrainState, select_members
 from ..train import Members
 from .files import read_out_of_fold, write_suspects
-from .summary import CHECKPOINT_NAME, TEACHER_FILE, RunError
+from .layout import CHECKPOINT_NAME, RunError, read_teacher, refuse_overwriting
 
 DataSource = FashionMNIST | Callable[[], FashionMNIST] | None
 """The data a run uses: the data set, a function that loads it (called once the checks
@@ -111,13 +112,23 @@ class Run:
 
         **Raises:**
 
-        `RunError` when there is no checkpoint; `CheckpointError` for one that is not
-        a checkpoint of this library.
+        `RunError` when there is no checkpoint, or a calibration beside it fitted for
+        another checkpoint; `CheckpointError` for one that is not a checkpoint of this
+        library.
         """
         path = checkpoint_path(where)
+        saved = load_checkpoint(path)
         file = path.parent / CALIBRATION_FILE
         calibration = Calibration.load(file) if file.is_file() else None
-        return cls(path, load_checkpoint(path), calibration)
+        if calibration is not None and calibration.checkpoint not in (
+            None,
+            saved.metadata["payload_sha256"],
+        ):
+            raise RunError(
+                f"{file} was fitted for another checkpoint than {path} (a file left by an "
+                "earlier run): delete it, or train again with --calibrate."
+            )
+        return cls(path, saved, calibration)
 
     @property
     def folder(self) -> Path:
@@ -129,8 +140,37 @@ class Run:
 
     @property
     def members(self) -> tuple[TrainConfig, ...] | None:
-        """The members' configs (an ensemble, a sweep or cv's folds), else `None`."""
-        return self.saved.members
+        """The members' configs (an ensemble, cv's folds, a sweep's winner), else
+        `None`."""
+        members, winner = self.saved.members, self.winner
+        return members if members is None or winner is None else tuple(members[i] for i in winner)
+
+    @property
+    def winner(self) -> list[int] | None:
+        """For a sweep, the members of the point its table ranks first (the `best` of
+        its `summary.json`), one per seed: what its evaluation, answers and exports use;
+        `None` for any other run.
+
+        **Raises:**
+
+        `RunError` for a sweep without a summary naming its winner (not finished).
+        """
+        choice = self.choice
+        if not isinstance(choice, Grid):
+            return None
+        points = math.prod(len(v) for v in choice.values.values())
+        per = len(self.saved.members or ()) // points
+        file = self.folder / "summary.json"
+        try:
+            best = json.loads(file.read_text())["best"]["index"]
+            if type(best) is not int or not 0 <= best < points:
+                raise ValueError(f"`best.index` is {best!r}, not one of {points} points")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise RunError(
+                f"{self.folder} is a sweep without a finished {file.name} naming its winner "
+                f"({e}): finish it (`eqx-fmnist sweep --resume {self.checkpoint}`) first."
+            ) from None
+        return list(range(best * per, (best + 1) * per))
 
     @property
     def choice(self) -> Members | None:
@@ -150,8 +190,10 @@ class Run:
 
     @property
     def model(self) -> Model:
-        """What evaluation uses: the weight average if the run kept one."""
-        return self.saved.state.eval_model
+        """What evaluation uses: the weight average if the run kept one; a sweep's
+        winner's members ([`winner`][eqx_fmnist.runs.reading.Run.winner])."""
+        model, winner = self.saved.state.eval_model, self.winner
+        return model if winner is None else select_members(model, winner)
 
     @property
     def policy(self) -> Policy:
@@ -173,14 +215,14 @@ class Run:
 
     def answer(
         self,
-        images: Shaped[Array | np.ndarray, "n 784"],
+        images: Shaped[Array | np.ndarray, "n ..."],
         *,
         tta: str | None = None,
         members: bool = False,
         attributions: bool = False,
     ) -> Answer:
-        """[`answer`][eqx_fmnist.answers.answer] of the run's model on `uint8` images
-        `(n, 784)`, with its calibration and [`views`][eqx_fmnist.runs.reading.Run.views]."""
+        """[`answer`][eqx_fmnist.answers.answer] of the run's model on images `(n, 784)`
+        or `(n, 28, 28)`, with its calibration and [`views`][eqx_fmnist.runs.reading.Run.views]."""
         return answer(
             self.model,
             images,
@@ -198,16 +240,22 @@ class Run:
         format: str = "stablehlo",
         tta: str | None = None,
         data: DataSource = None,
+        overwrite: bool = False,
     ) -> tuple[Path, dict[str, Any]]:
         """What `eqx-fmnist export` does: [`export_model`][eqx_fmnist.export.check.export_model]
-        of the run's model (or ensemble) with its calibration and
+        of the run's model (or ensemble; a sweep's winner) with its calibration and
         [`views`][eqx_fmnist.runs.reading.Run.views], checked on every test image of
         `data` (as for `Training.new`), its test accuracy and step in the manifest. `out`:
-        defaults to `RUN/model.<suffix>`. Returns the artifact's path and its manifest."""
-        views, data = self.views(tta), loaded(data)
-        test = evaluate(self.model, to_datasets(data)[1], policy=self.policy, tta=views)
+        defaults to `RUN/model.<suffix>`; an artifact or manifest there already is
+        replaced only with `overwrite`, and a run's own files or another run's folder
+        never ([`refuse_overwriting`][eqx_fmnist.runs.summary.refuse_overwriting]).
+        Returns the artifact's path and its manifest."""
+        views = self.views(tta)
         suffix = FORMATS[format].suffix if format in FORMATS else ""  # else export_model says
         out = self.folder / f"model{suffix}" if out is None else Path(out)
+        refuse_overwriting([out, manifest_path(out)], own=self.folder, overwrite=overwrite)
+        data = loaded(data)
+        test = evaluate(self.model, to_datasets(data)[1], policy=self.policy, tta=views)
         images = data.test_images.reshape(len(data.test_images), -1)
         about = {"test_accuracy": test.accuracy, "step": self.step}
         return out, export_model(
@@ -301,25 +349,3 @@ def opened_teacher(
         return open_teacher(where, config)
     except RunError as e:
         raise RunError(f"the teacher {where}: {e}") from None
-
-
-def read_teacher(folder: str | os.PathLike) -> Path | None:
-    """The teacher `folder/teacher.json` names (a distilled run's), else `None`.
-
-    **Raises:**
-
-    `RunError` naming the file when it names no teacher.
-    """
-    file = Path(folder) / TEACHER_FILE
-    if not file.is_file():
-        return None
-    try:
-        named = json.loads(file.read_text())["teacher"]
-        if not isinstance(named, str) or not named:
-            raise TypeError(f"the teacher is {named!r}, not a path")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise RunError(
-            f"{file} does not name a teacher ({type(e).__name__}: {e}); write "
-            '{"teacher": "RUN_DIR"} into it, or delete it to resume without one.'
-        ) from None
-    return Path(named)

@@ -34,6 +34,14 @@ from ..plots import (
 from ..precision import Policy
 from ..robustness import Robustness, moved_logits, robustness_moves
 
+REPORT_FIGURES = (
+    "confusion_matrix.png",
+    "reliability.png",
+    "robustness.png",
+    "prediction_sets.png",
+)
+"""The figures a report draws (the last only for a calibration with prediction sets)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RunReport:

@@ -1,10 +1,8 @@
-"""What a finished run folder reports: the summary's numbers, the TensorBoard writer, the
-names of the folder's checkpoint and teacher record, its history read back, and the
-errors about run folders."""
+"""What a finished run folder reports: the summary's numbers (from the run, or from its
+history for a run resumed at its end) and the TensorBoard writer."""
 
-import json
-import os
-import typing
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +15,27 @@ from ..evaluation import per_class_accuracy
 from ..intervals import History
 from ..state import PER_MEMBER
 from ..train import TrainResult
+from .layout import CHECKPOINT_NAME, RunError
 
-CHECKPOINT_NAME = "checkpoint.eqx"
-TEACHER_FILE = "teacher.json"
-"""Where a distilled run's folder names its teacher, so that a resume finds it."""
 TOKENS_PER_EXAMPLE = 16
 """Tokens per image of the summary's projected tokens/sec: 16 patches of 7 x 7 pixels."""
 
 
-class RunError(Exception):
-    """A run folder cannot be used as asked (in use, holding results, a bad option)."""
-
-
 def summarise(
-    result: TrainResult, cm: np.ndarray, calibration: Calibration | None = None
+    result: TrainResult,
+    cm: np.ndarray,
+    calibration: Calibration | None = None,
+    history: Sequence[History] = (),
 ) -> dict[str, Any]:
     """The numbers of `summary.json`: test and validation results (an ensemble's, and
     each member's), throughput, per-class accuracy from the confusion matrix `cm`, the
-    config, and the trust flag's settings with a `calibration`."""
+    config, and the trust flag's settings with a `calibration`. A run that trained
+    nothing in this process (resumed at its end) takes its throughput from its folder's
+    `history`."""
     recall = np.asarray(per_class_accuracy(cm))
+    eps, seconds = result.examples_per_sec, result.train_seconds
+    if not result.history and history:
+        eps, seconds = _throughput(history)
     test, valid, ensemble = result.test, result.validation, {}
     assert test is not None, "a run folder's run is evaluated on the test split"
     if test.members:
@@ -58,11 +58,11 @@ def summarise(
         "validation_accuracy": valid.accuracy if valid else None,
         **ensemble,
         "steps": result.state.global_step,
-        "examples_per_sec": result.examples_per_sec,
-        "projected_tokens_per_sec": result.examples_per_sec * TOKENS_PER_EXAMPLE,
+        "examples_per_sec": eps,
+        "projected_tokens_per_sec": eps * TOKENS_PER_EXAMPLE,
         "tokens_per_example": TOKENS_PER_EXAMPLE,
         "compile_seconds": result.compile_seconds,
-        "train_seconds": result.train_seconds,
+        "train_seconds": seconds,
         "load_seconds": result.seconds["load"],
         # What the matmuls multiplied in, where they ran: "float32 (highest)" on a TPU
         # is float32 products, not JAX's default bfloat16 passes.
@@ -73,6 +73,19 @@ def summarise(
         "checkpoint": CHECKPOINT_NAME,
         **({} if calibration is None else {"trust": calibration.to_dict()}),
     }
+
+
+def _throughput(history: Sequence[History]) -> tuple[float, float]:
+    """`(examples/sec, seconds)` of the training a folder's history records (its
+    intervals with a finite time and rate: a record of an earlier version may lack them)."""
+    timed = [
+        (float(h["examples_per_sec"]), float(h["seconds"]))
+        for h in history
+        if all(isinstance(h.get(k), int | float) for k in ("examples_per_sec", "seconds"))
+    ]
+    timed = [(rate, t) for rate, t in timed if math.isfinite(rate * t) and t > 0]
+    seconds = sum(t for _, t in timed)
+    return (sum(rate * t for rate, t in timed) / seconds if seconds else 0.0), seconds
 
 
 def _device() -> str:
@@ -89,55 +102,3 @@ def tensorboard_writer(folder: Path):
             "TensorBoard logging needs tensorboardX: pip install 'eqx_fmnist[tensorboard]'."
         ) from None
     return SummaryWriter(logdir=str(folder))
-
-
-def _not_a_record(record: object) -> str | None:
-    """Why `record` is not a history record, or `None`: a JSON object with a whole
-    `step`, a `loss` and an `accuracy` (or `members`, a list of such records), whose
-    other known fields are numbers; an older run's record may lack the others."""
-    if not isinstance(record, dict) or type(record.get("step")) is not int:
-        return "is not a history record (a JSON object with a whole `step`)"
-    missing = [k for k in ("loss", "accuracy") if k not in record and "members" not in record]
-    if missing:
-        return f"has no `{missing[0]}`"
-    for key, value in record.items():
-        if key == "members":
-            if not isinstance(value, list) or not value:
-                return "has `members` that is not a list of records"
-            why = next(filter(None, map(_not_a_record, value)), None)
-            if why is not None:
-                return f"has a member that {why}"
-        elif key in History.__annotations__ and (
-            isinstance(value, bool) or not isinstance(value, int | float)
-        ):
-            return f"has `{key}` {json.dumps(value)[:40]}, not a number"
-    return None
-
-
-def read_history(folder: str | os.PathLike) -> list[History]:
-    """The records of `folder/history.jsonl` (none if it does not exist).
-
-    **Raises:**
-
-    `RunError` naming the file and line of a record that is not a JSON object with a
-    whole `step` and numbers for its other fields.
-    """
-    path = Path(folder) / "history.jsonl"
-    if not path.is_file():
-        return []
-    records: list[History] = []
-    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        why = _not_a_record(record)
-        if why is not None:
-            raise RunError(
-                f"{path}, line {i}, {why}: delete the line, or the file to start the "
-                "history afresh."
-            )
-        records.append(typing.cast(History, record))
-    return records

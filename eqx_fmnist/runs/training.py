@@ -56,9 +56,9 @@ from ..state import TrainState
 from ..train import Members, TrainResult, fit
 from .cadence import EVERY_MINUTE, CheckpointEvery
 from .files import write_cross_validation
+from .layout import CHECKPOINT_NAME, RunError
 from .profile import IntervalProfiler, find_trace
 from .reading import DataSource, Run, loaded, opened_teacher, run_splits
-from .summary import RunError
 from .writing import RunFolder, refuse_results
 
 TEACHER_FOLDER = "teacher"
@@ -151,7 +151,7 @@ class Training:
         teacher: str | os.PathLike | None = None,
         data: DataSource = None,
         overwrite: bool = False,
-        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+        checkpoint_every: CheckpointEvery | str = EVERY_MINUTE,
         tensorboard: bool = False,
     ) -> "Training":
         """A new run in folder `out`, ready to train (call its `run`).
@@ -168,8 +168,8 @@ class Training:
         - `data`: the data set, or a function that loads it (called after the checks
             that need no data). Defaults to
             [`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist].
-        - `overwrite`, `checkpoint_every`, `tensorboard`: as for
-            [`RunFolder`][eqx_fmnist.runs.RunFolder].
+        - `overwrite`, `checkpoint_every` (or its text: `"60s"`, `"500steps"`),
+            `tensorboard`: as for [`RunFolder`][eqx_fmnist.runs.RunFolder].
 
         **Raises:**
 
@@ -177,6 +177,13 @@ class Training:
         teacher this student cannot learn from, members too large for the memory, or
         splits the members cannot use.
         """
+        if not isinstance(config, TrainConfig):  # before any work or file
+            raise TypeError(f"`config` must be a TrainConfig, not {type(config).__name__}.")
+        if members is not None and not isinstance(members, Members):
+            raise TypeError(
+                f"`members` must be a Members choice (ef.ensemble.Seeds, Grid, Folds), not "
+                f"{type(members).__name__}."
+            )
         if isinstance(members, Grid) and not config.validation_size:
             config = config.with_changes(validation_size=SWEEP_VALIDATION)
         return start_training(
@@ -199,7 +206,7 @@ class Training:
         out: str | os.PathLike | None = None,
         data: DataSource = None,
         overwrite: bool = False,
-        checkpoint_every: CheckpointEvery = EVERY_MINUTE,
+        checkpoint_every: CheckpointEvery | str = EVERY_MINUTE,
         tensorboard: bool = False,
     ) -> "Training":
         """The run of `checkpoint` (a file or its folder), ready to train on from its
@@ -230,6 +237,18 @@ class Training:
             checkpoint_every=checkpoint_every,
             tensorboard=tensorboard,
         )
+
+    @classmethod
+    def unfinished(
+        cls, out: str | os.PathLike, config: TrainConfig, **options: Any
+    ) -> "Training | None":
+        """The run of `config` that folder `out` holds unfinished (a checkpoint and no
+        summary: interrupted), resumed in its folder, so that a recipe's command run again
+        continues it; `None` when `out` holds no such run (none, a finished one, members,
+        or another config). `options`: as for `Training.resume`."""
+        if _unfinished_config(Path(out)) != config:
+            return None
+        return cls.resume(out, kind="train", **options)
 
     @property
     def kind(self) -> str:
@@ -377,6 +396,10 @@ def start_training(
     [`Training.resume`][eqx_fmnist.runs.training.Training.resume] share); in a
     multi-process run every process trains and only process 0 keeps the folder (the
     others write a temporary one)."""
+    if not isinstance(folder_options.get("checkpoint_every", EVERY_MINUTE), CheckpointEvery):
+        folder_options["checkpoint_every"] = CheckpointEvery.parse(
+            folder_options["checkpoint_every"]
+        )
     data = loaded(data)
     try:
         splits = run_splits(config, data)
@@ -432,19 +455,36 @@ def teacher_training(
     --distilled`), into `out/teacher`: `teacher` (defaults to
     [`TrainConfig.teacher()`][eqx_fmnist.config.TrainConfig.teacher], a CNN) with the
     student's seed and held-out splits, so that no image the student holds out teaches
-    it. `None` when a finished teacher is there already (and not `overwrite`). A student
-    folder that holds results is refused first, not minutes later. `folder_options`: as
-    for [`RunFolder`][eqx_fmnist.runs.RunFolder].
+    it. `None` when it has nothing to train: a finished teacher is there, or the student
+    itself is already training (its teacher finished). A teacher interrupted earlier
+    continues from its checkpoint (so that the recipe's command, run again, continues
+    the recipe); with `overwrite` both start afresh. A student folder that holds other
+    results is refused first, not minutes later. `folder_options`: as for
+    [`RunFolder`][eqx_fmnist.runs.RunFolder].
     """
     out = Path(out)
-    if not overwrite:
-        refuse_results(out)
     where = out / TEACHER_FOLDER
-    if (where / "summary.json").is_file() and not overwrite:
-        return None
     config = (TrainConfig.teacher() if teacher is None else teacher).with_changes(
         seed=student.seed,
         validation_size=student.validation_size,
         calibration_size=student.calibration_size,
     )
+    if not overwrite:
+        if _unfinished_config(out) == student:
+            return None  # the student trains (and continues): its teacher has finished
+        refuse_results(out)
+        if (where / "summary.json").is_file():
+            return None
+        resumed = Training.unfinished(where, config, data=data, **folder_options)
+        if resumed is not None:
+            return resumed
     return start_training(where, config, None, data, overwrite=overwrite, **folder_options)
+
+
+def _unfinished_config(folder: Path) -> TrainConfig | None:
+    """The config of the one run (not members) `folder` holds unfinished: a checkpoint
+    and no summary."""
+    if (folder / "summary.json").is_file() or not (folder / CHECKPOINT_NAME).is_file():
+        return None
+    run = Run.open(folder)
+    return run.config if run.members is None else None

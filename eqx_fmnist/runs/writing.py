@@ -1,19 +1,8 @@
 """A run folder as library code: a lock, the config, one history line per logging
-interval, checkpoints on a cadence of their own, a summary and the figures.
-
-```
-runs/20261201-021500/
-  .eqx-fmnist.lock     while a process writes the folder
-  config.json          the TrainConfig
-  history.jsonl        one History record per logging interval
-  checkpoint.eqx       every `checkpoint_every`, at the end, and when asked to stop
-  summary.json         test metrics, throughput, per-class accuracy, the config
-  examples.png  training_curve.png  predictions.png  confusion_matrix.png
-  reliability.png  robustness.png   calibration; accuracy on moved test images
-  tensorboard/         scalars and hyperparameters, with `tensorboard=True`
-  teacher.json         the teacher's checkpoint, for a distilled run
-  sweep.md  sweep.json  sweep_heatmap.png      for a sweep
-```
+interval, checkpoints on a cadence of their own, a summary and the figures (the files
+are listed in `eqx_fmnist.runs.layout`). With `overwrite`, a new run removes the
+folder's previous run (`clear_run`) once every check has passed and its lock is held,
+before it writes its own first file: a run killed after that leaves only its own files.
 
 The same folder holds an ensemble (`members`: one checkpoint of the stacked members;
 the summary has the ensemble's and each member's test results) or a sweep.
@@ -30,6 +19,7 @@ This module never prints; its errors are [`RunError`][eqx_fmnist.runs.RunError]s
 import contextlib
 import datetime
 import json
+import math
 import os
 import signal
 import time
@@ -39,7 +29,7 @@ from typing import Any
 import jax
 
 from ..calibration import CALIBRATION_FILE, Calibration
-from ..checkpoint import save_checkpoint
+from ..checkpoint import payload_digest, save_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..ensemble import SweepResult
@@ -55,29 +45,21 @@ from ..plots import (
 from ..state import TrainState
 from ..train import Members, TrainResult
 from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
-from .files import SWEEP_FILES, write_sweep
-from .report import run_report, time_split
-from .summary import (
+from .files import write_sweep
+from .layout import (
     CHECKPOINT_NAME,
+    HOLDS_RESULTS,
     TEACHER_FILE,
     RunError,
+    clear_run,
     read_history,
-    summarise,
-    tensorboard_writer,
+    refuse_edited_config,
+    teacher_record,
 )
+from .report import run_report, time_split
+from .summary import summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"
-FIGURES = (
-    "examples.png",
-    "training_curve.png",
-    "predictions.png",
-    "confusion_matrix.png",
-    "reliability.png",
-    "robustness.png",
-)
-HOLDS_RESULTS = ("summary.json", CHECKPOINT_NAME, *FIGURES, *SWEEP_FILES)
-"""What makes a folder hold results: a checkpoint, a summary or a figure (a folder with
-only the config and the history of a start that failed does not)."""
 
 
 def default_folder() -> Path:
@@ -185,6 +167,11 @@ class RunFolder:
         own = bool(start_step) and source.resolve() == self.folder.resolve()
         if not overwrite:
             refuse_results(self.folder, own, start_step, self.plan.total_steps)
+        if start_step:
+            refuse_edited_config(source, config)
+        # `overwrite` starts the folder afresh (its previous run removed once every
+        # check has passed); a resume in its own folder continues it.
+        self._clear = overwrite and not own
         self._history_from = source if start_step else self.folder
         self.config, self.num_train = config, num_train
         self.checkpoint_every = checkpoint_every
@@ -207,12 +194,15 @@ class RunFolder:
             raise RunError(str(e)) from None
         try:
             remove_stale_parts(self.folder)  # a killed writer's: the lock is ours now
+            if self._clear:
+                teacher = self._teacher.parent if self._teacher is not None else None
+                clear_run(self.folder, keep=teacher)
             _write_text(self.folder / "config.json", self.config.to_json() + "\n")
             old = read_history(self._history_from)
             kept = [h for h in old if h["step"] <= self._start_step]
             _write_text(self.folder / "history.jsonl", "".join(json.dumps(h) + "\n" for h in kept))
             if self._teacher is not None:
-                named = json.dumps({"teacher": str(self._teacher)})
+                named = json.dumps(teacher_record(self.folder, self._teacher))
                 _write_text(self.folder / TEACHER_FILE, named + "\n")
             if self._tensorboard:
                 self._writer = tensorboard_writer(self.folder / "tensorboard")
@@ -327,10 +317,11 @@ class RunFolder:
             tta=result.config.views,
         )
         if calibration is not None:
-            calibration.save(self.folder / CALIBRATION_FILE)
+            owner = payload_digest(self.checkpoint)
+            calibration.save(self.folder / CALIBRATION_FILE, checkpoint=owner)
         reported = time.perf_counter()
         summary = {
-            **summarise(result, report.confusion, calibration),
+            **summarise(result, report.confusion, calibration, read_history(self.folder)),
             "calibration": report.calibration,
             "robustness": report.robustness.to_dict(),
             **({} if report.sets is None else {"prediction_sets": report.sets.to_dict()}),
@@ -391,7 +382,7 @@ class RunFolder:
         kind = f", {len(self.members)} members (mean)" if self.members else ""
         return plot_training_curve(
             [h["step"] for h in history],
-            [h["loss"] for h in history],
-            [h["accuracy"] for h in history],
+            [float(h.get("loss", math.nan)) for h in history],
+            [float(h.get("accuracy", math.nan)) for h in history],
             title=f"Training: {self.config.precision}, batch {self.config.batch_size}{kind}",
         )
