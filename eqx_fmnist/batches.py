@@ -31,17 +31,22 @@ def augment_key(key):
     return jr.fold_in(key, jnp.uint32(AUGMENT_STREAM))
 
 
-def step_batch(st: TrainState, step, dataset: ArrayDataset, batch_size: int, teacher, subset):
+def step_batch(
+    st: TrainState, step, dataset: ArrayDataset, batch_size: int, teacher, subset, key=None
+):
     """Global step `step`'s batch `(x, y, rows)`: its examples gathered and moved,
     mirrored or erased as the state's augmentation says, and with a teacher's table
-    its answers on them (`rows`; `None` without one)."""
+    its answers on them (`rows`; `None` without one). `key`: the run key that orders
+    and moves the batches, by default the state's own (members that share their batches
+    pass their first member's)."""
+    key = st.key if key is None else key
     n = len(dataset) if subset is None else subset.shape[0]
     with jax.named_scope("gather"):
-        idx = batch_indices(st.key, step, n, batch_size)
+        idx = batch_indices(key, step, n, batch_size)
         idx = idx if subset is None else subset[idx]  # a member's own rows
         x, y = dataset.images[idx], dataset.labels[idx]
     with jax.named_scope("augment"):
-        key = jr.fold_in(augment_key(st.key), step)
+        key = jr.fold_in(augment_key(key), step)
         if isinstance(teacher, TeacherTable):  # its answers, read by (image, view)
             x, views = augment_with_views(key, x, st.settings.augmentation)
             return x, y, teacher.targets(idx, views)

@@ -127,8 +127,9 @@ def save_checkpoint(
         seeds, a grid, folds, ...), so that a resume rebuilds the same choice. Defaults
         to `None`.
 
-    In a multi-process run every process holds the replicated state; call this on
-    process 0 only (`jax.process_index() == 0`).
+    In a multi-process run every process calls it at the same step, because members
+    split over processes are gathered first (a collective); keep process 0's file (the
+    others write to a scratch path).
 
     **Returns:**
 

@@ -105,7 +105,12 @@ class TrainConfig:
         calibration split ([`fit_sets`][eqx_fmnist.conformal.fit_sets]).
     - `tta`: the test-time views wherever the run is evaluated, calibrated and
         exported ([`TTA_VIEWS`][eqx_fmnist.augment.TTA_VIEWS]).
-    - `devices`: data-parallel over this many devices.
+    - `devices`: train over this many devices: one model's batch split over them (data
+        parallel), or members split over them, whole members on each with the whole
+        batch (the members must divide over them).
+    - `shared_batches`: members train on the same batches in the same order, moved and
+        mirrored alike: the batches of the run's first member, prepared once a step
+        for all of them (members that train on rows of their own, folds, cannot).
     - `on_nonfinite`: `"raise"` stops `fit` with a
         [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] naming the step, before
         the bad interval is reported; `"skip"` skips such steps in the compiled loop and
@@ -190,7 +195,14 @@ class TrainConfig:
     distill_weight: float = _field(
         1.0, "with a teacher: the weight of its soft targets (1 - weight: the labels')"
     )
-    devices: int = _field(1, "data-parallel over this many devices (batch_size must divide)")
+    devices: int = _field(
+        1, "devices: one model's batch split over them, or members split over them"
+    )
+    shared_batches: bool = _field(
+        False,
+        "members train on the same batches, moved and mirrored alike (common random "
+        "numbers: a sweep's points compared on the same data); one model: no change",
+    )
     on_nonfinite: OnNonfinite = _field(
         "raise", "a NaN/inf loss or gradient stops the run (raise) or skips the step", state=True
     )

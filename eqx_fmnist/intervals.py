@@ -144,7 +144,8 @@ def check_memory(
 
     The estimate counts, per member, four copies of the state (the state, its
     successor, the gradients and Adam's update) and the forward and backward
-    activations of one batch; plus the data set once.
+    activations of one batch; plus the data set once. Members split over devices
+    (`devices > 1`) count on each device only its own.
 
     **Returns:**
 
@@ -157,7 +158,9 @@ def check_memory(
     config = configs[0]
     per_member = 4 * state_bytes(config, num_train)
     per_member += 2 * 4 * config.batch_size * (784 + 3 * (sum(config.hidden_sizes) + 10))
-    need = len(configs) * per_member + data_bytes
+    spread = len(configs) > 1 and config.devices > 1
+    on_each = len(configs) // config.devices if spread else len(configs)
+    need = on_each * per_member + data_bytes
     device = device or jax.local_devices()[0]
     have, kind = _device_memory(device)
     if need > MEMORY_FRACTION * have:
@@ -168,10 +171,11 @@ def check_memory(
                 f"{MEMORY_FRACTION:.0%} of its {have / 2**30:.1f} GiB {kind}; make it smaller "
                 "(hidden_sizes, batch_size)."
             )
+        each = f" ({on_each:,} on each of {config.devices} devices)" if spread else ""
         raise ValueError(
-            f"{len(configs):,} members need about {need / 2**30:.1f} GiB on {device}, more "
-            f"than {MEMORY_FRACTION:.0%} of its {have / 2**30:.1f} GiB {kind}; train at most "
-            f"{fits:,} members at once (fewer seeds or grid points per call)."
+            f"{len(configs):,} members{each} need about {need / 2**30:.1f} GiB on {device}, "
+            f"more than {MEMORY_FRACTION:.0%} of its {have / 2**30:.1f} GiB {kind}; train at "
+            f"most {fits:,} members on a device (fewer seeds or grid points per call)."
         )
     return need
 

@@ -1,9 +1,12 @@
-"""Data parallelism with `jax.sharding`: one mesh axis, `"data"`, over the devices.
+"""Many devices with `jax.sharding`, on one mesh axis over them.
 
-The model and optimiser state are replicated on every device; each batch is split along
-its batch axis, one slice per device. Nothing else changes: the training step is the
-same function, and XLA's SPMD partitioner inserts the all-reduce of the gradients. The
-same code runs on one CPU, on the 8 simulated devices of
+One model: the `"data"` axis. The model and optimiser state are replicated on every
+device; each batch is split along its batch axis, one slice per device, and XLA's SPMD
+partitioner inserts the all-reduce of the gradients. Many models (an ensemble, a
+sweep's points, the folds): the `"members"` axis. The stacked state's leading axis is
+split over the devices, whole members on each, the data replicated: every device trains
+its own members on whole batches, and nothing crosses devices until their answers are
+combined. The same code runs on one CPU, on the 8 simulated devices of
 `XLA_FLAGS=--xla_force_host_platform_device_count=8`, on the GPUs of one machine, and,
 after `jax.distributed.initialize()` in every process, on many machines.
 
@@ -28,22 +31,29 @@ after `jax.distributed.initialize()` in every process, on many machines.
 """
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 AXIS = "data"
+MEMBERS = "members"
 
 
-def make_mesh(devices: int | Sequence[jax.Device] | None = None) -> Mesh:  # pyright: ignore[reportInvalidTypeForm]
-    """A 1-D mesh with axis `"data"`.
+def make_mesh(
+    devices: int | Sequence[jax.Device] | None = None,  # pyright: ignore[reportInvalidTypeForm]
+    axis: str = AXIS,
+) -> Mesh:
+    """A 1-D mesh with axis `axis`: `"data"` (one model's batch split over the
+    devices) or `"members"` (many models, whole members on each device).
 
     **Arguments:**
 
     - `devices`: how many devices (the first ones of `jax.devices()`, which spans every
         process after `jax.distributed.initialize`), or the devices themselves. Defaults
         to all devices.
+    - `axis`: the axis's name. Defaults to `"data"`.
 
     **Raises:**
 
@@ -74,7 +84,7 @@ def make_mesh(devices: int | Sequence[jax.Device] | None = None) -> Mesh:  # pyr
         chosen = list(devices)
         if not chosen:
             raise ValueError("`devices` is an empty list; give at least one device.")
-    return Mesh(np.array(chosen), (AXIS,))
+    return Mesh(np.array(chosen), (axis,))
 
 
 def check_divisible(batch_size: int, mesh: Mesh) -> None:
@@ -87,6 +97,35 @@ def check_divisible(batch_size: int, mesh: Mesh) -> None:
             f"`batch_size` {batch_size} does not split evenly over {n} devices; "
             f"use a multiple of {n} (e.g. {options})."
         )
+
+
+def check_members_divide(members: int, devices: int) -> None:
+    """`ValueError` unless `members` split into whole members per device."""
+    if members % devices:
+        lower = members - members % devices
+        options = ", ".join(str(m) for m in (lower, lower + devices) if m > 0)
+        raise ValueError(
+            f"{members} members do not split evenly over {devices} devices (whole members "
+            f"on each): train a multiple of {devices} members (e.g. {options}), or on "
+            f"devices that divide {members}."
+        )
+
+
+def shard_members(tree, mesh: Mesh):
+    """Every array of `tree` (a stack of members, or each member's row table) split on
+    its leading axis over the mesh's `"members"` axis; each process passes the whole
+    stack (it made every member), and keeps the members of its own devices."""
+    sharding = NamedSharding(mesh, PartitionSpec(MEMBERS))
+
+    def put(x):
+        if not isinstance(x, jax.Array | np.ndarray):
+            return x
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)
+        whole = np.asarray(x)
+        return jax.make_array_from_callback(whole.shape, sharding, lambda i: whole[i])
+
+    return jax.tree.map(put, tree)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2, axis: int = 0) -> NamedSharding:
@@ -116,25 +155,54 @@ def replicate(tree, mesh: Mesh):
     return jax.tree.map(put, tree)
 
 
+_Shared = TypeVar("_Shared")
+_Own = TypeVar("_Own")
+
+
+def place(
+    shared: _Shared, own: _Own, *, devices: int, members: bool
+) -> tuple[Mesh | None, _Shared, _Own]:
+    """`(mesh, shared, own)` over `devices` (and every process): the data (`shared`)
+    replicated; a state and its row tables (`own`) replicated for one model, whose
+    batch the `"data"` mesh splits, or split on their leading axis for `members` (a
+    `"members"` mesh: whole members on each device). On one device, as they are."""
+    if devices == 1 and jax.process_count() == 1:
+        return None, shared, own
+    mesh = make_mesh(devices, MEMBERS if members else AXIS)
+    shared = jax.block_until_ready(replicate(shared, mesh))
+    own = shard_members(own, mesh) if members else replicate(own, mesh)
+    return mesh, shared, jax.block_until_ready(own)
+
+
 def to_local(tree):
-    """This process's full copy of every replicated array in `tree`, on one local device.
+    """This process's full copy of every array in `tree`.
 
     After multi-host training the state's arrays span every process; saving, plotting or
-    predicting on one process wants its local copy. Arrays that are already fully
+    predicting on one process wants its local copy: a replicated array's own copy, and
+    members split over processes gathered (a collective: every process calls it at the
+    same point, as every process runs the same run). Arrays that are already fully
     addressable are returned as they are.
     """
+    from jax.experimental import multihost_utils
 
     def local(x):
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            if not x.sharding.is_fully_replicated:
-                raise ValueError(
-                    "to_local needs replicated arrays; gather sharded ones with "
-                    "jax.experimental.multihost_utils.process_allgather."
-                )
+        if not isinstance(x, jax.Array) or x.is_fully_addressable:
+            return x
+        if x.sharding.is_fully_replicated:
             return x.addressable_data(0)
-        return x
+        return jax.numpy.asarray(multihost_utils.process_allgather(x, tiled=True))
 
     return jax.tree.map(local, tree)
+
+
+def agreed(flag: bool) -> bool:
+    """Whether any process says `flag` (itself where there is one process): a decision
+    every process takes together, as one that ends in a collective must be."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
 
 
 HEARTBEAT_S = 10

@@ -26,6 +26,7 @@ from .config import BatchedHyperparameter, TrainConfig
 from .hardware import warn_if_slower
 from .model import CNN, MLP, Model, num_members
 from .optim import make_optimizer, make_schedule
+from .parallel import check_members_divide
 from .precision import FLOAT32, DynamicLossScale, LossScale, NoOpLossScale, Policy
 
 
@@ -38,8 +39,9 @@ class Settings:
     [`make_optimizer`][eqx_fmnist.optim.make_optimizer]), `schedule` (the learning
     rate's multiplier by the optimiser's step count), `policy` (the precision policy),
     `skip_nonfinite` (skip a step whose loss or gradients are not finite),
-    `augmentation` (what each step does to its batch) and `ema_decay` (of the weight
-    average; `0`: none).
+    `augmentation` (what each step does to its batch), `ema_decay` (of the weight
+    average; `0`: none) and `shared_batches` (members train on their first member's
+    batches).
     """
 
     optimizer: optax.GradientTransformation
@@ -48,6 +50,7 @@ class Settings:
     skip_nonfinite: bool = False
     augmentation: Augmentation = NONE
     ema_decay: float = 0.0
+    shared_batches: bool = False
 
 
 class TrainState(eqx.Module):
@@ -83,6 +86,7 @@ class TrainState(eqx.Module):
         skip_nonfinite: bool = False,
         augmentation: Augmentation = NONE,
         ema_decay: float = 0.0,
+        shared_batches: bool = False,
     ):
         """**Arguments:**
 
@@ -105,6 +109,7 @@ class TrainState(eqx.Module):
         - `ema_decay`: with a decay in `(0, 1)`, `average` keeps an exponential moving
             average of the weights, updated after every step. Defaults to `0`: no
             average (`average` is `None`).
+        - `shared_batches`: members train on the same batches. Defaults to `False`.
         """
         missing = set(HYPERPARAMS) - set(hyperparams)
         if missing:
@@ -123,7 +128,13 @@ class TrainState(eqx.Module):
         self.hyperparams = {k: jnp.asarray(hyperparams[k], jnp.float32) for k in HYPERPARAMS}
         schedule = optax.constant_schedule(1.0) if schedule is None else schedule
         self.settings = Settings(
-            optimizer, schedule, policy, bool(skip_nonfinite), augmentation, float(ema_decay)
+            optimizer,
+            schedule,
+            policy,
+            bool(skip_nonfinite),
+            augmentation,
+            float(ema_decay),
+            bool(shared_batches),
         )
         # A copy, not the same buffers: every compiled path donates the state, and one
         # buffer cannot be donated twice.
@@ -148,8 +159,12 @@ class TrainState(eqx.Module):
 
     @property
     def global_step(self) -> int:
-        """The steps done (all members train in step), as a Python int: a host read."""
-        return int(np.asarray(self.step).reshape(-1)[0])
+        """The steps done (all members train in step), as a Python int: a host read
+        (of this process's own members, where they are split over processes)."""
+        step = self.step
+        if isinstance(step, jax.Array) and not step.is_fully_addressable:
+            step = step.addressable_data(0)
+        return int(np.asarray(step).reshape(-1)[0])
 
 
 HYPERPARAMS = typing.get_args(BatchedHyperparameter)
@@ -253,6 +268,7 @@ def _build(config: TrainConfig, total_steps: int, seed, numbers, model=None) -> 
         skip_nonfinite=config.on_nonfinite == "skip",
         augmentation=augmentation_of(config),
         ema_decay=config.ema_decay,
+        shared_batches=config.shared_batches,
     )
 
 
@@ -283,12 +299,8 @@ def check_members(configs: Sequence[TrainConfig]) -> None:
                 f"differ only in {', '.join(PER_MEMBER)}, because the others change the "
                 "program's shapes or structure. Train one program per value instead."
             )
-    if configs[0].devices > 1:
-        raise ValueError(
-            f"members cannot be combined with `devices` = {configs[0].devices} (data "
-            "parallelism): train the members on one device (`devices=1`), or one run at "
-            "a time over several devices."
-        )
+    if configs[0].devices > 1:  # whole members on each device
+        check_members_divide(len(configs), configs[0].devices)
 
 
 def init_members(configs: Sequence[TrainConfig], num_train: int) -> TrainState:

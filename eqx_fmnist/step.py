@@ -14,12 +14,17 @@
   time, so compiling can be timed apart from running.
 - Given a stacked state (from [`init_members`][eqx_fmnist.state.init_members]), each
   runs under `eqx.filter_vmap`: many models, one compiled program, the training set
-  shared.
+  shared. Over a `"members"` mesh the stack is split over the devices and each runs
+  the vmapped chunk on its own members (`jax.shard_map`, no collective); members
+  with `shared_batches` train on their first member's batches, prepared once a step.
 
 The batch order and the augmentation are pure functions of the run's key and the global
 step, so results do not depend on how steps are grouped into calls, a resumed run
 continues exactly where it stopped, and a compiled call has no set-up that grows with
 the data set.
+
+The module is kept whole: the step and every way it is run, one program each, read in
+one place.
 """
 
 import equinox as eqx
@@ -28,6 +33,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import optax
+from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Int, Shaped
 
 from .augment import augment
@@ -36,7 +42,7 @@ from .dataset import ArrayDataset, steps_per_epoch
 from .distill import Teacher, TeacherTable
 from .losses import accuracy, cross_entropy, mixed_cross_entropy, soft_cross_entropy
 from .model import batch_logits
-from .parallel import batch_sharding, check_divisible
+from .parallel import MEMBERS, batch_sharding, check_divisible, check_members_divide, replicated
 from .precision import NoOpLossScale, all_finite, astype, optax_promotion
 from .state import TrainState
 
@@ -202,7 +208,10 @@ def _augmented(st: TrainState, x):
     return augment(jr.fold_in(augment_key(st.key), st.step), x, st.settings.augmentation)
 
 
-def _steps(static, state: TrainState):
+def _steps(static, state: TrainState, shared=None):
+    """The chunk: `num_steps` steps of `state`, each on its own batch. `shared`, for
+    members that share their batches, is `(key, step)` of their first member, outside
+    the members' `vmap`: each batch is then prepared once for all of them."""
     dataset, batch_size, num_steps, mesh, teacher, subset, block = static
     live = None if isinstance(teacher, TeacherTable) else teacher
 
@@ -216,21 +225,21 @@ def _steps(static, state: TrainState):
         targets = None if rows is None else (rows, teacher.temperature, teacher.weight)
         return _step(st, x, y, live, targets)
 
-    if block == 1:  # each step gathers its own batch
-        return jax.lax.scan(
-            lambda st, _: one(st, step_batch(st, st.step, dataset, batch_size, teacher, subset)),
-            state,
-            length=num_steps,
+    def batches(st, first, count):  # steps first .. first + count - 1, in one pass
+        key, first = (None, first) if shared is None else (shared[0], shared[1] + first)
+        steps = first + jnp.arange(count, dtype=jnp.int32)
+        return jax.vmap(lambda s: step_batch(st, s, dataset, batch_size, teacher, subset, key))(
+            steps
         )
 
-    def steps_of_block(st, _):
-        # The block's batches in one vectorised pass (the same bits as one by one),
-        # then its steps: the per-step indices, gather and moves cost one pass.
-        steps = st.step + jnp.arange(block, dtype=jnp.int32)
-        batches = jax.vmap(lambda s: step_batch(st, s, dataset, batch_size, teacher, subset))(steps)
-        return jax.lax.scan(one, st, batches)
+    def steps_of_block(st, i):
+        # The block's batches in one vectorised pass (the same bits as one by one; on a
+        # CPU a block is one step), then its steps.
+        first = st.step if shared is None else i * block
+        return jax.lax.scan(one, st, batches(st, first, block))
 
-    state, metrics = jax.lax.scan(steps_of_block, state, length=num_steps // block)
+    blocks = jnp.arange(num_steps // block, dtype=jnp.int32)
+    state, metrics = jax.lax.scan(steps_of_block, state, blocks)
     return state, jtu.tree_map(lambda m: m.reshape(num_steps, *m.shape[2:]), metrics)
 
 
@@ -238,23 +247,57 @@ _steps_traced = eqx.debug.assert_max_traces(_steps, max_traces=None)
 # Members: the same chunk vmapped over the state's leading axis (and each member's row
 # table, when they train on subsets: in the first argument, which is never donated); the
 # data are shared.
-_members_steps = eqx.filter_vmap(
-    _steps_traced, in_axes=((None,) * 5 + (eqx.if_array(0), None), eqx.if_array(0))
+_vmapped_steps = eqx.filter_vmap(
+    _steps_traced, in_axes=((None,) * 5 + (eqx.if_array(0), None), eqx.if_array(0), None)
 )
+
+
+def _members_steps(static, state: TrainState, shared=None):
+    """The chunk of a stack of members: the same chunk, vmapped (`shared`: their first
+    member's `(key, step)`, for members that share their batches)."""
+    return _vmapped_steps(static, state, shared)
+
+
+def _members_over_mesh(static, state: TrainState, shared=None):
+    """Members split over a mesh's `"members"` axis: each device runs the vmapped chunk
+    on its own members and their row tables, the data and a teacher replicated. The
+    body is each device's own program (`jax.shard_map`): nothing crosses devices."""
+    dataset, batch_size, num_steps, mesh, teacher, subsets, block = static
+    local = (dataset, batch_size, num_steps, None, teacher, subsets, block)
+    arrays, rest = eqx.partition((local, state), eqx.is_array)
+    own = P(MEMBERS)
+    specs = jtu.tree_map(lambda _: P(), arrays)
+    specs = (
+        specs[0][:5] + (None if subsets is None else own, None),
+        jtu.tree_map(lambda _: own, arrays[1]),
+    )
+
+    def each_device(arrays):
+        new, metrics = _members_steps(*eqx.combine(arrays, rest))
+        return eqx.filter((new, metrics), eqx.is_array)
+
+    done = jax.shard_map(each_device, mesh=mesh, in_specs=(specs,), out_specs=own)(arrays)
+    new_arrays, metrics = done
+    return eqx.combine(new_arrays, eqx.filter(state, eqx.is_array, inverse=True)), metrics
+
+
 _CHUNKS = {
-    (members, donate): eqx.filter_jit(
-        _members_steps if members else _steps_traced,
+    (kind, donate): eqx.filter_jit(
+        {"one": _steps_traced, "members": _members_steps, "sharded": _members_over_mesh}[kind],
         donate="all-except-first" if donate else "none",
     )
-    for members in (False, True)
+    for kind in ("one", "members", "sharded")
     for donate in (False, True)
 }
 
 
-def _chunk_fn(state: TrainState, donate: bool = True):
-    """The compiled chunk for one run, or for a stack of members (the one place the
-    step asks), with the state's buffers donated or kept."""
-    return _CHUNKS[(state.num_members is not None, donate)]
+def _chunk_fn(state: TrainState, donate: bool = True, mesh=None):
+    """The compiled chunk for one run, for a stack of members, or for members split
+    over a mesh (the one place the step asks), with the state's buffers donated or
+    kept."""
+    if state.num_members is None:
+        return _CHUNKS[("one", donate)]
+    return _CHUNKS[("members" if mesh is None else "sharded", donate)]
 
 
 def train_steps(
@@ -302,7 +345,16 @@ def train_steps(
     """
     _check_chunk(state, dataset, batch_size, num_steps, mesh, subsets)
     static = _static(state, dataset, batch_size, num_steps, mesh, teacher, subsets)
-    return _chunk_fn(state)(static, state)
+    return _chunk_fn(state, True, mesh)(static, state, _shared(state, mesh))
+
+
+def _shared(state: TrainState, mesh=None):
+    """Members that share their batches: their first member's `(key, step)`, where
+    every device has it; else `None`."""
+    if state.num_members is None or not state.settings.shared_batches:
+        return None
+    first = replicated(mesh) if mesh is not None else None
+    return jax.jit(lambda key, step: (key[0], step[0]), out_shardings=first)(state.key, state.step)
 
 
 def _check_chunk(
@@ -318,17 +370,22 @@ def _check_chunk(
             f"({state.num_members}, m), but got {tuple(subsets.shape)}."
         )
     steps_per_epoch(len(dataset) if subsets is None else subsets.shape[1], batch_size)
-    if mesh is not None:
+    if mesh is not None and state.num_members is None:
         check_divisible(batch_size, mesh)
-        if state.num_members is not None:
+    elif mesh is not None:  # whole members on each device of a "members" mesh
+        if mesh.axis_names != (MEMBERS,):
             raise ValueError(
-                "members and a device mesh do not combine: train the members on one device."
+                f"members train over a mesh of axis {MEMBERS!r}, not {mesh.axis_names}."
             )
+        check_members_divide(state.num_members, mesh.size)
 
 
 def _static(state, dataset: ArrayDataset, batch_size, num_steps, mesh, teacher, subsets):
-    """The chunk's first argument: what it runs on, and its block of prepared steps."""
+    """The chunk's first argument: what it runs on, and its block of prepared steps (of
+    the members on each device, where a mesh splits them)."""
     members = state.num_members or 1
+    if state.num_members is not None and mesh is not None:
+        members //= mesh.size
     block = block_steps(num_steps, batch_size, members, data_platform(dataset))
     return (dataset, batch_size, num_steps, mesh, teacher, subsets, block)
 
@@ -363,17 +420,17 @@ def compile_steps(
     """
     _check_chunk(state, dataset, batch_size, num_steps, mesh, subsets)
     static = _static(state, dataset, batch_size, num_steps, mesh, teacher, subsets)
-    chunk = _chunk_fn(state, donate)
-    lowered = chunk.lower(static, state)  # pyright: ignore[reportFunctionMemberAccess]
-    return CompiledSteps(lowered.compile(), static)
+    chunk = _chunk_fn(state, donate, mesh)
+    lowered = chunk.lower(static, state, _shared(state, mesh))  # pyright: ignore[reportFunctionMemberAccess]
+    return CompiledSteps(lowered.compile(), static, mesh)
 
 
 class CompiledSteps:
     """A chunk of steps compiled ahead of time by
     [`compile_steps`][eqx_fmnist.step.compile_steps]: call it with a state."""
 
-    def __init__(self, chunk, static):
-        self._chunk, self._static = chunk, static
+    def __init__(self, chunk, static, mesh=None):
+        self._chunk, self._static, self._mesh = chunk, static, mesh
         self.compiled: jax.stages.Compiled = chunk.compiled
         """The XLA executable (`cost_analysis()`, `as_text()`)."""
 
@@ -381,7 +438,7 @@ class CompiledSteps:
         """Run the chunk on `state` (donated, unless compiled with `donate=False`);
         returns the new state and the metrics. The call returns once the work is queued
         on the device: the arrays it returns are ready when they are read."""
-        return self._chunk(self._static, state)
+        return self._chunk(self._static, state, _shared(state, self._mesh))
 
 
 def train_epoch(

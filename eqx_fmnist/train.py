@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +30,7 @@ from .distill import Teacher, TeacherTable, table_pays
 from .evaluation import EvalResult, evaluate
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import Model
-from .parallel import make_mesh, replicate, to_local
+from .parallel import AXIS, place, to_local
 from .precision import Policy
 from .state import ModelSource, TrainState, starting_state
 from .step import compile_steps
@@ -198,7 +198,9 @@ def run_chunks(
             t = time.perf_counter()
             jax.block_until_ready(read)
             ran = time.perf_counter()
-            read = jax.device_get(read)  # the one host read of the interval
+            # The one host read of the interval (of every member, where members are
+            # split over processes: gathered, as every process checks and logs them).
+            read = jax.device_get(to_local(read))
             seconds["steps"] += ran - t
             seconds["host_reads"] += _since(ran)
             elapsed, last_read = _since(last_read), time.perf_counter()
@@ -236,26 +238,18 @@ def _check_arguments(config: object, splits: object, members: object, callbacks:
     splits.check_held_out(config.validation_size, config.calibration_size)
 
 
-_Trees = TypeVar("_Trees")
-
-
-def _place(config: TrainConfig, trees: _Trees) -> tuple[Mesh | None, _Trees]:
-    """`(mesh, trees)`: the trees replicated over the config's devices (and processes),
-    or left on one device; returned in place."""
-    mesh = None
-    if config.devices > 1 or jax.process_count() > 1:
-        mesh = make_mesh(config.devices)  # the config checked the batch divides over it
-        trees = replicate(trees, mesh)
-    return mesh, jax.block_until_ready(trees)
-
-
 def _evaluator(policy: Policy, views, batch_size: int, mesh: Mesh | None):
-    """`evaluated(dataset, model)`: every example of `dataset` (`None` for none)."""
+    """`evaluated(dataset, model)`: every example of `dataset` (`None` for none); over a
+    `"data"` mesh, each batch split; members split over processes are gathered first
+    (every process evaluates them all: the numbers are small, the gather is one)."""
+    data_mesh = mesh if mesh is not None and mesh.axis_names == (AXIS,) else None
 
     def evaluated(ds: ArrayDataset | None, model: Model) -> EvalResult | None:
         if ds is None:
             return None
-        return evaluate(model, ds, policy=policy, batch_size=batch_size, mesh=mesh, tta=views)
+        if mesh is not None and data_mesh is None:
+            model = to_local(model)
+        return evaluate(model, ds, policy=policy, batch_size=batch_size, mesh=data_mesh, tta=views)
 
     return evaluated
 
@@ -380,7 +374,14 @@ def fit(
     if soft is not None and table_pays(config, plan.total_steps, len(train)):
         soft = soft.table(train.images, augmentation_of(config)) or soft
     table = None if rows is None else jnp.asarray(rows.train, jnp.int32)
-    mesh, (train, valid, test, state, soft) = _place(config, (train, valid, test, state, soft))
+    if table is not None and config.shared_batches:
+        raise ValueError(
+            "members that train on rows of their own (folds, bootstrap) cannot share their "
+            "batches: drop shared_batches."
+        )
+    shared, own = (train, valid, test, soft), (state, table)
+    mesh, shared, own = place(shared, own, devices=config.devices, members=members is not None)
+    (train, valid, test, soft), (state, table) = shared, own
     seconds: dict[str, float] = dict.fromkeys(FIT_SECONDS, 0.0)
     seconds["load"] = _since(start)
 

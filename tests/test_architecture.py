@@ -72,7 +72,7 @@ ONLY = {
     "attributions": {"data", "dataset", "model", "precision"},
     "config": {"checks", "precision", "dataset", "augment", "conformal"},
     "optim": {"config"},
-    "state": {"config", "optim", "model", "precision", "augment", "hardware"},
+    "state": {"config", "optim", "model", "precision", "augment", "hardware", "parallel"},
     "distill": {"config", "data", "model", "precision", "augment", "dataset"},
     "batches": {"state", "dataset", "augment", "distill"},
     "step": {

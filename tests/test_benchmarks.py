@@ -39,6 +39,11 @@ SMOKE = {
         "| shifts (6) | html |",
     ),
     "folds.py": (["--epochs", "1", "--folds", "2"], "| random |"),
+    "members.py": (
+        ["--members", "2", "--precisions", "float32", "--repeats", "1", "--fit", "2"]
+        + ["--epochs", "1"],
+        "| float32 | shared |",
+    ),
     "confused_pairs.py": (["--steps", "30", "--pairs", "2"], "| completeness error"),
     "robust_accuracy.py": (
         ["--seeds", "0", "--ensemble", "2", "--steps", "6"],

@@ -41,6 +41,7 @@ def test_every_field_has_help_a_flag_and_round_trips_through_json():
         label_smoothing=0.2,
         validation_size=100,
         devices=1,
+        shared_batches=True,
         on_nonfinite="skip",
         calibration_size=50,
         shift=3,

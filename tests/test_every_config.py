@@ -56,6 +56,8 @@ LEGAL = {
     "coverage": [0.9, 0.95],
     "per_class_sets": [False, True],
     "tta": ["none", "mirror", "shifts"],
+    # Members only (one model trains as without it; tests/test_members_devices.py).
+    "shared_batches": [False, True],
 }
 ILLEGAL = [
     ("steps", 0),

@@ -61,13 +61,6 @@ def test_members_that_would_change_the_program_are_refused(change, message):
         check_members([config(), config(**change)])
 
 
-def test_members_and_data_parallelism_are_refused_together():
-    from eqx_fmnist.state import check_members
-
-    with pytest.raises(ValueError, match="devices.*one device"):
-        check_members([config(devices=2, batch_size=32)] * 2)
-
-
 def test_select_members_keeps_the_stack_or_takes_one():
     from eqx_fmnist.state import init_members, init_state, select_members
 

@@ -263,9 +263,7 @@ class Training:
     def length(self) -> str:
         """The run's length in words: `80 epochs (9,360 steps)`, or `400 steps`."""
         epochs, steps = self.config.epochs, f"{self.total_steps:,} steps"
-        if not epochs:
-            return steps
-        return f"{epochs} epoch{'' if epochs == 1 else 's'} ({steps})"
+        return f"{epochs} epoch{'' if epochs == 1 else 's'} ({steps})" if epochs else steps
 
     def describe(self) -> str:
         """Where and what trains, as the command line says it first: the folder; what
@@ -291,23 +289,34 @@ class Training:
             )
             seeds = ", ".join(map(str, member_seeds(config, members.seeds)))
             return (
-                f"{grid}; seeds {seeds}: {count} members in one program, {total:,} steps "
-                f"each, ranked on {config.validation_size:,} validation images"
+                f"{grid}; seeds {seeds}: {count} members in one program{self._spread()}, "
+                f"{total:,} steps each, ranked on {config.validation_size:,} validation images"
             )
         if isinstance(members, Folds):
             return (
                 f"{count} folds of {len(self.splits.train):,} images ({self.folder.num_train:,} "
-                f"to train on each), {total:,} steps, one program"
+                f"to train on each), {total:,} steps, one program{self._spread()}"
             )
         parts = [self.length, config.precision, f"seed {config.seed}"]
         if members is not None:
             seeds = _seeds(members.configs(config))
-            parts[-1] = f"{count} members in one program (seeds {seeds})"
+            parts[-1] = f"{count} members in one program (seeds {seeds}){self._spread()}"
         if config.calibration_size:
             parts.append(f"{config.calibration_size:,} images held out to calibrate")
         if self.teacher is not None:
             parts.append(f"distilled from {self.teacher}")
         return ", ".join(parts)
+
+    def _spread(self) -> str:
+        """Members split over devices or on shared batches, in words."""
+        config, members = self.config, self.members
+        if members is None:
+            return ""
+        words = ", on shared batches" if config.shared_batches else ""
+        if config.devices > 1:
+            each = len(members.configs(config)) // config.devices
+            words += f", {each} on each of {config.devices} devices"
+        return words
 
     def run(self, callbacks: Sequence[Callback] = (), *, profile: bool = False) -> Finished:
         """Train in the folder, then finish it; `callbacks` are called after each

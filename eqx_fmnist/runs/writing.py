@@ -35,7 +35,7 @@ from ..data import FashionMNIST
 from ..ensemble import SweepResult
 from ..fileio import FolderInUse, FolderLock, atomic_write, remove_stale_parts
 from ..intervals import History, plan_run
-from ..parallel import make_mesh
+from ..parallel import agreed, make_mesh
 from ..plots import (
     plot_examples,
     plot_predictions,
@@ -273,11 +273,15 @@ class RunFolder:
                         self._writer.add_scalar(f"members/{i}/{key}", m[key], record["step"])
         since = record["step"] - (self.saved_step or 0)
         elapsed = time.monotonic() - self._last_save
-        if self._stop_reason or self.checkpoint_every.due(steps_since=since, seconds_since=elapsed):
+        # Every process of a run decides together: a checkpoint of members split over
+        # processes gathers them (a collective), and a stop must be every process's.
+        stop = agreed(self._stop_reason is not None)
+        if stop or agreed(self.checkpoint_every.due(steps_since=since, seconds_since=elapsed)):
             self.save(state, record["step"])
-        if self._stop_reason:
+        if stop:
             raise Interrupted(
-                f"{self._stop_reason}; the checkpoint at step {record['step']:,} is in "
+                f"{self._stop_reason or 'another process stopped'}; the checkpoint at step "
+                f"{record['step']:,} is in "
                 f"{self.checkpoint}",
                 step=record["step"],
                 checkpoint=self.checkpoint,
