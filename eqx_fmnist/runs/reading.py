@@ -248,7 +248,7 @@ class Run:
         `data` (as for `Training.new`), its test accuracy and step in the manifest. `out`:
         defaults to `RUN/model.<suffix>`; an artifact or manifest there already is
         replaced only with `overwrite`, and a run's own files or another run's folder
-        never ([`refuse_overwriting`][eqx_fmnist.runs.summary.refuse_overwriting]).
+        never ([`refuse_overwriting`][eqx_fmnist.runs.layout.refuse_overwriting]).
         Returns the artifact's path and its manifest."""
         views = self.views(tta)
         suffix = FORMATS[format].suffix if format in FORMATS else ""  # else export_model says
