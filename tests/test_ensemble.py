@@ -77,18 +77,6 @@ def test_members_that_differ_in_numbers_match_their_single_runs(small):
 
 
 @pytest.mark.slow
-def test_members_match_single_runs_after_two_epochs_of_the_real_recipe(real_splits):
-    import eqx_fmnist as ef
-
-    c = ef.TrainConfig(epochs=2)
-    ens = ef.fit_ensemble(c, real_splits, seeds=(0, 1))
-    for i in range(2):
-        single = ef.fit(c.with_changes(seed=i), real_splits)
-        assert max_diff(ef.select_members(ens.model, i), single.model) < 1e-4
-        assert abs(ens.test.members[i].accuracy - single.test.accuracy) <= 0.002
-
-
-@pytest.mark.slow
 def test_the_ensemble_evaluation_against_numpy(small):
     import eqx_fmnist as ef
 
