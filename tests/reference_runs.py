@@ -1,6 +1,6 @@
 """Short runs whose results are pinned in `tests/data/reference_runs.json`.
 
-The file was written before the redesign of issue 12 (`python tests/reference_runs.py`);
+The file is written by `python tests/reference_runs.py`;
 `tests/test_reference.py` checks that the same configs still give the same numbers:
 bit for bit on the machine kind that wrote it, to float32 rounding elsewhere (another
 CPU runs other XLA kernels).
@@ -15,7 +15,7 @@ import numpy as np
 
 REFERENCE = Path(__file__).parent / "data" / "reference_runs.json"
 CONFIGS = {
-    # Written before augmentation became the default (issue 20): pinned without it.
+    # Without augmentation (the default recipe moves and mirrors): pinned as written.
     "recipe_with_validation": dict(
         steps=30, log_every=10, hidden_sizes=[64], validation_size=5000, shift=0, mirror=False
     ),

@@ -75,6 +75,10 @@ SMOKE = {
         "| selects |",
     ),
     "call_costs.py": (["--repeats", "1", "--queued", "2"], "| hand-written scan epoch, float32 |"),
+    "main_job.py": (
+        ["--runs", "1", "--train", "--steps 8 --log-every 4 --hidden 16"],
+        "| cold (empty compilation cache) |",
+    ),
 }
 
 

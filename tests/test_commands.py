@@ -180,7 +180,7 @@ class Session:
 
         argv = self.quick(argv)
         if "--resume" in argv:
-            # The pages resume an interrupted run; this session's runs finished, and a
+            # The pages resume an interrupted run; the runs made here finished, and a
             # finished run is read-only to --resume. One stopped after its last
             # checkpoint, before its summary, stands in: the resume finishes it.
             resumed = self.folder / argv[argv.index("--resume") + 1]

@@ -245,7 +245,7 @@ def test_the_patient_length_is_the_length_measured_at_0_92():
     """`PATIENT_EPOCHS`, the length the recipes page and tutorial 18 give an accelerator,
     is the length whose three seeds the chip's results file (`distill_ablation.py`'s
     table) records at a mean of 0.920 or more clean, 0.910 mirrored and 0.900 moved
-    (issue 55's targets), and the constant's docstring quotes that mean."""
+    (the recipe's targets), and the constant's docstring quotes that mean."""
     from pathlib import Path
 
     from eqx_fmnist import config

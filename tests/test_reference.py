@@ -1,5 +1,5 @@
-"""Results stay what they were: short runs compared with numbers stored before the
-redesign of issue 12 (`tests/reference_runs.py` wrote them)."""
+"""Results stay what they were: short runs compared with numbers stored in
+`tests/data/reference_runs.json` (`tests/reference_runs.py` wrote them)."""
 
 import json
 

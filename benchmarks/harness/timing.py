@@ -12,6 +12,7 @@ import dataclasses
 import importlib.metadata
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -184,7 +185,7 @@ def machine_line(command: str | None = None) -> str:
     """
     facts = machine_facts()
     flags = ", ".join(facts["flags"]) or f"none of {', '.join(CPU_FLAGS)}"
-    command = command or " ".join(["python", *sys.argv])
+    command = command or shlex.join(["python", *sys.argv])
     host = f"{facts['cpu'] or 'CPU model unknown'}, {facts['cores']} cores (flags: {flags})"
     if facts["backend"] != "cpu":
         runtime = f", {facts['runtime']}" if facts["runtime"] else ""

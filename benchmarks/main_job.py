@@ -1,0 +1,94 @@
+"""The main job as a user runs it: `eqx-fmnist train`, each time in a process of its own,
+first with an empty compilation cache (cold) and then with the cache the first run
+left (warm); the wall time of each command and the time line its `summary.json`
+records.
+
+    python benchmarks/main_job.py [--runs 2] [--train "FLAGS"] [--out FILE.md]
+
+`--train` passes flags to `eqx-fmnist train` (`--train "--steps 12"` for a smoke run).
+"""
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from eqx_fmnist.fileio import atomic_write
+
+from harness import machine_line
+
+
+def run_once(flags: list[str], folder: Path, cache: Path) -> dict:
+    """One `eqx-fmnist train` in a process of its own: its wall seconds and summary."""
+    env = {**os.environ, "EQX_FMNIST_COMPILE_CACHE": str(cache), "COLUMNS": "120"}
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "eqx_fmnist", "train", *flags, "--out", str(folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"eqx-fmnist train failed ({done.returncode}):\n{done.stderr}")
+    summary = json.loads((folder / "summary.json").read_text())
+    return {"wall": wall, "summary": summary}
+
+
+def table(runs: list[tuple[str, dict]]) -> str:
+    """The runs side by side, and each one's time line."""
+    first = runs[0][1]["summary"]
+    parts = list(first["seconds"])
+    head = ["run", "wall s", "test accuracy", "examples/sec", *(f"{p} s" for p in parts)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in runs:
+        s = r["summary"]
+        cells = [
+            name,
+            f"{r['wall']:.1f}",
+            f"{s['test_accuracy']:.4f}",
+            f"{s['examples_per_sec']:,.0f}",
+            *(f"{s['seconds'][p]:.2f}" for p in parts),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2, help="warm runs after the cold one")
+    parser.add_argument("--train", default="", help="flags for eqx-fmnist train, quoted")
+    parser.add_argument("--out", type=Path, help="write the table here (markdown)")
+    args = parser.parse_args()
+    flags = shlex.split(args.train)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache, results = Path(tmp) / "jax-compile", []
+        for i in range(1 + args.runs):
+            name = "cold (empty compilation cache)" if i == 0 else f"warm {i}"
+            results.append((name, run_once(flags, Path(tmp) / f"run{i}", cache)))
+            print(f"{name}: {results[-1][1]['wall']:.1f} s", flush=True)
+    shown = " ".join(["eqx-fmnist", "train", *flags]) if flags else "eqx-fmnist train"
+    text = "\n\n".join(
+        [
+            machine_line(),
+            f"`{shown}` in a process of its own each time, the first with an empty "
+            "compilation cache, the others with the cache it left. Wall: the command "
+            "from start to exit (starting Python and JAX included); the other columns are "
+            "the run's `summary.json`: its examples/sec and where its time went.",
+            table(results),
+        ]
+    )
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The reader's pages stay pages: the README a front page of about 700 words of prose,
+and no page, results file, docstring or comment a log of how or when the project was
+made."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README_PROSE_WORDS = 700
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "benchmarks" / "results").rglob("*.md")),
+]
+SOURCES = [
+    p
+    for folder in ("eqx_fmnist", "tests", "benchmarks", "examples", "hooks", ".ci")
+    for p in sorted((ROOT / folder).rglob("*.py"))
+    if p.name != "test_pages.py"  # which spells the phrases it looks for
+]
+# What a development log says and a reader's page does not.
+LOG = re.compile(
+    r"\bissue \d+|\b(this|a later|an earlier|the next) session\b|\bnot kept\b"
+    r"|\bwaits for the next run\b|\bbefore issue\b|\bafter issue\b",
+    re.I,
+)
+
+
+def prose(markdown: str) -> str:
+    """`markdown` without its fenced blocks, inline code and link targets."""
+    text = re.sub(r"^```.*?^```$", " ", markdown, flags=re.M | re.S)
+    text = re.sub(r"`[^`\n]*`", " ", text)
+    return re.sub(r"\]\([^)]*\)", "]", text)
+
+
+def words(text: str) -> int:
+    return len(re.findall(r"[A-Za-z0-9][A-Za-z0-9'’.,-]*", text))
+
+
+def test_the_readme_is_a_front_page():
+    assert words(prose((ROOT / "README.md").read_text())) <= README_PROSE_WORDS
+
+
+def test_the_word_count_skips_code_and_link_targets():
+    page = "Two words.\n\n```bash\nmany words in a block\n```\n`and code` [a link](http://x.y/z)\n"
+    assert words(prose(page)) == 4
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_is_a_development_log(page):
+    found = [m.group(0) for m in LOG.finditer(prose(page.read_text()))]
+    assert not found, found
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_docstring_or_comment_is_a_development_log(source):
+    found = [m.group(0) for m in LOG.finditer(source.read_text())]
+    assert not found, found
+
+
+def test_the_log_check_sees_a_log():
+    assert LOG.search("measured in a later session, see issue 51")
+    assert not LOG.search('an ONNX session made each time; ```python session="cli"')
