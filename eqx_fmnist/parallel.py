@@ -87,27 +87,29 @@ def make_mesh(
     return Mesh(np.array(chosen), (axis,))
 
 
+def _near_multiples(count: int, n: int) -> str:
+    """The multiples of `n` on either side of `count`, for an error's advice."""
+    lower = count - count % n
+    return ", ".join(str(m) for m in (lower, lower + n) if m > 0)
+
+
 def check_divisible(batch_size: int, mesh: Mesh) -> None:
     """Raise `ValueError` unless `batch_size` splits evenly over the mesh's devices."""
     n = mesh.size
     if batch_size % n:
-        lower = batch_size - batch_size % n
-        options = ", ".join(str(b) for b in (lower, lower + n) if b > 0)
         raise ValueError(
             f"`batch_size` {batch_size} does not split evenly over {n} devices; "
-            f"use a multiple of {n} (e.g. {options})."
+            f"use a multiple of {n} (e.g. {_near_multiples(batch_size, n)})."
         )
 
 
 def check_members_divide(members: int, devices: int) -> None:
     """`ValueError` unless `members` split into whole members per device."""
     if members % devices:
-        lower = members - members % devices
-        options = ", ".join(str(m) for m in (lower, lower + devices) if m > 0)
         raise ValueError(
             f"{members} members do not split evenly over {devices} devices (whole members "
-            f"on each): train a multiple of {devices} members (e.g. {options}), or on "
-            f"devices that divide {members}."
+            f"on each): train a multiple of {devices} members (e.g. "
+            f"{_near_multiples(members, devices)}), or on devices that divide {members}."
         )
 
 
