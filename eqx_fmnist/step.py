@@ -260,16 +260,18 @@ def _members_steps(static, state: TrainState, shared=None):
 
 def _members_over_mesh(static, state: TrainState, shared=None):
     """Members split over a mesh's `"members"` axis: each device runs the vmapped chunk
-    on its own members and their row tables, the data and a teacher replicated. The
-    body is each device's own program (`jax.shard_map`): nothing crosses devices."""
+    on its own members and their row tables, the data, a teacher and the first member's
+    `shared` key and step replicated. The body is each device's own program
+    (`jax.shard_map`): nothing crosses devices."""
     dataset, batch_size, num_steps, mesh, teacher, subsets, block = static
     local = (dataset, batch_size, num_steps, None, teacher, subsets, block)
-    arrays, rest = eqx.partition((local, state), eqx.is_array)
+    arrays, rest = eqx.partition((local, state, shared), eqx.is_array)
     own = P(MEMBERS)
-    specs = jtu.tree_map(lambda _: P(), arrays)
+    specs = jtu.tree_map(lambda _: P(), arrays)  # replicated, but for each member's own
     specs = (
         specs[0][:5] + (None if subsets is None else own, None),
         jtu.tree_map(lambda _: own, arrays[1]),
+        specs[2],
     )
 
     def each_device(arrays):

@@ -66,6 +66,26 @@ def costs(devices: int, members: int) -> dict[int, tuple[float, int]]:
     return out
 
 
+def shared_batches_apart(devices: int) -> float:
+    """The largest difference between members on shared batches trained over the mesh
+    and on one device: the first member's batches must reach every device."""
+    import jax
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.parallel import MEMBERS, make_mesh, replicate, shard_members
+    from eqx_fmnist.state import init_members
+
+    ds, c = data(), config(1).with_changes(shared_batches=True)
+    configs = [c.with_changes(seed=s) for s in range(devices)]
+    mesh = make_mesh(devices, MEMBERS)
+    spread = shard_members(init_members(configs, len(ds)), mesh)
+    spread, _ = ef.train_steps(spread, replicate(ds, mesh), batch_size=32, num_steps=3, mesh=mesh)
+    alone, _ = ef.train_steps(init_members(configs, len(ds)), ds, batch_size=32, num_steps=3)
+    spread_leaves = jax.tree.leaves(eqx_arrays(spread.model))
+    pairs = zip(spread_leaves, jax.tree.leaves(eqx_arrays(alone.model)), strict=True)
+    return max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in pairs)
+
+
 def eqx_arrays(tree):
     import equinox as eqx
 
@@ -131,6 +151,7 @@ def main() -> None:
         info["collectives"] = [name for name in COLLECTIVES if name in text]
         if jax.process_count() == 1:  # the ratios, of a stack small enough to compile fast
             info["costs"] = costs(devices, 2 * devices)
+            info["shared_apart"] = shared_batches_apart(devices)
     leaves = [np.asarray(x) for x in jax.tree.leaves(eqx_arrays(to_local(result.model)))]
     if jax.process_index() == 0:
         np.savez(out, *leaves, info=np.array(repr(info)))

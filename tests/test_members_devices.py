@@ -91,6 +91,8 @@ def test_sixty_four_members_over_eight_devices_train_as_each_alone(tmp_path):
         member = [x[seed] for x in sharded]
         for a, b in zip(member, alone(seed), strict=True):
             np.testing.assert_allclose(a, b, atol=ALONE_ATOL, rtol=0)
+    # Members on shared batches get their first member's batches on every device.
+    assert info["shared_apart"] < ALONE_ATOL
     # Nothing crosses devices in the step ...
     assert info["collectives"] == []
     # ... and each device does 1/n of the work and holds 1/n of the members.
