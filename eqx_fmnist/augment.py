@@ -174,8 +174,8 @@ def gather_moves(
 
 
 def _shift(x: Array, d: Int[Array, " batch"], bound: int, axis: int) -> Array:
-    """`x` (images on the leading axis) moved by `d[b]` along `axis`, zero-filled:
-    `out[..., i, ...] = x[..., i - d, ...]`, for `|d| <= bound`.
+    """`x` (images on the last axis) moved by `d[b]` along `axis`, zero-filled:
+    `out[..., i, ..., b] = x[..., i - d[b], ..., b]`, for `|d| <= bound`.
 
     The move is `bound - d` in `0..2 bound`, written in binary: a zero-padded copy is
     cut by one static slice or the next for each bit, and each image selects its own.
@@ -184,7 +184,7 @@ def _shift(x: Array, d: Int[Array, " batch"], bound: int, axis: int) -> Array:
     pad = [(0, 0)] * x.ndim
     pad[axis] = (bound, (1 << bits) - 1 - bound)  # the length becomes size + 2**bits - 1
     y = jnp.pad(x, pad)
-    q = (bound - d).reshape((-1,) + (1,) * (x.ndim - 1))
+    q = (bound - d).reshape((1,) * (x.ndim - 1) + (-1,))  # one value per image
     for j in range(bits):
         v, n = 1 << j, y.shape[axis] - (1 << j)
         further = jax.lax.slice_in_dim(y, v, v + n, axis=axis)
@@ -202,27 +202,34 @@ def select_moves(
     bound: int = SIDE,
 ) -> Shaped[Array, "batch 784"]:
     """The moves of [`pixel_sources`][eqx_fmnist.augment.pixel_sources] without a gather:
-    the mirror as a select of the reversed batch, each move as static slices of a
-    zero-padded batch and one select per bit of its size, and the erased patch as a
-    mask. The same pixels as [`gather_moves`][eqx_fmnist.augment.gather_moves]; the
-    fast form on a TPU or a GPU.
+    the batch turned to `(row, column, image)`, so that the images lie along the
+    accelerator's lanes and every move is along an axis of whole rows or columns; the
+    mirror as a select of the columns reversed, each move as static slices of a
+    zero-padded batch and one select per bit of its size, the erased patch as a mask.
+    The same pixels as [`gather_moves`][eqx_fmnist.augment.gather_moves]; the fast form
+    on a TPU or a GPU.
+
+    (With the images first, a TPU lays each 28-pixel row across 128 lanes and makes a
+    pass over about four times the pixels for each select; turned, the selects of the
+    default recipe's moves took 0.64 of a no-augmentation step's speed for 32 members
+    in float32, against 0.54.)
 
     `bound` is the largest move asked for (`|dx|, |dy| <= bound`, static): the work
     grows with its number of bits. A move of `SIDE` pixels or more leaves nothing.
     """
     bound = max(0, min(bound, SIDE))  # a move of SIDE (clipped to) leaves only zeros
     n = images.shape[0]
-    x = images.reshape(n, SIDE, SIDE)
-    x = jnp.where(flip[:, None, None], x[:, :, ::-1], x)
-    x = _shift(x, jnp.clip(dx, -bound, bound).astype(jnp.int32), bound, axis=2)
-    x = _shift(x, jnp.clip(dy, -bound, bound).astype(jnp.int32), bound, axis=1)
+    x = images.T.reshape(SIDE, SIDE, n)
+    x = jnp.where(flip[None, None], x[:, ::-1, :], x)
+    x = _shift(x, jnp.clip(dx, -bound, bound).astype(jnp.int32), bound, axis=1)
+    x = _shift(x, jnp.clip(dy, -bound, bound).astype(jnp.int32), bound, axis=0)
     if erase_box is not None:
-        rows = jnp.arange(SIDE, dtype=jnp.int32)[None, :, None]
-        cols = jnp.arange(SIDE, dtype=jnp.int32)[None, None, :]
-        top, left, h, w = (erase_box[:, i, None, None] for i in range(4))
+        rows = jnp.arange(SIDE, dtype=jnp.int32)[:, None, None]
+        cols = jnp.arange(SIDE, dtype=jnp.int32)[None, :, None]
+        top, left, h, w = (erase_box[None, None, :, i] for i in range(4))
         inside = (rows >= top) & (rows < top + h) & (cols >= left) & (cols < left + w)
         x = jnp.where(inside, jnp.zeros((), x.dtype), x)
-    return x.reshape(n, SIDE * SIDE)
+    return x.reshape(SIDE * SIDE, n).T
 
 
 def move_batch(
