@@ -61,3 +61,20 @@ def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
     )
     with pytest.raises(ValueError, match="moves must be distinct"):
         fit_trust(model, train, held, moves=((0, 0, False), (0, 0, False)))
+
+
+def test_ink_and_contrast_are_numpys_mean_and_std_of_the_pixels():
+    from eqx_fmnist.trust import contrast, ink
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (300, 784), dtype=np.uint8)
+    images[0] = 7  # one flat grey: no contrast at all
+    images[1, ::2], images[1, 1::2] = 0, 255  # the most there is: 0.5
+    reference = images.astype(np.float64)
+    np.testing.assert_allclose(ink(images), reference.mean(1) / 255, rtol=1e-14)
+    np.testing.assert_allclose(contrast(images), reference.std(1) / 255, rtol=1e-12, atol=1e-15)
+    assert contrast(images)[0] == 0 and contrast(images)[1] == 0.5
+    floats = reference / 255  # float pixels take numpy's own path
+    np.testing.assert_allclose(
+        contrast(floats) * 255, reference.std(1) / 255, rtol=1e-12, atol=1e-15
+    )
