@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.optimized  # compiled as a user's run is: what the numbers are of
+
 
 @pytest.mark.slow
 def test_codelab_reference_run_reaches_0_85(real_splits):

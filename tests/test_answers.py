@@ -16,8 +16,6 @@ from helpers import (
     probabilities_atol,
 )
 
-pytestmark = pytest.mark.quick_compile
-
 
 @pytest.fixture(scope="module")
 def models():

@@ -8,8 +8,6 @@ import pytest
 
 from helpers import numpy_gelu
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def _logits64(model, x):
     """The MLP's logits in float64 numpy, for rows of `x` in [0, 1]."""

@@ -10,8 +10,6 @@ import pytest
 
 from helpers import moved_numpy, tree_allclose
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 @pytest.fixture
 def images():

@@ -12,8 +12,6 @@ import pytest
 import helpers
 from helpers import tree_allclose
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def test_a_steps_batch_is_its_indices_rows_and_moves(small):
     """`step_batch` of global step 7: the rows `batch_indices` names for that step, moved

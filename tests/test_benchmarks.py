@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 # The documentation tier (what the pages and scripts show); compiles much, runs little.
-pytestmark = [pytest.mark.docs, pytest.mark.quick_compile]
+pytestmark = pytest.mark.docs
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))

@@ -4,8 +4,6 @@ import pytest
 
 from helpers import synthetic_arrays, tree_allclose
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 @pytest.fixture
 def small():

@@ -14,8 +14,6 @@ import pytest
 
 from helpers import classes_agree, float32_widening, numpy_gelu, run_cli_here, same_arrays
 
-pytestmark = pytest.mark.quick_compile
-
 
 def numpy_cnn(model, images):
     """The CNN's logits in float64 numpy: each 3 x 3 convolution of stride 2 as a sum

@@ -9,8 +9,6 @@ import jax.numpy as jnp
 import jaxtyping
 import pytest
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def _fields():
     from eqx_fmnist.config import TrainConfig

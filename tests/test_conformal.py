@@ -8,8 +8,6 @@ import math
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def _reference_threshold(scores, coverage):
     """The smallest score `q` with at least `ceil((n + 1) * coverage)` scores `<= q`,

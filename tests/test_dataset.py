@@ -6,8 +6,6 @@ import pytest
 
 from helpers import cpu, feistel_order, synthetic_arrays
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def _synthetic_dataset(n=60):
     from eqx_fmnist.dataset import ArrayDataset

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.docs, pytest.mark.quick_compile]  # a dry run: tiny sizes
+pytestmark = pytest.mark.docs  # a dry run: tiny sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 

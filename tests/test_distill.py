@@ -6,8 +6,6 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def test_a_student_that_is_its_teacher_gets_no_gradient(small):
     """At weight 1 the loss is the cross-entropy against the teacher's probabilities,

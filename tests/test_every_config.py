@@ -16,8 +16,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 EXAMPLES = int(os.environ.get("EQX_FMNIST_CONFIG_EXAMPLES", "6"))
 
 LEGAL = {

@@ -2,9 +2,6 @@
 low-precision policy gets where the CPU cannot multiply in it."""
 
 import jax
-import pytest
-
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
 
 
 def test_cpu_info_reads_the_model_and_flags_of_the_first_cpu(tmp_path):

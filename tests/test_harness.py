@@ -193,7 +193,6 @@ def test_trainers_train_the_same_mlp(real_datasets):
 
 @pytest.mark.slow
 @pytest.mark.docs  # a script's smoke form: the documentation tier, as the others
-@pytest.mark.quick_compile  # its figures are not measurements
 def test_the_throughput_script_compares_every_path(tmp_path, real_data, monkeypatch):
     """`python benchmarks/throughput.py --quick --out DIR`: the stored table's script, in
     its smoke form, measures the codelab's loops beside the library's paths and writes

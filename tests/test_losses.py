@@ -4,8 +4,6 @@ import pytest
 
 from helpers import F32_U, float32_widening
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def np_cross_entropy(logits, labels, mask=None, smoothing=0.0):
     logits = np.asarray(logits, np.float64)

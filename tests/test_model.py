@@ -11,8 +11,6 @@ import pytest
 
 from helpers import GELU_SLOPE, float16_products_atol, numpy_gelu
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def reference_params(model):
     """The model's weights as the codelab's dict of `x @ w + b` arrays."""

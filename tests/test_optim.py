@@ -6,8 +6,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
 @pytest.mark.parametrize("schedule", ["constant", "cosine", "warmup_cosine"])

@@ -5,8 +5,6 @@ import pytest
 
 from helpers import float16_products_atol, small_config, tree_allclose
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 @pytest.mark.parametrize(
     "spec, expected",

@@ -10,8 +10,6 @@ import pytest
 import helpers
 from helpers import same_arrays, tree_allclose
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def config(**kw):
     from eqx_fmnist.config import TrainConfig

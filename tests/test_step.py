@@ -12,8 +12,6 @@ import pytest
 import helpers
 from helpers import f32_sum_atol, feistel_order, tree_allclose
 
-pytestmark = pytest.mark.quick_compile  # compiles much, runs little (conftest.py)
-
 
 def small_config(**kw):
     # No augmentation: the hand-written references below gather plain batches.
