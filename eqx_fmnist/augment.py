@@ -201,18 +201,12 @@ def select_moves(
     *,
     bound: int = SIDE,
 ) -> Shaped[Array, "batch 784"]:
-    """The moves of [`pixel_sources`][eqx_fmnist.augment.pixel_sources] without a gather:
-    the batch turned to `(row, column, image)`, so that the images lie along the
-    accelerator's lanes and every move is along an axis of whole rows or columns; the
-    mirror as a select of the columns reversed, each move as static slices of a
-    zero-padded batch and one select per bit of its size, the erased patch as a mask.
-    The same pixels as [`gather_moves`][eqx_fmnist.augment.gather_moves]; the fast form
-    on a TPU or a GPU.
-
-    (With the images first, a TPU lays each 28-pixel row across 128 lanes and makes a
-    pass over about four times the pixels for each select; turned, the selects of the
-    default recipe's moves took 0.64 of a no-augmentation step's speed for 32 members
-    in float32, against 0.54.)
+    """The moves of [`pixel_sources`][eqx_fmnist.augment.pixel_sources] without a gather,
+    the fast form on a TPU or a GPU: the batch turned to `(row, column, image)`, so that
+    the images lie along the lanes (images first, a TPU pads each 28-pixel row to 128
+    lanes in every pass); the mirror as a select of the columns reversed, each move as
+    static slices of a zero-padded batch and one select per bit of its size, the erased
+    patch as a mask. The same pixels as [`gather_moves`][eqx_fmnist.augment.gather_moves].
 
     `bound` is the largest move asked for (`|dx|, |dy| <= bound`, static): the work
     grows with its number of bits. A move of `SIDE` pixels or more leaves nothing.
