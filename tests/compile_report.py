@@ -112,7 +112,7 @@ def write_report(write_line, tests, programs, memory, top: int = 10) -> None:
         write_line(f"the {len(costly)} tests that compiled the most (seconds, programs):")
     for name, row in costly:
         write_line(f"  {row.get('compile_s', 0.0):7.1f} s {int(row.get('compiled', 0)):4d}  {name}")
-    costly = sorted(programs.items(), key=lambda kv: -kv[1][1])[:5]
+    costly = sorted(programs.items(), key=lambda kv: -kv[1][1])[:top]
     write_line("the programs that cost the most to compile (seconds, times compiled):")
     for name, (count, seconds) in costly:
         write_line(f"  {seconds:7.1f} s {int(count):4d}  {name}")

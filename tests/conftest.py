@@ -10,8 +10,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # test of a few steps costs, and the cheap settings take a third to a half off it (on the
 # library's own modules, compile 144 s to 80 s, the tests 126 s to 98 s on 2 cores), while
 # the programs run slower, which a few steps never notice. Tests marked `optimized` (the
-# long runs, and the numbers stored from fully optimised runs) compile as users'
-# programs do; `EQX_FMNIST_TEST_OPTIMIZE=all` compiles every test that way.
+# long runs, the runs repeated many times, the pages' commands, and the numbers stored
+# from fully optimised runs) compile as users' programs do;
+# `EQX_FMNIST_TEST_OPTIMIZE=all` compiles every test that way.
 _CHEAP_ALLOWED = os.environ.get("EQX_FMNIST_TEST_OPTIMIZE", "") != "all"
 
 _HUGEPAGES = "ignore:Transparent hugepages are not enabled:UserWarning"

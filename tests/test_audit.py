@@ -42,6 +42,7 @@ def test_an_audit_without_cleanlab_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized  # trains folds for real: the running time counts
 def test_the_audit_finds_planted_flips_in_real_images(real_data):
     """2% of 12,000 training images relabelled at random; 3-fold out-of-fold
     probabilities of a short run; the planted flips among the top k suspects (k = the

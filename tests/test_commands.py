@@ -23,7 +23,9 @@ import pytest
 
 import eqx_fmnist.config as ef_config
 
-pytestmark = pytest.mark.docs  # the documentation tier: what the pages and scripts show
+# The documentation tier: what the pages and scripts show. Compiled as users' commands
+# are: the pages' recipes run long enough for the running time to count.
+pytestmark = [pytest.mark.docs, pytest.mark.optimized]
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

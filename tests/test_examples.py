@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.docs  # the documentation tier: what the pages and scripts show
+# The documentation tier: what the pages and scripts show. Compiled as a user's script
+# is: the examples train long enough for the running time to count.
+pytestmark = [pytest.mark.docs, pytest.mark.optimized]
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOP = ROOT / "examples" / "codelab_loop.py"

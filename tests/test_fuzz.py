@@ -468,6 +468,7 @@ def _files(folder) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.optimized  # 40 runs of the same few programs: their running time counts
 @pytest.mark.parametrize("name", sorted(READ_BACK))
 @at_the_cli
 @given(data=st.data())
