@@ -613,3 +613,68 @@ def slurm_env(job: int, rank: int, tasks: int = 2) -> dict[str, str]:
         "SLURM_PROCID": str(rank),
         "SLURM_LOCALID": str(rank),
     }
+
+
+# --------------------------------------------------------------------------- workers
+# A test that needs other devices or other processes runs a worker script
+# (`parallel_worker.py`, `members_worker.py`) as `python WORKER OUT ARGS...`: it writes
+# its arrays and an `info` dict to `OUT` (`.npz`).
+
+
+def start_worker(script: Path, *args, env=None):
+    """The worker `script` started with `args` (and `env` added to this environment)."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, str(script), *map(str, args)],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish_worker(proc, timeout: float = 300) -> str:
+    """Wait for a worker (killed after `timeout`); it must exit 0. Its stdout."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def load_worker_result(path: Path) -> tuple[list[np.ndarray], dict]:
+    """What a worker wrote: its arrays in order, and its `info` dict."""
+    import ast
+
+    data = np.load(path)
+    return [data[k] for k in data.files if k != "info"], ast.literal_eval(str(data["info"]))
+
+
+def two_processes(script: Path, outs: list[Path], *args) -> None:
+    """The worker run as two processes under `jax.distributed` (a local coordinator;
+    `args` before the coordinator's three), both waited for: a dead peer makes the other
+    time out, then both die."""
+    port = free_local_port()
+    procs = [start_worker(script, outs[i], *args, f"127.0.0.1:{port}", i, 2) for i in range(2)]
+    try:
+        for p in procs:
+            finish_worker(p, timeout=240)
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def join_processes(coordinator: str, process_id: int, num_processes: int) -> None:
+    """In a worker: join the other processes under `jax.distributed` (CPU collectives
+    through gloo), before any device is used."""
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=60,
+    )

@@ -97,14 +97,9 @@ def main() -> None:
     import jax
 
     if len(sys.argv) > 4:
-        coordinator, pid, nproc = sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(
-            coordinator_address=coordinator,
-            num_processes=nproc,
-            process_id=pid,
-            initialization_timeout=60,
-        )
+        from helpers import join_processes  # the worker's folder is on sys.path
+
+        join_processes(sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
     from jax.experimental import multihost_utils
 
     import eqx_fmnist as ef

@@ -14,14 +14,9 @@ def main() -> None:
     import jax
 
     if len(sys.argv) > 3:
-        coordinator, pid, nproc = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(
-            coordinator_address=coordinator,
-            num_processes=nproc,
-            process_id=pid,
-            initialization_timeout=60,
-        )
+        from helpers import join_processes  # the worker's folder is on sys.path
+
+        join_processes(sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     import jax.tree_util as jtu
 
     import eqx_fmnist as ef

@@ -6,16 +6,13 @@ The device cases run `members_worker.py` in fresh processes (8 simulated CPU dev
 or two processes joined by `jax.distributed`), as test_parallel.py does.
 """
 
-import ast
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import free_local_port
+from helpers import finish_worker, load_worker_result, start_worker, two_processes
 
 WORKER = Path(__file__).with_name("members_worker.py")
 EIGHT = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
@@ -26,26 +23,7 @@ ALONE_ATOL = 1e-5
 
 
 def worker(out: Path, devices: int, members: int, *extra: str, env=None):
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), str(out), str(devices), str(members), *extra],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(proc, timeout: float = 300) -> None:
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err[-3000:]
-
-
-def load(path: Path):
-    data = np.load(path)
-    return [data[k] for k in data.files if k != "info"], ast.literal_eval(str(data["info"]))
+    return start_worker(WORKER, out, devices, members, *extra, env=env)
 
 
 def one_device(members: int):
@@ -83,8 +61,8 @@ def test_sixteen_members_over_eight_devices_train_as_each_alone(tmp_path):
     """Two members a device (the same program holds 64, eight a device: their largest
     difference from each lone run was 3.0e-8, with nothing else changed)."""
     out = tmp_path / "m8.npz"
-    finish(worker(out, 8, 16, env=EIGHT))
-    sharded, info = load(out)
+    finish_worker(worker(out, 8, 16, env=EIGHT))
+    sharded, info = load_worker_result(out)
     # Stopped after 3 steps, checkpointed, resumed: the same members as straight through.
     assert info["resumed_from"] == 3 and info["member_devices"] == 8
     for a, b in zip(sharded, one_device(16), strict=True):
@@ -107,17 +85,10 @@ def test_sixteen_members_over_eight_devices_train_as_each_alone(tmp_path):
 
 @pytest.mark.slow
 def test_two_processes_train_the_same_members_as_one(tmp_path):
-    port = free_local_port()
     outs = [tmp_path / f"p{i}.npz" for i in range(2)]
-    procs = [worker(outs[i], 2, 4, f"127.0.0.1:{port}", str(i), "2") for i in range(2)]
-    try:
-        for p in procs:  # bounded: a dead peer makes the other time out, then both die
-            finish(p, timeout=240)
-    finally:
-        for p in procs:
-            p.kill()
+    two_processes(WORKER, outs, 2, 4)
     assert outs[0].exists() and not outs[1].exists()  # only process 0 writes
-    members, info = load(outs[0])
+    members, info = load_worker_result(outs[0])
     assert info["process_count"] == 2 and info["member_devices"] == 2
     assert info["resumed_from"] == 3 and info["collectives"] == []
     for a, b in zip(members, one_device(4), strict=True):

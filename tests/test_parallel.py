@@ -4,7 +4,6 @@ Each case runs `parallel_worker.py` in fresh Python processes, because the devic
 (`XLA_FLAGS`) and `jax.distributed.initialize` must be set before JAX starts.
 """
 
-import ast
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import free_local_port
+from helpers import finish_worker, load_worker_result, start_worker, two_processes
 
 WORKER = Path(__file__).with_name("parallel_worker.py")
 # Sums over the batch are split into per-device partial sums and all-reduced, so float32
@@ -21,43 +20,22 @@ WORKER = Path(__file__).with_name("parallel_worker.py")
 ATOL = 1e-5
 
 
-def run_worker(out: Path, devices: int, *extra: str, env=None, timeout: float = 300):
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), str(out), str(devices), *extra],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(proc, timeout: float = 300):
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err[-3000:]
-    return out
-
-
-def load(path: Path):
-    data = np.load(path)
-    info = ast.literal_eval(str(data["info"]))
-    return [data[k] for k in data.files if k != "info"], info
+def run_worker(out: Path, devices: int, *extra: str, env=None):
+    return start_worker(WORKER, out, devices, *extra, env=env)
 
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     out = tmp_path_factory.mktemp("single") / "p1.npz"
-    finish(run_worker(out, 1))
-    return load(out)
+    finish_worker(run_worker(out, 1))
+    return load_worker_result(out)
 
 
 @pytest.mark.slow
 def test_eight_simulated_devices_train_like_one(single, tmp_path):
     out = tmp_path / "p8.npz"
-    finish(run_worker(out, 8, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}))
-    params, info = load(out)
+    finish_worker(run_worker(out, 8, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}))
+    params, info = load_worker_result(out)
     ref, ref_info = single
     for a, b in zip(params, ref, strict=True):
         np.testing.assert_allclose(a, b, atol=ATOL, rtol=0)
@@ -73,17 +51,10 @@ def test_eight_simulated_devices_train_like_one(single, tmp_path):
 
 @pytest.mark.slow
 def test_two_processes_with_jax_distributed_train_like_one(single, tmp_path):
-    port = free_local_port()
     outs = [tmp_path / f"p{i}.npz" for i in range(2)]
-    procs = [run_worker(outs[i], 2, f"127.0.0.1:{port}", str(i), "2") for i in range(2)]
-    try:
-        for p in procs:  # bounded: a dead peer makes the other time out, then both die
-            finish(p, timeout=240)
-    finally:
-        for p in procs:
-            p.kill()
+    two_processes(WORKER, outs, 2)
     assert outs[0].exists() and not outs[1].exists()  # only process 0 writes
-    params, info = load(outs[0])
+    params, info = load_worker_result(outs[0])
     assert info["process_count"] == 2 and info["devices_of_weight"] == 2
     # `result.model` is this process's copy (`to_local`, once, in `TrainResult`).
     assert info["model_is_local"] and info["model_matches_state"]
