@@ -27,6 +27,8 @@ The module is kept whole: the step and every way it is run, one program each, re
 one place.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -355,8 +357,15 @@ def _shared(state: TrainState, mesh=None):
     every device has it; else `None`."""
     if state.num_members is None or not state.settings.shared_batches:
         return None
+    return _first_member(mesh)(state.key, state.step)
+
+
+@functools.cache
+def _first_member(mesh):
+    """The compiled read of the first member's `(key, step)`, one per mesh (each chunk
+    call uses it: made once, not traced again)."""
     first = replicated(mesh) if mesh is not None else None
-    return jax.jit(lambda key, step: (key[0], step[0]), out_shardings=first)(state.key, state.step)
+    return jax.jit(lambda key, step: (key[0], step[0]), out_shardings=first)
 
 
 def _check_chunk(
