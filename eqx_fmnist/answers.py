@@ -9,7 +9,6 @@ export is checked against, and where the run report takes its prediction sets fr
 import dataclasses
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Shaped
 
@@ -18,7 +17,7 @@ from .augment import Move
 from .calibration import Calibration
 from .data import CLASS_NAMES
 from .dataset import as_images
-from .evaluation import member_probabilities, predict_logits, scaled_softmax
+from .evaluation import member_probabilities, numpy_softmax, predict_logits
 from .model import Model
 from .precision import FLOAT32, Policy
 from .trust import features
@@ -167,10 +166,10 @@ def calibrated(
     that needs no model (a run's test report takes its sets from it)."""
     if calibration is not None:
         temperature = calibration.temperature
-    logits = jnp.asarray(logits, jnp.float32)
-    probs = np.asarray(scaled_softmax(logits, temperature))
+    logits = np.asarray(logits, np.float32)
+    probs = numpy_softmax(logits, temperature)
     found: dict = {}
     if calibration is not None and calibration.sets is not None:
         sets = calibration.sets
         found |= {"prediction_set": sets.sets(probs), "coverage": sets.coverage}
-    return Answer(np.asarray(logits), probs, float(temperature), **found)
+    return Answer(logits, probs, float(temperature), **found)

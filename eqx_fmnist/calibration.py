@@ -240,7 +240,7 @@ def calibration_report(
     """The metrics of `logits` against `labels`: `raw` and, with a `calibration`,
     `calibrated` (at its temperature); what a run's summary records and its reliability
     diagram draws ([`reliability_figure`][eqx_fmnist.runs.report.reliability_figure])."""
-    logits, labels = jnp.asarray(logits), jnp.asarray(labels, jnp.int32)
+    logits, labels = np.asarray(logits), np.asarray(labels)
     results = {"raw": calibration_metrics(logits, labels)}
     if calibration is not None:
         t = calibration.temperature

@@ -113,8 +113,11 @@ class ArrayDataset(eqx.Module):
                     f"`labels` must lie in 0..{NUM_CLASSES - 1}, but got values from "
                     f"{labels.min()} to {labels.max()}."
                 )
-        self.images = jax.device_put(jnp.reshape(images, (n, IMAGE_SIZE)), device)
-        self.labels = jax.device_put(jnp.asarray(labels, dtype=jnp.int32), device)
+        # numpy's own reshape and cast on the host: no program is compiled for them
+        xp = np if isinstance(images, np.ndarray) else jnp
+        self.images = jax.device_put(xp.reshape(images, (n, IMAGE_SIZE)), device)
+        xp = np if isinstance(labels, np.ndarray) else jnp
+        self.labels = jax.device_put(xp.asarray(labels, dtype=np.int32), device)
 
     def __len__(self) -> int:
         return self.labels.shape[0]

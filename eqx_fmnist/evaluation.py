@@ -170,9 +170,20 @@ def scaled_softmax(
     logits: Float[Array, "*n classes"], temperature: float = 1.0
 ) -> Float[Array, "*n classes"]:
     """`softmax(logits / temperature)` in float32: the probabilities the library and its
-    StableHLO artifact return (the numpy artifacts' twin is
-    `eqx_fmnist.export.portable.numpy_softmax`)."""
+    StableHLO artifact return (on the host, and in the numpy artifacts:
+    [`numpy_softmax`][eqx_fmnist.evaluation.numpy_softmax])."""
     return jax.nn.softmax(logits.astype(jnp.float32) / jnp.float32(temperature), axis=-1)
+
+
+def numpy_softmax(
+    logits: Float[np.ndarray, "*n classes"], temperature: float = 1.0
+) -> Float[np.ndarray, "*n classes"]:
+    """`softmax(logits / temperature)` over the last axis, in numpy on the host, in
+    the logits' own precision: what the numpy artifacts return and what a report counts
+    from logits already read back (no program compiled for it)."""
+    z = np.asarray(logits) / np.asarray(temperature, np.asarray(logits).dtype)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
 
 
 def member_probabilities(
@@ -216,7 +227,12 @@ def evaluate(
     An [`EvalResult`][eqx_fmnist.evaluation.EvalResult] with `count == len(dataset)`:
     for members, the ensemble's numbers with each member's in `members`.
     """
-    metrics = _metrics(model, dataset, policy, batch_size, mesh, tta)
+    return eval_result(_metrics(model, dataset, policy, batch_size, mesh, tta))
+
+
+def eval_result(metrics) -> EvalResult:
+    """The [`EvalResult`][eqx_fmnist.evaluation.EvalResult] of a compiled program's
+    [`dataset_scores`][eqx_fmnist.evaluation.dataset_scores], read from the device in one go."""
     (loss, acc), each, count = jax.device_get(metrics)
     count = int(count)
     members = (
@@ -227,10 +243,17 @@ def evaluate(
     return EvalResult(float(loss), float(acc), count, members)
 
 
-@eqx.filter_jit
-def _metrics(model, dataset: ArrayDataset, policy: Policy, batch_size: int, mesh, tta=None):
-    """Loss and accuracy (and each member's) over every example: one compiled program,
-    one host read."""
+def dataset_scores(
+    model: Model,
+    dataset: ArrayDataset,
+    policy: Policy,
+    batch_size: int,
+    mesh: jax.sharding.Mesh | None = None,
+    tta: tuple[Move, ...] | None = None,
+):
+    """Inside a compiled program: the ensemble's (one model's) `(loss, accuracy)` over
+    every example of `dataset`, each member's (`None` for one model) and the count;
+    [`eval_result`][eqx_fmnist.evaluation.eval_result] reads them."""
     logits = _member_logits(model, dataset.images, policy, batch_size, mesh, tta)
     padded = logits.shape[-2]
     mask = jnp.arange(padded) < len(dataset)
@@ -238,11 +261,18 @@ def _metrics(model, dataset: ArrayDataset, policy: Policy, batch_size: int, mesh
         [dataset.labels, jnp.zeros(padded - len(dataset), dataset.labels.dtype)]
     )
 
-    def scores(z):
+    def score(z):
         return cross_entropy(z, labels, mask), accuracy(z, labels, mask)
 
-    each = None if num_members(model) is None else jax.vmap(scores)(logits)
-    return scores(combine(model, logits)), each, mask.sum()
+    each = None if num_members(model) is None else jax.vmap(score)(logits)
+    return score(combine(model, logits)), each, mask.sum()
+
+
+@eqx.filter_jit
+def _metrics(model, dataset: ArrayDataset, policy: Policy, batch_size: int, mesh, tta=None):
+    """Loss and accuracy (and each member's) over every example: one compiled program,
+    one host read."""
+    return dataset_scores(model, dataset, policy, batch_size, mesh, tta)
 
 
 def confusion_matrix(
@@ -264,10 +294,11 @@ def confusion_matrix(
 
 def per_class_accuracy(
     cm: Integer[Array | np.ndarray, "classes classes"],
-) -> Float[Array, " classes"]:
-    """Recall of each true class from a confusion matrix: diagonal over row sums."""
-    cm = jnp.asarray(cm)
-    return jnp.diag(cm) / jnp.maximum(cm.sum(axis=1), 1)
+) -> Float[np.ndarray, " classes"]:
+    """Recall of each true class from a confusion matrix: diagonal over row sums,
+    counted on the host."""
+    cm = np.asarray(cm)
+    return np.diag(cm) / np.maximum(cm.sum(axis=1), 1)
 
 
 def most_confused(

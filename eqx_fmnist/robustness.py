@@ -13,13 +13,12 @@ import dataclasses
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, Integer, Shaped
 
 from .augment import Move, move_images
 from .dataset import ArrayDataset
-from .evaluation import padded_logits
+from .evaluation import EvalResult, dataset_scores, eval_result, padded_logits
 from .model import Model
 from .precision import FLOAT32, Policy
 
@@ -81,16 +80,20 @@ def robustness_moves(shifts: tuple[int, ...] = ROBUSTNESS_SHIFTS) -> Int[np.ndar
 
 
 @eqx.filter_jit
-def _moved_logits(model, images, moves, policy: Policy, batch_size: int, tta=None):
+def _moved_logits(model, images, moves, policy: Policy, batch_size: int, tta=None, dataset=None):
     """The logits (an ensemble's, or the views') of `images` moved by each
-    `(dx, dy, mirror)` row of `moves`, padded to whole batches: one compiled program,
-    one host read."""
+    `(dx, dy, mirror)` row of `moves`, padded to whole batches, and, given the `dataset`
+    the images are of, its [`dataset_scores`][eqx_fmnist.evaluation.dataset_scores] as they are (else
+    `None`): one compiled program, one host read."""
 
     def one(move):
         moved = move_images(images, dx=move[0], dy=move[1], mirror=move[2] == 1)
         return padded_logits(model, moved, policy, batch_size, None, tta)[0]
 
-    return jax.lax.map(one, moves)
+    logits = jax.lax.map(one, moves)
+    if dataset is None:
+        return logits, None
+    return logits, dataset_scores(model, dataset, policy, batch_size, None, tta)
 
 
 def moved_logits(
@@ -104,11 +107,30 @@ def moved_logits(
 ) -> Float[np.ndarray, "moves n classes"]:
     """The logits of `images` moved by each row of `moves` (`(dx, dy, mirror)`, as
     [`robustness_moves`][eqx_fmnist.robustness.robustness_moves] lists them), in one
-    compiled program: what a run's test report and
-    [`evaluate_robustness`][eqx_fmnist.robustness.evaluate_robustness] read. For members,
-    or with `tta` views, the log of the mean probability."""
-    logits = _moved_logits(model, images, jnp.asarray(moves), policy, batch_size, tta)
+    compiled program: what [`evaluate_robustness`][eqx_fmnist.robustness.evaluate_robustness]
+    reads. For members, or with `tta` views, the log of the mean probability."""
+    logits, _ = _moved_logits(model, images, np.asarray(moves), policy, batch_size, tta)
     return np.asarray(logits)[:, : images.shape[0]]
+
+
+def scored_moves(
+    model: Model,
+    dataset: ArrayDataset,
+    moves: Int[np.ndarray, "moves 3"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+    tta: tuple[Move, ...] | None = None,
+) -> tuple[Float[np.ndarray, "moves n classes"], EvalResult]:
+    """[`moved_logits`][eqx_fmnist.robustness.moved_logits] of `dataset`'s images and
+    [`evaluate`][eqx_fmnist.evaluation.evaluate]'s result on them as they are (for
+    members, each member's too), in one compiled program: what a run's test report
+    reads, so that a trained model's test images are compiled for once."""
+    program = _moved_logits(
+        model, dataset.images, np.asarray(moves), policy, batch_size, tta, dataset
+    )
+    logits, metrics = jax.device_get(program)
+    return np.asarray(logits)[:, : len(dataset)], eval_result(metrics)
 
 
 def evaluate_robustness(

@@ -188,8 +188,8 @@ def init_state(config: TrainConfig, num_train: int, *, model: ModelSource = None
         [`build_model`][eqx_fmnist.state.build_model]). Defaults to `None`: the one
         the config names.
     """
-    numbers = jnp.array([getattr(config, k) for k in HYPERPARAMS], jnp.float32)
-    seed = jnp.uint32(config.seed)
+    numbers = np.array([getattr(config, k) for k in HYPERPARAMS], np.float32)
+    seed = np.uint32(config.seed)
     warn_if_slower(config.policy)
     return _init_state(config, config.total_steps(num_train), seed, numbers, model)
 
@@ -325,8 +325,8 @@ def init_members(configs: Sequence[TrainConfig], num_train: int) -> TrainState:
     """
     check_members(configs)
     base = configs[0]
-    seeds = jnp.array([c.seed for c in configs], jnp.uint32)
-    numbers = jnp.array([[getattr(c, k) for k in HYPERPARAMS] for c in configs], jnp.float32)
+    seeds = np.array([c.seed for c in configs], np.uint32)  # on the host: nothing compiled
+    numbers = np.array([[getattr(c, k) for k in HYPERPARAMS] for c in configs], np.float32)
     warn_if_slower(base.policy)
     return _init_members(base, base.total_steps(num_train), seeds, numbers)
 

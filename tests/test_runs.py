@@ -508,3 +508,41 @@ def test_the_hint_to_continue_is_quoted_for_a_shell():
         status, line = why_stopped(stop, "train", 8, checkpoint)
         command = line.split("`")[1]
         assert status == 130 and shlex.split(command)[-1] == f"--resume={checkpoint}"
+
+
+@pytest.mark.parametrize("seeds", [None, 2])
+def test_a_run_compiles_its_init_its_chunk_and_its_test_report_once_each(
+    seeds, small, tmp_path
+):
+    """A run folder's run (one model, or members) compiles three programs, each once:
+    the state's init, the chunk of steps and the test report, whose one program over the
+    test images gives the test loss and accuracy too. Nothing else is compiled for the
+    test images: no second evaluation of them, and the report's counts, softmax and
+    per-class recall run in numpy on the host (on the TPU each of those was a compile
+    of its own, seconds of a cold run)."""
+    import jax
+
+    from eqx_fmnist.ensemble import Seeds
+    from eqx_fmnist.runs import Training
+
+    compiled = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":  # a load from disk too
+            compiled.append(kwargs.get("fun_name"))
+
+    training = Training.new(
+        tmp_path / "r", config(), data=_numpy(small), members=seeds and Seeds(seeds)
+    )
+    jax.clear_caches()
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        done = training.run()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    init, chunk = ("_init_state", "_steps") if seeds is None else ("_init_members", "_members_steps")
+    assert sorted(compiled) == sorted(f"jit({n})" for n in (init, chunk, "_moved_logits"))
+    test = done.outcome.result.test
+    assert test is not None and test.count == len(small) and len(test.members) == (seeds or 0)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["test_accuracy"] == test.accuracy and summary["seconds"]["test"] == 0

@@ -8,8 +8,7 @@ import numpy as np
 from .. import data as data_mod
 from ..augment import tta_name
 from ..calibration import Calibration
-from ..dataset import to_datasets
-from ..evaluation import EvalResult, evaluate, most_confused, per_class_accuracy
+from ..evaluation import EvalResult, most_confused, per_class_accuracy
 from ..runs import Run, RunReport, refuse_overwriting, run_report
 from ..runs.report import REPORT_FIGURES
 from ..state import BATCHED
@@ -34,10 +33,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     again = args.overwrite or out.resolve() == run.folder.resolve()
     refuse_overwriting([out / n for n in REPORT_FIGURES], own=run.folder, overwrite=again)
     views, fm = run.views(args.tta), load_data(args)
-    result = evaluate(run.model, to_datasets(fm)[1], policy=run.policy, tta=views)
-    _print_test(run, result, views, each_member=args.members)
     images, labels = fm.test_images, fm.test_labels
     report = run_report(run.model, run.policy, images, labels, run.calibration, tta=views)
+    _print_test(run, report.test, views, each_member=args.members)
     _print_report(report, run.calibration)
     for path in report.save_figures(out):
         console.print(f"wrote {path}")

@@ -18,6 +18,7 @@ from ..augment import Move, move_images
 from ..calibration import Calibration
 from ..conformal import prediction_sets
 from ..data import IMAGE_SIZE
+from ..evaluation import numpy_softmax
 from ..model import MLP, Model, num_members
 from ..trust import Trust
 from .manifest import ExportError
@@ -161,14 +162,6 @@ def to_portable(
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GELU in its tanh form, `jax.nn.gelu`'s default, in numpy."""
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
-
-
-def numpy_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """`softmax(logits / temperature)` over the last axis, in numpy: the probabilities
-    every artifact returns."""
-    z = np.asarray(logits) / temperature
-    e = np.exp(z - z.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
 
 
 def _log_mean_prob(logits: np.ndarray) -> np.ndarray:

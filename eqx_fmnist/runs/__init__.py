@@ -47,8 +47,10 @@ from .reading import (
 from .report import (
     TIME_SPLIT as TIME_SPLIT,
     RunReport as RunReport,
+    RunResult as RunResult,
     run_report as run_report,
     time_split as time_split,
+    train_run as train_run,
 )
 from .summary import (
     TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,
@@ -59,10 +61,8 @@ from .training import (
     TEACHER_FOLDER as TEACHER_FOLDER,
     Finished as Finished,
     Outcome as Outcome,
-    RunResult as RunResult,
     Training as Training,
     teacher_training as teacher_training,
-    train_run as train_run,
 )
 from .writing import (
     LOCK_NAME as LOCK_NAME,

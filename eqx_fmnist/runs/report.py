@@ -1,28 +1,34 @@
 """The test report of a trained model (one run or an ensemble): what a run folder
 writes when training ends and what `eqx-fmnist evaluate` prints and draws again later,
-computed and drawn in one place.
+computed and drawn in one place; and [`train_run`][eqx_fmnist.runs.train_run], a run
+trained, calibrated and reported, its test figures read from the report's program.
 
 [`run_report`][eqx_fmnist.runs.report.run_report] runs the model once, in one compiled
-program, over the test images as they are, mirrored and moved, and counts the rest from
-those logits (confusion matrix, calibration metrics raw and scaled, prediction sets,
+program, over the test images as they are, mirrored and moved, which also scores the
+test loss and accuracy, and counts the rest from those logits (confusion matrix, calibration metrics raw and scaled, prediction sets,
 robustness); [`RunReport.figures`][eqx_fmnist.runs.report.RunReport.figures]
 draws the confusion matrix, the reliability diagram and the robustness curve.
 """
 
 import dataclasses
 import os
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Integer, UInt8
 from matplotlib.figure import Figure
 
 from ..answers import calibrated
 from ..augment import Move
-from ..calibration import Calibration, CalibrationResult, calibration_report
+from ..calibration import Calibration, CalibrationResult, calibrate, calibration_report
+from ..config import TrainConfig
 from ..conformal import SetReport, set_report
-from ..evaluation import confusion_matrix
+from ..dataset import ArrayDataset, Splits
+from ..evaluation import EvalResult, confusion_matrix
+from ..intervals import Callback
 from ..model import Model
 from ..plots import (
     plot_confusion_matrix,
@@ -32,7 +38,9 @@ from ..plots import (
     save_figure,
 )
 from ..precision import Policy
-from ..robustness import Robustness, moved_logits, robustness_moves
+from ..robustness import Robustness, robustness_moves, scored_moves
+from ..state import TrainState
+from ..train import Members, TrainResult, fit
 
 REPORT_FIGURES = (
     "confusion_matrix.png",
@@ -51,9 +59,12 @@ class RunReport:
     `confusion` (the `10 x 10` confusion matrix, rows the true class),
     `calibration` (NLL, Brier score and ECE, `raw` and, for a calibrated run,
     `calibrated`), `robustness` (accuracy on the images moved and mirrored), the
-    reliability diagram, drawn with the metrics, and `sets` (the conformal prediction
-    sets' coverage and sizes, for a calibration that has them; else `None`) with
-    `set_sizes` (the mean set size per true class).
+    `reliability` diagram, drawn with the metrics, `test` (the test loss and accuracy,
+    as [`evaluate`][eqx_fmnist.evaluation.evaluate] gives them, with an ensemble's
+    members' own), `sets` (the conformal prediction sets' coverage and sizes, for a
+    calibration that has them; else `None`) with `set_sizes` (the mean set size per
+    true class) and `target_coverage`, and `seconds` (the report's wall time: its
+    program, its counts, the reliability diagram).
     """
 
     logits: np.ndarray
@@ -61,9 +72,11 @@ class RunReport:
     calibration: dict[str, Any]
     robustness: Robustness
     reliability: Figure
+    test: EvalResult
     sets: SetReport | None = None
     set_sizes: tuple[float, ...] | None = None
     target_coverage: float | None = None
+    seconds: float = 0.0
 
     @property
     def predictions(self) -> np.ndarray:
@@ -122,25 +135,27 @@ def reliability_figure(results: dict[str, CalibrationResult]) -> Figure:
 def run_report(
     model: Model,
     policy: Policy,
-    images: np.ndarray,
-    labels: np.ndarray,
+    images: UInt8[Array | np.ndarray, "n ..."],
+    labels: Integer[Array | np.ndarray, " n"],
     calibration: Calibration | None = None,
     *,
     tta: tuple[Move, ...] | None = None,
 ) -> RunReport:
     """The [`RunReport`][eqx_fmnist.runs.report.RunReport] of `model` (or a stack of
-    members) on `uint8` test images `(n, 784)` and their labels, with the run's
+    members) on `uint8` test images (`(n, 784)` or `(n, 28, 28)`) and their labels, with the run's
     `calibration` if it has one, averaged over the views `tta` (a calibration's own
     views, the outputs it was fitted on, take their place).
 
     The model runs once, in one compiled program, over the images as they are, mirrored
-    and moved ([`moved_logits`][eqx_fmnist.robustness.moved_logits]); the confusion
-    matrix, the calibration metrics, the prediction sets and the robustness are counted
-    from those logits on the host."""
-    x = jnp.asarray(np.asarray(images).reshape(len(images), -1))
+    and moved ([`scored_moves`][eqx_fmnist.robustness.scored_moves], which scores the
+    test loss and accuracy in the same program); the confusion matrix, the calibration
+    metrics, the prediction sets and the robustness are counted from those logits on the
+    host."""
+    start = time.perf_counter()
+    test = ArrayDataset(images, labels)
     labels = np.asarray(labels)
     tta = tta if calibration is None else calibration.tta
-    logits = moved_logits(model, x, robustness_moves(), policy=policy, tta=tta)
+    logits, result = scored_moves(model, test, robustness_moves(), policy=policy, tta=tta)
     robust = Robustness.of(logits, labels)
     said = calibrated(logits[0], calibration)
     cm = confusion_matrix(labels, said.logits.argmax(axis=-1))
@@ -150,12 +165,60 @@ def run_report(
         for name, r in results.items()
     }
     reliability = reliability_figure(results)
+    found = (said.logits, cm, summary, robust, reliability, result)
     if said.prediction_set is None or said.coverage is None:
-        return RunReport(said.logits, cm, summary, robust, reliability)
+        return RunReport(*found, seconds=time.perf_counter() - start)
     sets, y = said.prediction_set, labels.astype(int)
     sizes = tuple(float(sets[y == k].sum(axis=1).mean()) for k in range(sets.shape[1]))
     report = set_report(sets, y)
-    return RunReport(said.logits, cm, summary, robust, reliability, report, sizes, said.coverage)
+    return RunReport(*found, report, sizes, said.coverage, seconds=time.perf_counter() - start)
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What [`train_run`][eqx_fmnist.runs.train_run] returns: the training's result,
+    its calibration when the run held out a calibration split, and its test report
+    (`None` without a test set)."""
+
+    result: TrainResult
+    calibration: Calibration | None
+    report: RunReport | None = None
+
+
+def train_run(
+    config: TrainConfig,
+    splits: Splits,
+    *,
+    members: Members | None = None,
+    state: TrainState | None = None,
+    callback: Callback | Sequence[Callback] | None = None,
+    teacher: Model | None = None,
+) -> RunResult:
+    """Train on `splits` ([`fit`][eqx_fmnist.train.fit]: one run, or `members`); if the
+    splits hold a calibration set, calibrate the model or the ensemble on it
+    ([`calibrate`][eqx_fmnist.calibration.calibrate]); then the test report
+    ([`run_report`][eqx_fmnist.runs.report.run_report]), whose one compiled program over
+    the test images also gives `result.test` (`fit` is not asked to evaluate the test
+    set again). A `teacher` is distilled (see `fit`)."""
+    test, untested = splits.test, Splits(splits.train, None, splits.validation, splits.calibration)
+    result = fit(config, untested, members=members, state=state, callback=callback, teacher=teacher)
+    config, calibration = result.config, None
+    if splits.calibration is not None:
+        calibration = calibrate(
+            result.model,
+            splits.train,
+            splits.calibration,
+            policy=result.policy,
+            coverage=config.coverage,
+            per_class=config.per_class_sets,
+            tta=config.views,
+        )
+    if test is None:
+        return RunResult(result, calibration)
+    report = run_report(
+        result.model, result.policy, test.images, test.labels, calibration, tta=config.views
+    )
+    return RunResult(dataclasses.replace(result, test=report.test), calibration, report)
 
 
 TIME_SPLIT = (
@@ -186,7 +249,8 @@ def time_split(
     into `checkpoints` (every checkpoint written, the last one included) and `logging`
     (the rest of the callbacks: history lines, the progress bar, TensorBoard), then the
     test `report` (the model on the test images, moved and mirrored, and its
-    calibration) and the `figures`, each rounded to milliseconds.
+    calibration saved) and the `figures`, each rounded to milliseconds. A run folder's
+    `test` is 0: its report scores the test set in the same program.
 
     **Arguments:**
 

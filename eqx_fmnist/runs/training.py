@@ -35,7 +35,6 @@ from typing import Any
 
 import jax
 
-from ..calibration import Calibration, calibrate
 from ..checkpoint import Checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
@@ -53,54 +52,17 @@ from ..ensemble.grid import SWEEP_VALIDATION
 from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
-from ..train import Members, TrainResult, fit
+from ..train import Members
 from .cadence import EVERY_MINUTE, CheckpointEvery
 from .files import write_cross_validation
 from .layout import CHECKPOINT_NAME, RunError
 from .profile import IntervalProfiler, find_trace
 from .reading import DataSource, Run, loaded, opened_teacher, run_splits
+from .report import RunResult, train_run
 from .writing import RunFolder, refuse_results
 
 TEACHER_FOLDER = "teacher"
 """Where a distilled run without a teacher of its own trains one, inside its folder."""
-
-
-@dataclasses.dataclass
-class RunResult:
-    """What [`train_run`][eqx_fmnist.runs.train_run] returns: the training's result and,
-    when the run held out a calibration split, its calibration."""
-
-    result: TrainResult
-    calibration: Calibration | None
-
-
-def train_run(
-    config: TrainConfig,
-    splits: Splits,
-    *,
-    members: Members | None = None,
-    state: TrainState | None = None,
-    callback: Callback | Sequence[Callback] | None = None,
-    teacher: Model | None = None,
-) -> RunResult:
-    """Train on `splits` ([`fit`][eqx_fmnist.train.fit]: one run, or `members`) and then,
-    if the splits hold a calibration set, calibrate the model or the ensemble on it
-    ([`calibrate`][eqx_fmnist.calibration.calibrate]). A `teacher` is distilled (see
-    `fit`)."""
-    result = fit(config, splits, members=members, state=state, callback=callback, teacher=teacher)
-    if splits.calibration is None:
-        return RunResult(result, None)
-    config = result.config
-    calibration = calibrate(
-        result.model,
-        splits.train,
-        splits.calibration,
-        policy=result.policy,
-        coverage=config.coverage,
-        per_class=config.per_class_sets,
-        tta=config.views,
-    )
-    return RunResult(result, calibration)
 
 
 Outcome = RunResult | SweepResult | CrossValidation
@@ -371,7 +333,9 @@ class Training:
             summary = self.folder.finish(outcome.result, self.data)
             write_cross_validation(self.folder.folder, outcome)
             return summary
-        return self.folder.finish(outcome.result, self.data, outcome.calibration)
+        return self.folder.finish(
+            outcome.result, self.data, outcome.calibration, report=outcome.report
+        )
 
 
 def _seeds(configs: Sequence[TrainConfig]) -> str:

@@ -33,6 +33,7 @@ from ..checkpoint import payload_digest, save_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..ensemble import SweepResult
+from ..evaluation import EvalResult
 from ..fileio import FolderInUse, FolderLock, atomic_write, remove_stale_parts
 from ..intervals import History, plan_run
 from ..parallel import agreed, make_mesh
@@ -56,7 +57,7 @@ from .layout import (
     refuse_edited_config,
     teacher_record,
 )
-from .report import run_report, time_split
+from .report import RunReport, run_report, time_split
 from .summary import summarise, tensorboard_writer
 
 LOCK_NAME = ".eqx-fmnist.lock"
@@ -292,17 +293,20 @@ class RunFolder:
         result: TrainResult,
         data: FashionMNIST,
         calibration: Calibration | None = None,
+        *,
+        report: RunReport | None = None,
     ) -> dict[str, Any]:
         """Save the final checkpoint, `summary.json`, the figures and the calibration.
 
         **Arguments:**
 
-        - `result`: what `fit` returned, for one run or an ensemble (whose predictions
-            are the mean of its members' probabilities).
+        - `result`: what `fit` returned, for one run or an ensemble.
         - `data`: the numpy data set (for the example and prediction grids).
         - `calibration`: the run's [`Calibration`][eqx_fmnist.calibration.Calibration]
             (from [`calibrate`][eqx_fmnist.calibration.calibrate] after training),
             saved as `calibration.safetensors`. Defaults to `None`: raw probabilities.
+        - `report`: the test [`RunReport`][eqx_fmnist.runs.report.RunReport], if
+            made already ([`train_run`][eqx_fmnist.runs.train_run]'s). Defaults to `None`.
 
         **Returns:**
 
@@ -311,15 +315,16 @@ class RunFolder:
         """
         during = self.checkpoint_seconds  # written by the callbacks, while training
         self._save_final(result.state)
+        if report is None:
+            report = run_report(
+                result.model,
+                result.policy,
+                data.test_images,
+                data.test_labels,
+                calibration,
+                tta=result.config.views,
+            )
         start = time.perf_counter()
-        report = run_report(
-            result.model,
-            result.policy,
-            data.test_images,
-            data.test_labels,
-            calibration,
-            tta=result.config.views,
-        )
         if calibration is not None:
             owner = payload_digest(self.checkpoint)
             calibration.save(self.folder / CALIBRATION_FILE, checkpoint=owner)
@@ -341,25 +346,26 @@ class RunFolder:
             save_figure(figure, self.folder / name)
         drawn = time.perf_counter() - reported
         summary["seconds"] = time_split(
-            result.seconds, during, self.checkpoint_seconds, reported - start, drawn
+            result.seconds,
+            during,
+            self.checkpoint_seconds,
+            report.seconds + reported - start,
+            drawn,
         )
         # Written last: a summary says the run finished, figures and all.
         _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
-        test_result = result.test
-        if self._writer is not None and test_result is not None:
-            hparams = {
-                k: str(v) if isinstance(v, list | tuple) or v is None else v
-                for k, v in self.config.to_dict().items()
-            }
-            self._writer.add_hparams(
-                hparams,
-                {
-                    "hparam/test_accuracy": test_result.accuracy,
-                    "hparam/test_loss": test_result.loss,
-                },
-                name=".",
-            )
+        if self._writer is not None and result.test is not None:
+            self._hparams(self._writer, result.test)
         return summary
+
+    def _hparams(self, writer, test: EvalResult) -> None:
+        """The config and the test figures on TensorBoard's hparams page."""
+        hparams = {
+            k: str(v) if isinstance(v, list | tuple) or v is None else v
+            for k, v in self.config.to_dict().items()
+        }
+        metrics = {"hparam/test_accuracy": test.accuracy, "hparam/test_loss": test.loss}
+        writer.add_hparams(hparams, metrics, name=".")
 
     def finish_sweep(self, result: SweepResult) -> dict[str, Any]:
         """Save the final checkpoint (all members), the sweep's table, JSON and heatmap,
