@@ -10,6 +10,7 @@ the same logits (the first move's are the images as they are).
 """
 
 import dataclasses
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -126,11 +127,38 @@ def scored_moves(
     [`evaluate`][eqx_fmnist.evaluation.evaluate]'s result on them as they are (for
     members, each member's too), in one compiled program: what a run's test report
     reads, so that a trained model's test images are compiled for once."""
-    program = _moved_logits(
-        model, dataset.images, np.asarray(moves), policy, batch_size, tta, dataset
-    )
+    moves = np.asarray(moves)
+    program = _moved_logits(model, dataset.images, moves, policy, batch_size, tta, dataset)
+    return _read(program, len(dataset))
+
+
+def compile_scored_moves(
+    like: Model,
+    dataset: ArrayDataset,
+    moves: Int[np.ndarray, "moves 3"],
+    *,
+    policy: Policy = FLOAT32,
+    batch_size: int = 1000,
+    tta: tuple[Move, ...] | None = None,
+) -> Callable[[Model], tuple[Float[np.ndarray, "moves n classes"], EvalResult]]:
+    """[`scored_moves`][eqx_fmnist.robustness.scored_moves] compiled ahead of time for
+    models shaped like `like` (whose arrays are only looked at): `program(model)` then
+    runs it on a trained model without tracing or compiling. A run compiles its report
+    so, in a thread of its own, while its steps compile and run."""
+    moves = np.asarray(moves)
+    args = (dataset.images, moves, policy, batch_size, tta, dataset)
+    compiled = _moved_logits.lower(like, *args).compile()  # pyright: ignore[reportFunctionMemberAccess]
+
+    def program(model: Model):
+        return _read(compiled(model, *args), len(dataset))
+
+    return program
+
+
+def _read(program, n: int) -> tuple[np.ndarray, EvalResult]:
+    """The moved logits (cut to `n` images) and the evaluation, read back in one go."""
     logits, metrics = jax.device_get(program)
-    return np.asarray(logits)[:, : len(dataset)], eval_result(metrics)
+    return np.asarray(logits)[:, :n], eval_result(metrics)
 
 
 def evaluate_robustness(

@@ -73,9 +73,12 @@ def test_the_report_program_scores_each_member_and_the_ensemble_as_numpy_does(sm
     program, `evaluate`'s numbers on the images as they are: here against a float64
     numpy forward pass of each member and of their mean probability, on a ragged last
     batch (100 images in batches of 64)."""
+    import equinox as eqx
+    import jax
+
     import eqx_fmnist as ef
     from eqx_fmnist.dataset import ArrayDataset
-    from eqx_fmnist.robustness import robustness_moves, scored_moves
+    from eqx_fmnist.robustness import compile_scored_moves, robustness_moves, scored_moves
 
     from helpers import moved_numpy, numpy_reference
 
@@ -104,3 +107,11 @@ def test_the_report_program_scores_each_member_and_the_ensemble_as_numpy_does(sm
         assert got.loss == pytest.approx(loss, abs=2 * d + 1e-6)
         assert got.accuracy == pytest.approx(acc, abs=tied + 1e-7)  # a float32 mean
     assert len(result.members) == 3
+
+    # Compiled ahead of time on zeros shaped like the stack (as a run does while it
+    # trains), the program gives the same bits.
+    like = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype) if eqx.is_array(x) else x, stack)
+    program = compile_scored_moves(like, ArrayDataset(images, labels), moves, batch_size=64)
+    again, scored_again = program(stack)
+    np.testing.assert_array_equal(again, logits)
+    assert scored_again == result

@@ -511,9 +511,7 @@ def test_the_hint_to_continue_is_quoted_for_a_shell():
 
 
 @pytest.mark.parametrize("seeds", [None, 2])
-def test_a_run_compiles_its_init_its_chunk_and_its_test_report_once_each(
-    seeds, small, tmp_path
-):
+def test_a_run_compiles_its_init_its_chunk_and_its_test_report_once_each(seeds, small, tmp_path):
     """A run folder's run (one model, or members) compiles three programs, each once:
     the state's init, the chunk of steps and the test report, whose one program over the
     test images gives the test loss and accuracy too. Nothing else is compiled for the
@@ -540,7 +538,9 @@ def test_a_run_compiles_its_init_its_chunk_and_its_test_report_once_each(
         done = training.run()
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
-    init, chunk = ("_init_state", "_steps") if seeds is None else ("_init_members", "_members_steps")
+    init, chunk = (
+        ("_init_state", "_steps") if seeds is None else ("_init_members", "_members_steps")
+    )
     assert sorted(compiled) == sorted(f"jit({n})" for n in (init, chunk, "_moved_logits"))
     test = done.outcome.result.test
     assert test is not None and test.count == len(small) and len(test.members) == (seeds or 0)
