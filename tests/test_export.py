@@ -490,3 +490,17 @@ def test_a_manifest_edited_to_lie_is_refused_by_its_own_checksum(trained, test_i
     manifest_path(path).write_text(json.dumps(manifest))
     with pytest.raises(ExportError, match="was edited since it was written"):
         load_artifact(path)
+
+
+def test_a_model_whose_activation_is_not_gelu_is_refused_in_one_line():
+    """Every artifact writes GELU in its tanh form: an MLP with another activation would
+    export answers of another model, so it is refused before anything is written."""
+    import jax
+    import jax.random as jr
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.export import ExportError, to_portable
+
+    relu = ef.MLP(hidden_sizes=(8,), activation=jax.nn.relu, key=jr.key(0))
+    with pytest.raises(ExportError, match=r"^exports write GELU .* activation is 'relu'\.$"):
+        to_portable(relu)

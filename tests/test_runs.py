@@ -546,3 +546,44 @@ def test_a_run_compiles_its_init_its_chunk_and_its_test_report_once_each(seeds, 
     assert test is not None and test.count == len(small) and len(test.members) == (seeds or 0)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["test_accuracy"] == test.accuracy and summary["seconds"]["test"] == 0
+
+
+@pytest.mark.parametrize(
+    "config_arg, members_arg, named",
+    [("not a config", None, "`config` must be a TrainConfig, not str"), (None, 3, "`members`")],
+)
+def test_a_run_of_something_else_than_a_config_or_members_is_refused_first(
+    config_arg, members_arg, named, tmp_path
+):
+    """The library's own check, for a user without a type checker (the suite's runtime
+    checker, which would come first, is stepped past)."""
+    from eqx_fmnist.runs import Training
+
+    new = Training.new.__func__
+    unchecked = getattr(new, "__wrapped__", new)
+    with pytest.raises(TypeError, match=named):
+        unchecked(Training, tmp_path / "r", config_arg or config(), members=members_arg)
+    assert not (tmp_path / "r").exists()  # nothing written
+
+
+def test_a_report_whose_program_could_not_be_compiled_aside_is_compiled_after(small, monkeypatch):
+    """The test report's program compiled in a thread while the run trains is a saving,
+    never a condition: where that fails, the report compiles it after training and
+    gives the same numbers. Without a test set there is no report, and nothing is
+    compiled aside."""
+    import eqx_fmnist.runs.report as report
+    from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.runs import train_run
+
+    aside = train_run(config(), Splits(small, small))
+
+    def fails(*args, **kwargs):
+        raise MemoryError("no room for a second program")
+
+    monkeypatch.setattr(report, "compile_scored_moves", fails)
+    after = train_run(config(), Splits(small, small))
+    assert after.report is not None and aside.report is not None
+    assert after.result.test == aside.result.test and after.result.test.count == len(small)
+    np.testing.assert_array_equal(after.report.logits, aside.report.logits)
+    untested = train_run(config(), Splits(small))
+    assert untested.report is None and untested.result.test is None
