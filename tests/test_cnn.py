@@ -285,7 +285,12 @@ def test_exports_of_the_mlps_layers_refuse_a_cnn_and_stablehlo_carries_it(
 def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(
     real_data, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("EQX_FMNIST_DATA", str(real_data.source))  # found as the user has it
+    """Trained, reported and evaluated on a slice of the real images (a CNN's report runs
+    it over every test image 14 times: 10,000 of them made this the fast tier's
+    slowest test)."""
+    from helpers import use_a_slice
+
+    use_a_slice(real_data, monkeypatch, 2048, 500)
     out = tmp_path / "cnn"
     args = ["--model", "cnn", "--channels", "4,8", "--steps", "4", "--hidden", "16"]
     trained = run_cli_here("train", *args, "--out", out)
