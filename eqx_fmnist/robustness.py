@@ -83,9 +83,10 @@ def robustness_moves(shifts: tuple[int, ...] = ROBUSTNESS_SHIFTS) -> Int[np.ndar
 @eqx.filter_jit
 def _moved_logits(model, images, moves, policy: Policy, batch_size: int, tta=None, dataset=None):
     """The logits (an ensemble's, or the views') of `images` moved by each
-    `(dx, dy, mirror)` row of `moves`, padded to whole batches, and, given the `dataset`
-    the images are of, its [`dataset_scores`][eqx_fmnist.evaluation.dataset_scores] as they are (else
-    `None`): one compiled program, one host read."""
+    `(dx, dy, mirror)` row of `moves`, padded to whole batches, and, given the
+    `dataset` the images are of, its
+    [`dataset_scores`][eqx_fmnist.evaluation.dataset_scores] as they are (else `None`):
+    one compiled program, one host read."""
 
     def one(move):
         moved = move_images(images, dx=move[0], dy=move[1], mirror=move[2] == 1)

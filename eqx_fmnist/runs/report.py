@@ -5,8 +5,8 @@ trained, calibrated and reported, its test figures read from the report's progra
 
 [`run_report`][eqx_fmnist.runs.report.run_report] runs the model once, in one compiled
 program, over the test images as they are, mirrored and moved, which also scores the
-test loss and accuracy, and counts the rest from those logits (confusion matrix, calibration metrics raw and scaled, prediction sets,
-robustness); [`RunReport.figures`][eqx_fmnist.runs.report.RunReport.figures]
+test loss and accuracy, and counts the rest from those logits (confusion matrix,
+calibration metrics raw and scaled, prediction sets, robustness); [`RunReport.figures`][eqx_fmnist.runs.report.RunReport.figures]
 draws the confusion matrix, the reliability diagram and the robustness curve.
 """
 
@@ -146,8 +146,8 @@ def run_report(
     program: Callable | None = None,
 ) -> RunReport:
     """The [`RunReport`][eqx_fmnist.runs.report.RunReport] of `model` (or a stack of
-    members) on `uint8` test images (`(n, 784)` or `(n, 28, 28)`) and their labels, with the run's
-    `calibration` if it has one, averaged over the views `tta` (a calibration's own
+    members) on `uint8` test images (`(n, 784)` or `(n, 28, 28)`) and their labels,
+    with the run's `calibration` if it has one, averaged over the views `tta` (a calibration's own
     views, the outputs it was fitted on, take their place). `program`: the report's
     program compiled already for these images, policy and views
     ([`compile_scored_moves`][eqx_fmnist.robustness.compile_scored_moves]), or `None`.
