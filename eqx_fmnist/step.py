@@ -39,12 +39,13 @@ from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Int, Shaped
 
 from .augment import augment
-from .batches import augment_key, block_steps, data_platform, step_batch, step_inputs
+from .batches import augment_key, step_batch, step_inputs
+from .chunk import Chunk
 from .dataset import ArrayDataset, steps_per_epoch
 from .distill import Teacher, TeacherTable
 from .losses import accuracy, cross_entropy, mixed_cross_entropy, soft_cross_entropy
 from .model import batch_logits
-from .parallel import MEMBERS, batch_sharding, check_divisible, check_members_divide, replicated
+from .parallel import MEMBERS, batch_sharding, replicated
 from .precision import NoOpLossScale, all_finite, astype, optax_promotion
 from .state import TrainState
 
@@ -210,12 +211,13 @@ def _augmented(st: TrainState, x):
     return augment(jr.fold_in(augment_key(st.key), st.step), x, st.settings.augmentation)
 
 
-def _steps(static, state: TrainState, shared=None):
+def _steps(chunk: Chunk, state: TrainState, shared=None):
     """The chunk: `num_steps` steps of `state`, each on its own batch. `shared`, for
     members that share their batches, is `(key, step)` of their first member, outside
     the members' `vmap`: each batch is then prepared once for all of them."""
-    dataset, batch_size, num_steps, mesh, teacher, subset, block = static
-    live = None if isinstance(teacher, TeacherTable) else teacher
+    teacher, mesh, block = chunk.teacher, chunk.mesh, chunk.block
+    table = teacher if isinstance(teacher, TeacherTable) else None
+    live = teacher if isinstance(teacher, Teacher) else None
 
     def one(st, batch):
         x, y, rows = batch
@@ -224,15 +226,20 @@ def _steps(static, state: TrainState, shared=None):
             # SPMD partitioner all-reduces the gradients.
             x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
             y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
-        targets = None if rows is None else (rows, teacher.temperature, teacher.weight)
+        targets = None if table is None else (rows, table.temperature, table.weight)
         return _step(st, x, y, live, targets)
 
     def batches(st, first, count):  # steps first .. first + count - 1, in one pass
-        key, first = (None, first) if shared is None else (shared[0], shared[1] + first)
+        key = None
+        if shared is not None:
+            key = shared[0]
+            first = shared[1] + first
         steps = first + jnp.arange(count, dtype=jnp.int32)
-        return jax.vmap(lambda s: step_batch(st, s, dataset, batch_size, teacher, subset, key))(
-            steps
-        )
+
+        def batch(s):
+            return step_batch(st, s, chunk.dataset, chunk.batch_size, teacher, chunk.subsets, key)
+
+        return jax.vmap(batch)(steps)
 
     def steps_of_block(st, i):
         # The block's batches in one vectorised pass (the same bits as one by one; on a
@@ -240,46 +247,42 @@ def _steps(static, state: TrainState, shared=None):
         first = st.step if shared is None else i * block
         return jax.lax.scan(one, st, batches(st, first, block))
 
-    blocks = jnp.arange(num_steps // block, dtype=jnp.int32)
+    blocks = jnp.arange(chunk.num_steps // block, dtype=jnp.int32)
     state, metrics = jax.lax.scan(steps_of_block, state, blocks)
-    return state, jtu.tree_map(lambda m: m.reshape(num_steps, *m.shape[2:]), metrics)
+    return state, jtu.tree_map(lambda m: m.reshape(chunk.num_steps, *m.shape[2:]), metrics)
 
 
 _steps_traced = eqx.debug.assert_max_traces(_steps, max_traces=None)
-# Members: the same chunk vmapped over the state's leading axis (and each member's row
-# table, when they train on subsets: in the first argument, which is never donated); the
-# data are shared.
-_vmapped_steps = eqx.filter_vmap(
-    _steps_traced, in_axes=((None,) * 5 + (eqx.if_array(0), None), eqx.if_array(0), None)
-)
 
 
-def _members_steps(static, state: TrainState, shared=None):
-    """The chunk of a stack of members: the same chunk, vmapped (`shared`: their first
-    member's `(key, step)`, for members that share their batches)."""
-    return _vmapped_steps(static, state, shared)
+def _members_steps(chunk: Chunk, state: TrainState, shared=None):
+    """The chunk of a stack of members: the same chunk, vmapped over the state's leading
+    axis and each member's row table (in the chunk, which is never donated); the data
+    are shared (`shared`: their first member's `(key, step)`, for members that share
+    their batches)."""
+    in_axes = (chunk.member_axes(), eqx.if_array(0), None)
+    return eqx.filter_vmap(_steps_traced, in_axes=in_axes)(chunk, state, shared)
 
 
-def _members_over_mesh(static, state: TrainState, shared=None):
+def _members_over_mesh(chunk: Chunk, state: TrainState, shared=None):
     """Members split over a mesh's `"members"` axis: each device runs the vmapped chunk
     on its own members and their row tables, the data, a teacher and the first member's
     `shared` key and step replicated. The body is each device's own program
     (`jax.shard_map`): nothing crosses devices."""
-    dataset, batch_size, num_steps, mesh, teacher, subsets, block = static
-    local = (dataset, batch_size, num_steps, None, teacher, subsets, block)
+    local = chunk.on_each_device()
     arrays, rest = eqx.partition((local, state, shared), eqx.is_array)
     own = P(MEMBERS)
-    specs = jtu.tree_map(lambda _: P(), arrays)  # replicated, but for each member's own
     specs = (
-        specs[0][:5] + (None if subsets is None else own, None),
+        local.member_specs(arrays[0]),
         jtu.tree_map(lambda _: own, arrays[1]),
-        specs[2],
+        jtu.tree_map(lambda _: P(), arrays[2]),
     )
 
     def each_device(arrays):
         new, metrics = _members_steps(*eqx.combine(arrays, rest))
         return eqx.filter((new, metrics), eqx.is_array)
 
+    mesh = chunk.mesh
     done = jax.shard_map(each_device, mesh=mesh, in_specs=(specs,), out_specs=own)(arrays)
     new_arrays, metrics = done
     return eqx.combine(new_arrays, eqx.filter(state, eqx.is_array, inverse=True)), metrics
@@ -295,13 +298,13 @@ _CHUNKS = {
 }
 
 
-def _chunk_fn(state: TrainState, donate: bool = True, mesh=None):
+def _chunk_fn(chunk: Chunk, donate: bool = True):
     """The compiled chunk for one run, for a stack of members, or for members split
     over a mesh (the one place the step asks), with the state's buffers donated or
     kept."""
-    if state.num_members is None:
+    if chunk.members is None:
         return _CHUNKS[("one", donate)]
-    return _CHUNKS[("members" if mesh is None else "sharded", donate)]
+    return _CHUNKS[("members" if chunk.mesh is None else "sharded", donate)]
 
 
 def train_steps(
@@ -347,9 +350,16 @@ def train_steps(
     `(new_state, metrics)`; each metric is an array of shape `(num_steps,)`, or
     `(members, num_steps)` for a stacked state.
     """
-    _check_chunk(state, dataset, batch_size, num_steps, mesh, subsets)
-    static = _static(state, dataset, batch_size, num_steps, mesh, teacher, subsets)
-    return _chunk_fn(state, True, mesh)(static, state, _shared(state, mesh))
+    chunk = Chunk.of(
+        state,
+        dataset,
+        batch_size=batch_size,
+        num_steps=num_steps,
+        mesh=mesh,
+        teacher=teacher,
+        subsets=subsets,
+    )
+    return _chunk_fn(chunk)(chunk, state, _shared(state, mesh))
 
 
 def _shared(state: TrainState, mesh=None):
@@ -366,39 +376,6 @@ def _first_member(mesh):
     call uses it: made once, not traced again)."""
     first = replicated(mesh) if mesh is not None else None
     return jax.jit(lambda key, step: (key[0], step[0]), out_shardings=first)
-
-
-def _check_chunk(
-    state, dataset: ArrayDataset, batch_size: int, num_steps: int, mesh, subsets=None
-) -> None:
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps <= 0:
-        raise ValueError(f"`num_steps` must be a positive int, but got {num_steps!r}.")
-    if subsets is not None and (
-        state.num_members is None or subsets.ndim != 2 or subsets.shape[0] != state.num_members
-    ):
-        raise ValueError(
-            f"`subsets` must hold one row table per member, shape "
-            f"({state.num_members}, m), but got {tuple(subsets.shape)}."
-        )
-    steps_per_epoch(len(dataset) if subsets is None else subsets.shape[1], batch_size)
-    if mesh is not None and state.num_members is None:
-        check_divisible(batch_size, mesh)
-    elif mesh is not None:  # whole members on each device of a "members" mesh
-        if mesh.axis_names != (MEMBERS,):
-            raise ValueError(
-                f"members train over a mesh of axis {MEMBERS!r}, not {mesh.axis_names}."
-            )
-        check_members_divide(state.num_members, mesh.size)
-
-
-def _static(state, dataset: ArrayDataset, batch_size, num_steps, mesh, teacher, subsets):
-    """The chunk's first argument: what it runs on, and its block of prepared steps (of
-    the members on each device, where a mesh splits them)."""
-    members = state.num_members or 1
-    if state.num_members is not None and mesh is not None:
-        members //= mesh.size
-    block = block_steps(num_steps, batch_size, members, data_platform(dataset))
-    return (dataset, batch_size, num_steps, mesh, teacher, subsets, block)
 
 
 def compile_steps(
@@ -429,27 +406,36 @@ def compile_steps(
     `run.compiled` is the XLA executable, for example `run.compiled.cost_analysis()`
     or `run.compiled.as_text()`.
     """
-    _check_chunk(state, dataset, batch_size, num_steps, mesh, subsets)
-    static = _static(state, dataset, batch_size, num_steps, mesh, teacher, subsets)
-    chunk = _chunk_fn(state, donate, mesh)
-    lowered = chunk.lower(static, state, _shared(state, mesh))  # pyright: ignore[reportFunctionMemberAccess]
-    return CompiledSteps(lowered.compile(), static, mesh)
+    chunk = Chunk.of(
+        state,
+        dataset,
+        batch_size=batch_size,
+        num_steps=num_steps,
+        mesh=mesh,
+        teacher=teacher,
+        subsets=subsets,
+    )
+    program = _chunk_fn(chunk, donate)
+    lowered = program.lower(chunk, state, _shared(state, mesh))  # pyright: ignore[reportFunctionMemberAccess]
+    return CompiledSteps(lowered.compile(), chunk)
 
 
 class CompiledSteps:
     """A chunk of steps compiled ahead of time by
     [`compile_steps`][eqx_fmnist.step.compile_steps]: call it with a state."""
 
-    def __init__(self, chunk, static, mesh=None):
-        self._chunk, self._static, self._mesh = chunk, static, mesh
-        self.compiled: jax.stages.Compiled = chunk.compiled
+    def __init__(self, program, chunk: Chunk):
+        self._program = program
+        self.chunk = chunk
+        """The [`Chunk`][eqx_fmnist.step.Chunk] it runs on."""
+        self.compiled: jax.stages.Compiled = program.compiled
         """The XLA executable (`cost_analysis()`, `as_text()`)."""
 
     def __call__(self, state: TrainState) -> tuple[TrainState, dict[str, Array]]:
         """Run the chunk on `state` (donated, unless compiled with `donate=False`);
         returns the new state and the metrics. The call returns once the work is queued
         on the device: the arrays it returns are ready when they are read."""
-        return self._chunk(self._static, state, _shared(state, self._mesh))
+        return self._program(self.chunk, state, _shared(state, self.chunk.mesh))
 
 
 def train_epoch(
