@@ -21,16 +21,16 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
 
 from .augment import augmentation_of
 from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
 from .distill import Teacher, TeacherTable, table_pays
-from .evaluation import EvalResult, evaluate
+from .evaluation import EvalResult
+from .hooks import Evaluation, TestProgram, compiled_aside, test_scores
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import Model
-from .parallel import AXIS, place, to_local
+from .parallel import place, to_local
 from .precision import Policy
 from .state import ModelSource, TrainState, starting_state
 from .step import compile_steps
@@ -56,6 +56,9 @@ class TrainResult:
     - `test`: [`EvalResult`][eqx_fmnist.evaluation.EvalResult] on all test images (for
         members: the ensemble's, each member's in `test.members`), or `None`.
     - `validation`: the same on the validation split, or `None`.
+    - `tested`: what `fit`'s `test_program` computed beside `test` in the same program
+        (a run's test report: the test images' logits as they are, mirrored and moved),
+        or `None`.
     - `seconds`: `fit`'s wall time by [`FIT_SECONDS`][eqx_fmnist.train.FIT_SECONDS]:
         `load` (data, state, a teacher's table), `compile`, `steps` (queueing the
         training calls, waiting for them), `host_reads`, `validation`, `callbacks` (a
@@ -68,6 +71,7 @@ class TrainResult:
     test: EvalResult | None
     validation: EvalResult | None
     seconds: dict[str, float]
+    tested: Any = None
 
     @property
     def compile_seconds(self) -> float:
@@ -139,6 +143,12 @@ class Members:
         """What `fit` evaluates after each interval, given `evaluated(dataset, model)`:
         by default the validation split."""
         return lambda model: evaluated(validation, model)
+
+    def answering(self, count: int, summary: Callable[[], dict[str, Any]]) -> list[int] | None:
+        """Which of the `count` trained members answer for the run (its evaluation,
+        answers and exports), given its finished `summary()`: all of them (`None`) but
+        where the choice picks some (a sweep's winner)."""
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """What a checkpoint records of the choice (`kind` and its numbers)."""
@@ -238,22 +248,6 @@ def _check_arguments(config: object, splits: object, members: object, callbacks:
     splits.check_held_out(config.validation_size, config.calibration_size)
 
 
-def _evaluator(policy: Policy, views, batch_size: int, mesh: Mesh | None):
-    """`evaluated(dataset, model)`: every example of `dataset` (`None` for none); over a
-    `"data"` mesh, each batch split; members split over processes are gathered first
-    (every process evaluates them all: the numbers are small, the gather is one)."""
-    data_mesh = mesh if mesh is not None and mesh.axis_names == (AXIS,) else None
-
-    def evaluated(ds: ArrayDataset | None, model: Model) -> EvalResult | None:
-        if ds is None:
-            return None
-        if mesh is not None and data_mesh is None:
-            model = to_local(model)
-        return evaluate(model, ds, policy=policy, batch_size=batch_size, mesh=data_mesh, tta=views)
-
-    return evaluated
-
-
 def _intervals(chunks, plan: Plan, configs, validated, callbacks, state: TrainState, seconds):
     """Check, validate, record and report each interval's chunk: `(state, history,
     validation)` at the end (validated once more if no interval ran), the validations'
@@ -294,6 +288,7 @@ def fit(
     teacher: Model | None = None,
     model: ModelSource = None,
     eval_batch_size: int = 1000,
+    test_program: TestProgram = test_scores,
 ) -> TrainResult:
     """Train one model, or many members as one compiled program, and evaluate on the
     whole test set.
@@ -337,6 +332,12 @@ def fit(
         run (not members); load its checkpoint with `load_checkpoint(path,
         model=constructor)`. Defaults to `None`: the config's `model`.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
+    - `test_program`: what evaluates the test set when training ends, a
+        [`TestProgram`][eqx_fmnist.hooks.TestProgram]: made while the steps compile
+        and run (in a thread of its own, on one device), called once on the trained
+        model; its test figures are `result.test`, and whatever it computed beside them
+        `result.tested`. Defaults to [`test_scores`][eqx_fmnist.hooks.test_scores]: the
+        test loss and accuracy.
 
     **Returns:**
 
@@ -385,11 +386,15 @@ def fit(
     seconds: dict[str, float] = dict.fromkeys(FIT_SECONDS, 0.0)
     seconds["load"] = _since(start)
 
-    evaluated = _evaluator(state.policy, config.views, eval_batch_size, mesh)
-    validated = (members or Members()).validator(evaluated, train, valid, rows)
+    evaluation = Evaluation(state.policy, config.views, eval_batch_size, mesh)
+    validated = (members or Members()).validator(evaluation, train, valid, rows)
+    # The test program is made while the steps compile and run, from the model they start from.
+    program = compiled_aside(test_program, to_local(state.eval_model), test, evaluation)
     chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table)
     state, history, v = _intervals(chunks, plan, configs, validated, callbacks, state, seconds)
     t = time.perf_counter()
-    tested = evaluated(test, state.eval_model)
+    tested, beside = None, None
+    if (run := program()) is not None:
+        tested, beside = run(to_local(state.eval_model))
     seconds["test"] = _since(t)
-    return TrainResult(state, configs, history, tested, v, seconds)
+    return TrainResult(state, configs, history, tested, v, seconds, beside)

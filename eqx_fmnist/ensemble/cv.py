@@ -13,6 +13,7 @@ from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import Splits, split_data
 from ..evaluation import predict_proba
+from ..hooks import TestProgram, test_scores
 from ..intervals import Callback
 from ..state import TrainState, select_members
 from ..subsets import Subsets
@@ -69,6 +70,7 @@ def cross_validate(
     *,
     callback: Callback | Sequence[Callback] | None = None,
     state: TrainState | None = None,
+    test_program: TestProgram = test_scores,
 ) -> CrossValidation:
     """K-fold cross-validation of `config`, the K folds as members of one program.
 
@@ -82,6 +84,8 @@ def cross_validate(
     - `callback`: called after each logging interval, as for [`fit`][eqx_fmnist.train.fit].
     - `state`: the K members' state to continue from (a cv checkpoint's); the folds are
         dealt again from `config.seed`, the same rows, so the run continues exactly.
+    - `test_program`: how the folds' ensemble is tested, as for `fit`. Defaults to
+        [`test_scores`][eqx_fmnist.hooks.test_scores].
 
     **Returns:**
 
@@ -105,7 +109,9 @@ def cross_validate(
     )
     folds = Folds(k)
     subsets = folds.rows(len(splits.train), config)  # the rows fit deals, and their checks
-    result = fit(config, splits, members=folds, callback=callback, state=state)
+    result = fit(
+        config, splits, members=folds, callback=callback, state=state, test_program=test_program
+    )
     assert subsets.held_out is not None
     probs = np.zeros((len(splits.train), 10), np.float32)
     for i, fold in enumerate(subsets.held_out):

@@ -1,0 +1,112 @@
+"""What [`fit`][eqx_fmnist.train.fit] evaluates with, beside its steps: the run's
+[`Evaluation`][eqx_fmnist.hooks.Evaluation] (its precision, views, batch size and mesh,
+called on the validation split after each interval) and the end-of-run
+[`TestProgram`][eqx_fmnist.hooks.TestProgram], a hook `fit` makes while its steps
+compile and run and calls once on the trained model. The default scores the test set
+([`test_scores`][eqx_fmnist.hooks.test_scores]); a run folder's test report plugs in its
+own program, which scores the test set and its moved views at once, so that `fit` and a
+run folder give one test score by one program.
+"""
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+
+from .dataset import ArrayDataset
+from .evaluation import EvalResult, evaluate
+from .model import Model
+from .parallel import AXIS, to_local
+from .precision import Policy
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """How `fit` evaluates a model on a dataset: its `policy`, test-time `views`,
+    `batch_size` and `mesh`. Called as `evaluation(dataset, model)`: every example of
+    `dataset` (`None` for none); over a `"data"` mesh each batch is split; members
+    split over processes are gathered first (every process evaluates them all: the
+    numbers are small, the gather is one)."""
+
+    policy: Policy
+    views: tuple | None
+    batch_size: int
+    mesh: Mesh | None = None
+
+    def __call__(self, ds: ArrayDataset | None, model: Model) -> EvalResult | None:
+        if ds is None:
+            return None
+        data_mesh = self.mesh if self.mesh is not None and self.mesh.axis_names == (AXIS,) else None
+        if self.mesh is not None and data_mesh is None:
+            model = to_local(model)
+        return evaluate(
+            model,
+            ds,
+            policy=self.policy,
+            batch_size=self.batch_size,
+            mesh=data_mesh,
+            tta=self.views,
+        )
+
+
+TestRun = Callable[[Model], tuple[EvalResult, Any]]
+"""A compiled end-of-run program: `run(model)` gives the test figures and whatever else
+the program computed beside them."""
+
+
+TestProgram = Callable[[Model, ArrayDataset, Evaluation], TestRun]
+"""What [`fit`][eqx_fmnist.train.fit] evaluates the test set with when training ends:
+called as `program(like, test, evaluation)` while the steps compile, with a model shaped
+like the trained one (`like`: its arrays are only looked at), the test set and the run's
+[`Evaluation`][eqx_fmnist.hooks.Evaluation]; returns the
+[`TestRun`][eqx_fmnist.hooks.TestRun] `fit` calls on the trained model.
+[`test_scores`][eqx_fmnist.hooks.test_scores] is the default; a run folder's is its test
+report's program ([`report_program`][eqx_fmnist.runs.report.report_program]), which
+scores the test set and its moved views at once."""
+
+
+def test_scores(like: Model, test: ArrayDataset, evaluation: Evaluation) -> TestRun:
+    """`fit`'s default [`TestProgram`][eqx_fmnist.hooks.TestProgram]: the test loss and
+    accuracy by [`evaluate`][eqx_fmnist.evaluation.evaluate] (each member's too), and
+    nothing beside them."""
+
+    def run(model: Model) -> tuple[EvalResult, Any]:
+        scores = evaluation(test, model)
+        assert scores is not None  # a test set is given
+        return scores, None
+
+    return run
+
+
+def compiled_aside(
+    program: TestProgram, like: Model, test: ArrayDataset | None, evaluation: Evaluation
+) -> Callable[[], TestRun | None]:
+    """Start making the test program in a thread of its own while the steps compile and
+    run (XLA compiles without holding Python's lock: on a TPU v5e the main job compiled
+    its steps for 10.8 s and its test report for 4.6 s, one after the other, before
+    this). Returns `wait()`: the program, or `None` for no test set. Where the model is
+    placed over a mesh or several processes, or making it aside failed, `wait()` makes
+    it on the caller's thread (and raises what is wrong)."""
+    if test is None:
+        return lambda: None
+    if evaluation.mesh is not None or jax.process_count() > 1:
+        return lambda: program(like, test, evaluation)
+    made: list[TestRun | None] = [None]
+
+    def make() -> None:
+        try:
+            made[0] = program(like, test, evaluation)
+        except Exception:  # noqa: BLE001 (made again on the caller's thread, which raises)
+            made[0] = None
+
+    thread = threading.Thread(target=make, name="test-program", daemon=True)
+    thread.start()
+
+    def wait() -> TestRun | None:
+        thread.join()
+        return made[0] or program(like, test, evaluation)
+
+    return wait
