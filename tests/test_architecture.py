@@ -44,8 +44,10 @@ LAYERS = [
     "state",
     "distill",
     "batches",
+    "chunk",
     "step",
     "intervals",
+    "hooks",
     "train",
     "ensemble",
     "audit",
@@ -75,11 +77,13 @@ ONLY = {
     "state": {"config", "optim", "model", "precision", "augment", "hardware", "parallel"},
     "distill": {"config", "data", "model", "precision", "augment", "dataset"},
     "batches": {"state", "dataset", "augment", "distill"},
+    "chunk": {"state", "dataset", "batches", "distill", "parallel"},
     "step": {
         "state",
         "dataset",
         "augment",
         "batches",
+        "chunk",
         "distill",
         "losses",
         "model",
@@ -87,6 +91,7 @@ ONLY = {
         "precision",
     },
     "intervals": {"config", "dataset", "state"},
+    "hooks": {"dataset", "evaluation", "model", "parallel", "precision"},
     "audit": {"data", "fileio"},
 }
 ENTRY_POINTS = {"__init__": set(LAYERS) - {"cli"}, "__main__": {"cli"}}

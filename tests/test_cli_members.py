@@ -127,7 +127,7 @@ def test_a_sweep_writes_its_table_heatmap_and_all_members(tmp_path, real_data):
         for a, b in zip(jtu.tree_leaves(run.model), jtu.tree_leaves(winner), strict=True)
     )
     (out / "summary.json").unlink()  # unfinished: no winner to answer with
-    with pytest.raises(RunError, match="a sweep without a finished summary.json"):
+    with pytest.raises(RunError, match="a grid run without a finished summary.json"):
         Run.open(out).model  # noqa: B018
 
 

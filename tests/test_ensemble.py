@@ -272,7 +272,8 @@ def test_an_ensemble_run_folder_summarises_members_and_ensemble(small, real_data
             test_labels=real_data.test_labels[:256],
         )
         result = ef.fit(configs[0], ef.Splits(small, test), members=seeds, callback=run.callback)
-        summary = run.finish(result, data)
+        report = ef.runs.run_report(result.model, result.policy, test.images, test.labels)
+        summary = run.finish(result, data, report)
     assert summary["test_accuracy"] == pytest.approx(result.test.accuracy)
     assert [m["seed"] for m in summary["members"]] == [0, 1]
     lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]

@@ -55,7 +55,6 @@ def cmd_cv(args: argparse.Namespace) -> int:
     done = train_in_folder(training)
     if isinstance(done, int):
         return done
-    assert isinstance(done.outcome, CrossValidation)
     _print_cv(done.outcome, training.folder.folder)
     return 0
 

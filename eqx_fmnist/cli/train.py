@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from .. import runs
-from ..ensemble import Grid, Seeds, SweepResult, member_seeds
+from ..ensemble import Grid, Seeds, member_seeds
 from ..state import BATCHED
 from ..train import TrainResult
 from . import flags
@@ -83,8 +83,7 @@ def _train(training: runs.Training, *, profile: bool = False, again: str | None 
     done = train_in_folder(training, profile=profile, again=again)
     if isinstance(done, int):
         return done
-    run = done.outcome
-    assert isinstance(run, runs.RunResult)
+    run = done.outcome  # a run's RunResult: `train` makes one model or an ensemble
     print_results(run.result, training.folder.folder, done.summary["seconds"])
     if run.calibration is not None:
         console.print(
@@ -153,7 +152,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     done = train_in_folder(training)
     if isinstance(done, int):
         return done
-    assert isinstance(done.outcome, SweepResult)
     console.print(done.outcome.to_markdown(), markup=False, highlight=False)
     files = "sweep.md, sweep.json, sweep_heatmap.png, checkpoint.eqx, ..."
     console.print(f"wrote {training.folder.folder}/: {files}")

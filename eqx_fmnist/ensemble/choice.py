@@ -14,6 +14,7 @@ validated. Each kind knows its member configs; [`fit`][eqx_fmnist.train.fit] tak
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -211,6 +212,16 @@ class Grid(Members):
 
     def configs(self, config: TrainConfig) -> tuple[TrainConfig, ...]:
         return _checked(grid_configs(config, self.values, self.seeds)[2])
+
+    def answering(self, count: int, summary: Callable[[], dict[str, Any]]) -> list[int]:
+        """The winner's members, one per seed: the point a finished sweep's summary
+        ranks first (its `best`). `ValueError` for an index that names no point."""
+        points = math.prod(len(v) for v in self.values.values())
+        best = summary()["best"]["index"]
+        if type(best) is not int or not 0 <= best < points:
+            raise ValueError(f"`best.index` is {best!r}, not one of {points} points")
+        per = count // points
+        return list(range(best * per, (best + 1) * per))
 
     def to_dict(self) -> dict[str, Any]:
         seeds = self.seeds if isinstance(self.seeds, int) else list(self.seeds)

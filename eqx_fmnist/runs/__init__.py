@@ -3,15 +3,18 @@
 The write side: `training` ([`Training.new`][eqx_fmnist.runs.training.Training.new],
 [`Training.resume`][eqx_fmnist.runs.training.Training.resume] and
 [`Training.run`][eqx_fmnist.runs.training.Training.run]: a run started or resumed,
-trained in its folder and finished) over `writing`
+trained in its folder and finished by its kind) over the kinds of run (`kind`: the
+[`RunKind`][eqx_fmnist.runs.kind.RunKind] record; `one_run`, `sweep_run`, `cv_run`: one
+module each, in one registry, [`KINDS`][eqx_fmnist.runs.training.KINDS]) over `writing`
 ([`RunFolder`][eqx_fmnist.runs.RunFolder]: the lock, the config, one history line per
 logging interval, checkpoints on a cadence of their own, clean stops, the summary and
 the figures). The read side: `reading` (a run folder read back,
 [`Run.open`][eqx_fmnist.runs.reading.Run.open]: its model, calibration, views, answer,
 export and teacher; the splits and data a run uses), which imports nothing of the write
 side. Beside them: `layout` (what a run folder holds, the rule that no command writes
-over another run's, and the readers of the files a run reads back), `report` (the test report a folder writes and `evaluate` shows:
-[`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers), `cadence` (when to checkpoint, why a run
+over another run's, and the readers of the files a run reads back), `report` (the test report a folder writes and `evaluate` shows, and its program:
+[`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers
+and where the run's time went), `cadence` (when to checkpoint, why a run
 stopped), `files` (what a sweep, `cv` and `audit` write beside the folder's own files)
 and `profile` (`train --profile`'s trace). Nothing here prints.
 """
@@ -24,6 +27,7 @@ from .files import (
     write_suspects as write_suspects,
     write_sweep as write_sweep,
 )
+from .kind import Job as Job, RunKind as RunKind
 from .layout import (
     CHECKPOINT_NAME as CHECKPOINT_NAME,
     FIGURES as FIGURES,
@@ -36,6 +40,7 @@ from .layout import (
     read_teacher as read_teacher,
     refuse_overwriting as refuse_overwriting,
 )
+from .one_run import RunResult as RunResult, train_run as train_run
 from .reading import (
     DataSource as DataSource,
     Run as Run,
@@ -45,23 +50,23 @@ from .reading import (
     run_splits as run_splits,
 )
 from .report import (
-    TIME_SPLIT as TIME_SPLIT,
     RunReport as RunReport,
-    RunResult as RunResult,
+    report_program as report_program,
     run_report as run_report,
-    time_split as time_split,
-    train_run as train_run,
 )
 from .summary import (
+    TIME_SPLIT as TIME_SPLIT,
     TOKENS_PER_EXAMPLE as TOKENS_PER_EXAMPLE,
     summarise as summarise,
     tensorboard_writer as tensorboard_writer,
+    time_split as time_split,
 )
 from .training import (
+    KINDS as KINDS,
     TEACHER_FOLDER as TEACHER_FOLDER,
     Finished as Finished,
-    Outcome as Outcome,
     Training as Training,
+    kind_for as kind_for,
     teacher_training as teacher_training,
 )
 from .writing import (

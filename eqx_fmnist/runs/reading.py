@@ -12,7 +12,6 @@ through this module.
 
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,7 @@ from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import Splits, split_data, to_datasets
 from ..distill import Teacher
-from ..ensemble import Grid, members_from
+from ..ensemble import members_from
 from ..evaluation import evaluate, predict_proba
 from ..export import FORMATS, export_model, manifest_path
 from ..model import Model
@@ -155,22 +154,17 @@ class Run:
 
         `RunError` for a sweep without a summary naming its winner (not finished).
         """
-        choice = self.choice
-        if not isinstance(choice, Grid):
+        choice, file = self.choice, self.folder / "summary.json"
+        if choice is None:
             return None
-        points = math.prod(len(v) for v in choice.values.values())
-        per = len(self.saved.members or ()) // points
-        file = self.folder / "summary.json"
         try:
-            best = json.loads(file.read_text())["best"]["index"]
-            if type(best) is not int or not 0 <= best < points:
-                raise ValueError(f"`best.index` is {best!r}, not one of {points} points")
+            return choice.answering(len(self.saved.members or ()), lambda: _json(file))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise RunError(
-                f"{self.folder} is a sweep without a finished {file.name} naming its winner "
-                f"({e}): finish it (`eqx-fmnist sweep --resume {self.checkpoint}`) first."
+                f"{self.folder} is a {choice.kind} run without a finished {file.name} naming "
+                f"the members that answer for it ({e}): finish it (`--resume "
+                f"{self.checkpoint}`) first."
             ) from None
-        return list(range(best * per, (best + 1) * per))
 
     @property
     def choice(self) -> Members | None:
@@ -349,3 +343,7 @@ def opened_teacher(
         return open_teacher(where, config)
     except RunError as e:
         raise RunError(f"the teacher {where}: {e}") from None
+
+
+def _json(file: Path) -> Any:
+    return json.loads(file.read_text())

@@ -102,3 +102,54 @@ def tensorboard_writer(folder: Path):
             "TensorBoard logging needs tensorboardX: pip install 'eqx_fmnist[tensorboard]'."
         ) from None
     return SummaryWriter(logdir=str(folder))
+
+
+TIME_SPLIT = (
+    "load",
+    "compile",
+    "steps",
+    "host_reads",
+    "validation",
+    "logging",
+    "checkpoints",
+    "test",
+    "report",
+    "figures",
+)
+"""The parts of a run folder's wall time that `summary.json`'s `seconds` record, in the
+order they happen (see [`time_split`][eqx_fmnist.runs.summary.time_split])."""
+
+
+def time_split(
+    fit_seconds: dict[str, float],
+    checkpoints_during: float,
+    checkpoints: float,
+    report: float,
+    figures: float,
+) -> dict[str, float]:
+    """Where a run's wall time went, for `summary.json`: `fit`'s own split
+    ([`TrainResult.seconds`][eqx_fmnist.train.TrainResult]) with its callbacks' time cut
+    into `checkpoints` (every checkpoint written, the last one included) and `logging`
+    (the rest of the callbacks: history lines, the progress bar, TensorBoard), `fit`'s
+    `test` (for a run folder, the report's program: the model on the test images as
+    they are, mirrored and moved, waited for and read), then the test `report` (what is
+    counted from those logits on the host, and the calibration saved) and the
+    `figures`, each rounded to milliseconds.
+
+    **Arguments:**
+
+    - `fit_seconds`: `fit`'s split.
+    - `checkpoints_during`: seconds of checkpoints written by the callbacks, while
+        training (part of `fit`'s `callbacks`).
+    - `checkpoints`: seconds of all checkpoints, the final one included.
+    - `report`, `figures`: seconds of the test report and of drawing the figures.
+    """
+    parts = {
+        **{k: fit_seconds[k] for k in ("load", "compile", "steps", "host_reads", "validation")},
+        "logging": max(fit_seconds["callbacks"] - checkpoints_during, 0.0),
+        "checkpoints": checkpoints,
+        "test": fit_seconds["test"],
+        "report": report,
+        "figures": figures,
+    }
+    return {k: round(parts[k], 3) for k in TIME_SPLIT}

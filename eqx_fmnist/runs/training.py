@@ -31,7 +31,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic
 
 import jax
 
@@ -39,48 +39,54 @@ from ..checkpoint import Checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import Splits
-from ..ensemble import (
-    CrossValidation,
-    Folds,
-    Grid,
-    SweepResult,
-    cross_validate,
-    member_seeds,
-    sweep,
-)
-from ..ensemble.grid import SWEEP_VALIDATION
 from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
 from ..train import Members
 from .cadence import EVERY_MINUTE, CheckpointEvery
-from .files import write_cross_validation
+from .cv_run import CV_RUN
+from .kind import Outcome, RunKind
 from .layout import CHECKPOINT_NAME, RunError
+from .one_run import ONE_RUN
 from .profile import IntervalProfiler, find_trace
 from .reading import DataSource, Run, loaded, opened_teacher, run_splits
-from .report import RunResult, train_run
+from .sweep_run import SWEEP_RUN
 from .writing import RunFolder, refuse_results
 
 TEACHER_FOLDER = "teacher"
 """Where a distilled run without a teacher of its own trains one, inside its folder."""
 
 
-Outcome = RunResult | SweepResult | CrossValidation
-"""What a finished [`Training`][eqx_fmnist.runs.training.Training] trained: a run's
-`RunResult`, a sweep's `SweepResult` or cross-validation's `CrossValidation`."""
+KINDS: tuple[RunKind, ...] = (ONE_RUN, SWEEP_RUN, CV_RUN)
+"""The kinds of run, one [`RunKind`][eqx_fmnist.runs.kind.RunKind] each: a new kind is
+one module and one entry here."""
+
+
+def kind_for(members: Members | None) -> RunKind:
+    """The kind of run that trains `members`: the one that names their choice, else one
+    model or an ensemble (`ONE_RUN`)."""
+    choice = None if members is None else members.kind
+    return next((k for k in KINDS if choice in k.choices), ONE_RUN)
+
+
+def kind_named(name: str) -> RunKind:
+    """The kind called `name` (`"train"`, `"sweep"`, `"cv"`)."""
+    return next(k for k in KINDS if k.name == name)
 
 
 @dataclasses.dataclass
-class Finished:
+class Finished(Generic[Outcome]):
     """What [`Training.run`][eqx_fmnist.runs.training.Training.run] returns: the
-    `outcome` (see `Outcome`) and the `summary` written to `summary.json`."""
+    `outcome` its kind trained (a run's [`RunResult`][eqx_fmnist.runs.one_run.RunResult],
+    a sweep's `SweepResult`, cross-validation's `CrossValidation`) and the `summary`
+    written to `summary.json`."""
 
     outcome: Outcome
     summary: dict[str, Any]
 
 
 @dataclasses.dataclass
-class Training:
+class Training(Generic[Outcome]):
     """A run ready to train in its folder; make one with
     [`Training.new`][eqx_fmnist.runs.training.Training.new] or
     [`Training.resume`][eqx_fmnist.runs.training.Training.resume].
@@ -146,8 +152,7 @@ class Training:
                 f"`members` must be a Members choice (ef.ensemble.Seeds, Grid, Folds), not "
                 f"{type(members).__name__}."
             )
-        if isinstance(members, Grid) and not config.validation_size:
-            config = config.with_changes(validation_size=SWEEP_VALIDATION)
+        config = kind_for(members).config(config)
         return start_training(
             out,
             config,
@@ -185,7 +190,7 @@ class Training:
         again), a teacher gone, or cross-validation's checkpoint on other data.
         """
         run = Run.open(checkpoint)
-        found = kind_of(run.choice)
+        found = kind_for(run.choice).name
         if kind is not None and found != kind:
             raise RunError(f"{checkpoint} is the checkpoint of a {found} run, not of a {kind} run.")
         return start_training(
@@ -214,8 +219,14 @@ class Training:
 
     @property
     def kind(self) -> str:
-        """`"sweep"` (a `Grid`), `"cv"` (`Folds`) or `"train"` (one run or an ensemble)."""
-        return kind_of(self.members)
+        """Its kind's name: `"sweep"` (a `Grid`), `"cv"` (`Folds`) or `"train"` (one run
+        or an ensemble)."""
+        return self.run_kind.name
+
+    @property
+    def run_kind(self) -> RunKind[Outcome]:
+        """Its [`RunKind`][eqx_fmnist.runs.kind.RunKind]: how it trains and finishes."""
+        return kind_for(self.members)
 
     @property
     def total_steps(self) -> int:
@@ -231,10 +242,9 @@ class Training:
         """Where and what trains, as the command line says it first: the folder; what
         trains (a sweep's grid and seeds, cv's folds, else the length, precision, seeds,
         held-out images and teacher); the checkpoint cadence; the data; a resume's step."""
-        folder = self.folder
-        kind = "run" if self.kind == "train" else self.kind
+        folder, kind = self.folder, self.run_kind
         lines = [
-            f"{kind} folder {folder.folder}: {self._what()}, checkpoint every "
+            f"{kind.noun} folder {folder.folder}: {kind.what(self)}, checkpoint every "
             f"{folder.checkpoint_every}",
             f"data: {self.data.source} ({self.data.origin})",
         ]
@@ -242,34 +252,7 @@ class Training:
             lines.append(f"resuming at step {self.start:,} of {self.total_steps:,}")
         return "\n".join(lines)
 
-    def _what(self) -> str:
-        config, total, members = self.config, self.total_steps, self.members
-        count = 0 if members is None else len(members.configs(config))
-        if isinstance(members, Grid):
-            grid = "; ".join(
-                f"{k} {', '.join(f'{v:g}' for v in vs)}" for k, vs in members.values.items()
-            )
-            seeds = ", ".join(map(str, member_seeds(config, members.seeds)))
-            return (
-                f"{grid}; seeds {seeds}: {count} members in one program{self._spread()}, "
-                f"{total:,} steps each, ranked on {config.validation_size:,} validation images"
-            )
-        if isinstance(members, Folds):
-            return (
-                f"{count} folds of {len(self.splits.train):,} images ({self.folder.num_train:,} "
-                f"to train on each), {total:,} steps, one program{self._spread()}"
-            )
-        parts = [self.length, config.precision, f"seed {config.seed}"]
-        if members is not None:
-            seeds = _seeds(members.configs(config))
-            parts[-1] = f"{count} members in one program (seeds {seeds}){self._spread()}"
-        if config.calibration_size:
-            parts.append(f"{config.calibration_size:,} images held out to calibrate")
-        if self.teacher is not None:
-            parts.append(f"distilled from {self.teacher}")
-        return ", ".join(parts)
-
-    def _spread(self) -> str:
+    def spread(self) -> str:
         """Members split over devices or on shared batches, in words."""
         config, members = self.config, self.members
         if members is None:
@@ -280,7 +263,9 @@ class Training:
             words += f", {each} on each of {config.devices} devices"
         return words
 
-    def run(self, callbacks: Sequence[Callback] = (), *, profile: bool = False) -> Finished:
+    def run(
+        self, callbacks: Sequence[Callback] = (), *, profile: bool = False
+    ) -> Finished[Outcome]:
         """Train in the folder, then finish it; `callbacks` are called after each
         logging interval, before the folder's own (history, checkpoint, stop).
         `profile`: trace intervals 2-3 ([`IntervalProfiler`][eqx_fmnist.runs.profile.IntervalProfiler])
@@ -298,8 +283,9 @@ class Training:
             traced = [IntervalProfiler(self.folder.folder / "profile", intervals)]
         try:
             with self.folder as folder, folder.stop_on_signals():
-                outcome = self._train([*callbacks, *traced, folder.callback])
-                return Finished(outcome, self._finish(outcome))
+                kind = self.run_kind
+                outcome = kind.train(self, [*callbacks, *traced, folder.callback])
+                return Finished(outcome, kind.finish(self, outcome))
         finally:
             for profiler in traced:
                 profiler.stop()
@@ -308,42 +294,6 @@ class Training:
     def trace(self) -> Path | None:
         """The Perfetto trace `run(profile=True)` wrote, if any."""
         return find_trace(self.folder.folder / "profile")
-
-    def _train(self, callbacks: list[Callback]) -> Outcome:
-        config, splits, state = self.config, self.splits, self.state
-        if isinstance(self.members, Grid):
-            grid, seeds = self.members.values, self.members.seeds
-            return sweep(config, splits, grid, seeds, state=state, callback=callbacks)
-        if isinstance(self.members, Folds):
-            k = self.members.k
-            return cross_validate(config, splits, k, callback=callbacks, state=state)
-        return train_run(
-            config,
-            splits,
-            members=self.members,
-            state=state,
-            callback=callbacks,
-            teacher=self.teacher_model,
-        )
-
-    def _finish(self, outcome: Outcome) -> dict[str, Any]:
-        if isinstance(outcome, SweepResult):
-            return self.folder.finish_sweep(outcome)
-        if isinstance(outcome, CrossValidation):
-            summary = self.folder.finish(outcome.result, self.data)
-            write_cross_validation(self.folder.folder, outcome)
-            return summary
-        return self.folder.finish(
-            outcome.result, self.data, outcome.calibration, report=outcome.report
-        )
-
-
-def _seeds(configs: Sequence[TrainConfig]) -> str:
-    """The members' seeds: `0-4` for a range of more than two, else `0,2,3`."""
-    seeds = sorted({c.seed for c in configs})
-    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
-        return f"{seeds[0]}-{seeds[-1]}"
-    return ",".join(map(str, seeds))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -377,15 +327,15 @@ def start_training(
     try:
         splits = run_splits(config, data)
         num_train = len(splits.train)
-        if isinstance(members, Folds):
-            num_train = members.rows(num_train, config).size  # the folds check the config
-            if resume and (
-                resume.saved.num_train != num_train
-                or resume.saved.members != members.configs(config)
-            ):
-                raise ValueError(
-                    f"{resume.checkpoint} was not written by cross-validation on these data."
-                )
+        rows = None if members is None else members.rows(num_train, config)  # checks it
+        if rows is not None:
+            num_train = rows.size
+        if resume and rows is not None and resume.saved.num_train != num_train:
+            raise ValueError(
+                f"{resume.checkpoint} was not written by this {kind_for(members).name} run "
+                f"on these data (it trained on {resume.saved.num_train:,} rows, these data "
+                f"give {num_train:,})."
+            )
     except ValueError as e:
         raise RunError(str(e)) from None
     scratch = None
@@ -406,13 +356,6 @@ def start_training(
     state = resume.saved.state if resume else None
     path, model = teacher if teacher else (None, None)
     return Training(folder, config, members, data, splits, state, step, path, model, scratch)
-
-
-def kind_of(members: Members | None) -> str:
-    """What a run of `members` is: `"sweep"` (a `Grid`), `"cv"` (`Folds`) or `"train"`."""
-    if isinstance(members, Grid):
-        return "sweep"
-    return "cv" if isinstance(members, Folds) else "train"
 
 
 def teacher_training(

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from matplotlib.figure import Figure
 
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import payload_digest, save_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
-from ..ensemble import SweepResult
 from ..evaluation import EvalResult
 from ..fileio import FolderInUse, FolderLock, atomic_write, remove_stale_parts
 from ..intervals import History, plan_run
@@ -46,7 +46,6 @@ from ..plots import (
 from ..state import TrainState
 from ..train import Members, TrainResult
 from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
-from .files import write_sweep
 from .layout import (
     CHECKPOINT_NAME,
     HOLDS_RESULTS,
@@ -57,8 +56,8 @@ from .layout import (
     refuse_edited_config,
     teacher_record,
 )
-from .report import RunReport, run_report, time_split
-from .summary import summarise, tensorboard_writer
+from .report import RunReport
+from .summary import summarise, tensorboard_writer, time_split
 
 LOCK_NAME = ".eqx-fmnist.lock"
 
@@ -98,14 +97,18 @@ class RunFolder:
     """One training run's folder, written while [`fit`][eqx_fmnist.train.fit] runs.
 
     Use it as a context manager (it holds the folder's lock) and pass `run.callback` to
-    `fit`; then call [`finish`][eqx_fmnist.runs.writing.RunFolder.finish] with the result.
+    `fit`; then call [`finish`][eqx_fmnist.runs.writing.RunFolder.finish] with the result
+    and its test report.
 
     !!! example
 
         ```python
-        with ef.RunFolder("runs/a", config, num_train=60_000) as run:
+        with ef.runs.RunFolder("runs/a", config, num_train=60_000) as run:
             result = ef.fit(config, ef.split_data(data), callback=run.callback)
-            run.finish(result, data)
+            report = ef.runs.run_report(
+                result.model, result.policy, data.test_images, data.test_labels
+            )
+            run.finish(result, data, report)
         ```
     """
 
@@ -292,38 +295,28 @@ class RunFolder:
         self,
         result: TrainResult,
         data: FashionMNIST,
+        report: RunReport,
         calibration: Calibration | None = None,
-        *,
-        report: RunReport | None = None,
     ) -> dict[str, Any]:
-        """Save the final checkpoint, `summary.json`, the figures and the calibration.
+        """Save the final checkpoint, the calibration, the figures and `summary.json`.
 
         **Arguments:**
 
         - `result`: what `fit` returned, for one run or an ensemble.
         - `data`: the numpy data set (for the example and prediction grids).
+        - `report`: the run's test [`RunReport`][eqx_fmnist.runs.report.RunReport]
+            ([`run_report`][eqx_fmnist.runs.report.run_report]).
         - `calibration`: the run's [`Calibration`][eqx_fmnist.calibration.Calibration]
             (from [`calibrate`][eqx_fmnist.calibration.calibrate] after training),
             saved as `calibration.safetensors`. Defaults to `None`: raw probabilities.
-        - `report`: the test [`RunReport`][eqx_fmnist.runs.report.RunReport], if
-            made already ([`train_run`][eqx_fmnist.runs.train_run]'s). Defaults to `None`.
 
         **Returns:**
 
         The summary, as written to `summary.json`; its `seconds` split the run's wall
-        time ([`time_split`][eqx_fmnist.runs.report.time_split]).
+        time ([`time_split`][eqx_fmnist.runs.summary.time_split]).
         """
         during = self.checkpoint_seconds  # written by the callbacks, while training
-        self._save_final(result.state)
-        if report is None:
-            report = run_report(
-                result.model,
-                result.policy,
-                data.test_images,
-                data.test_labels,
-                calibration,
-                tta=result.config.views,
-            )
+        self.save_final(result.state)
         start = time.perf_counter()
         if calibration is not None:
             owner = payload_digest(self.checkpoint)
@@ -336,14 +329,14 @@ class RunFolder:
             **({} if report.sets is None else {"prediction_sets": report.sets.to_dict()}),
         }
         pred = report.predictions
-        figures = {
-            **report.figures(),
-            "examples.png": plot_examples(data.train_images, data.train_labels),
-            "training_curve.png": self._curve(),
-            "predictions.png": plot_predictions(data.test_images, data.test_labels, pred),
-        }
-        for name, figure in figures.items():
-            save_figure(figure, self.folder / name)
+        self.save_figures(
+            {
+                **report.figures(),
+                "examples.png": plot_examples(data.train_images, data.train_labels),
+                "training_curve.png": self.training_curve(),
+                "predictions.png": plot_predictions(data.test_images, data.test_labels, pred),
+            }
+        )
         drawn = time.perf_counter() - reported
         summary["seconds"] = time_split(
             result.seconds,
@@ -352,11 +345,21 @@ class RunFolder:
             report.seconds + reported - start,
             drawn,
         )
-        # Written last: a summary says the run finished, figures and all.
-        _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+        self.write_summary(summary)
         if self._writer is not None and result.test is not None:
             self._hparams(self._writer, result.test)
         return summary
+
+    def write_summary(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """Write `summary.json` (atomically): written last, a summary says the run
+        finished, figures and all. Returns `summary`."""
+        _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def save_figures(self, figures: dict[str, Figure]) -> None:
+        """Draw `{file name: figure}` into the folder, each written atomically."""
+        for name, figure in figures.items():
+            save_figure(figure, self.folder / name)
 
     def _hparams(self, writer, test: EvalResult) -> None:
         """The config and the test figures on TensorBoard's hparams page."""
@@ -367,27 +370,14 @@ class RunFolder:
         metrics = {"hparam/test_accuracy": test.accuracy, "hparam/test_loss": test.loss}
         writer.add_hparams(hparams, metrics, name=".")
 
-    def finish_sweep(self, result: SweepResult) -> dict[str, Any]:
-        """Save the final checkpoint (all members), the sweep's table, JSON and heatmap,
-        `summary.json` (the sweep's JSON) and the training curve (members' mean).
-
-        **Returns:**
-
-        The summary, as written to `summary.json`.
-        """
-        self._save_final(result.members.state)
-        write_sweep(self.folder, result)
-        summary = {**result.to_dict(), "checkpoint": CHECKPOINT_NAME}
-        _write_text(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
-        save_figure(self._curve(), self.folder / "training_curve.png")
-        return summary
-
-    def _save_final(self, state: TrainState) -> None:
+    def save_final(self, state: TrainState) -> None:
+        """The checkpoint of the state training ended with, unless saved at its step."""
         step = state.global_step
         if self.saved_step != step:
             self.save(state, step)
 
-    def _curve(self):
+    def training_curve(self) -> Figure:
+        """The training curve of the folder's history (the members' mean)."""
         history = read_history(self.folder)
         kind = f", {len(self.members)} members (mean)" if self.members else ""
         return plot_training_curve(
