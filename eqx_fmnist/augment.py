@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Int, PRNGKeyArray, Shaped
 
-SIDE = 28
-"""Height and width of an image, in pixels."""
+from .fashion import SIDE
+
 ERASE_SIZES = (4, 14)
 """Smallest and largest side, in pixels, of an erased patch (random erasing)."""
 

@@ -15,9 +15,10 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Shaped
 
-from .augment import SIDE, augment, augment_with_views
+from .augment import augment, augment_with_views
 from .dataset import ArrayDataset, batch_indices, normalize
 from .distill import TeacherTable
+from .fashion import SIDE
 from .state import TrainState
 
 AUGMENT_STREAM = 0xFFFFFFFF

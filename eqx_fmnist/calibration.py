@@ -27,7 +27,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer
 
 from .augment import tta_name
-from .conformal import COVERAGE, ConformalSets, fit_sets
+from .checks import COVERAGE
+from .conformal import ConformalSets, fit_sets
 from .dataset import ArrayDataset
 from .evaluation import padded_logits
 from .fileio import atomic_write

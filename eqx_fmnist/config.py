@@ -21,8 +21,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .augment import TTA, TTA_VIEWS, Move, ShiftDistribution, augmentation_of
-from .checks import coerce_json, number, plain, positive_int, split_optional
-from .conformal import COVERAGE, check_coverage
+from .checks import (
+    COVERAGE,
+    check_coverage,
+    coerce_json,
+    number,
+    plain,
+    positive_int,
+    split_optional,
+)
 from .dataset import steps_per_epoch
 from .precision import Policy
 
@@ -272,7 +279,7 @@ class TrainConfig:
     def _check_held_out(self) -> None:
         for name in ("validation_size", "calibration_size"):
             positive_int(name, getattr(self, name), low=0)
-        check_coverage(self.coverage)  # the prediction sets' rule, kept where they are made
+        check_coverage(self.coverage)  # the prediction sets' rule
         if (self.coverage != COVERAGE or self.per_class_sets) and not self.calibration_size:
             raise ValueError(
                 "`coverage` and `per_class_sets` shape the prediction sets fitted on "

@@ -33,17 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import Bool, Float, Integer
 
-COVERAGE = 0.9
-"""The share of new images whose set holds the true class, unless told otherwise."""
-
-
-def check_coverage(coverage: float) -> float:
-    """`coverage` as a float in (0, 1), or `ValueError` naming it."""
-    if isinstance(coverage, bool) or not isinstance(coverage, (int, float)):
-        raise ValueError(f"`coverage` must be a number in (0, 1), but got {coverage!r}.")
-    if not 0.0 < coverage < 1.0:
-        raise ValueError(f"`coverage` must be in (0, 1), e.g. 0.9, but got {coverage!r}.")
-    return float(coverage)
+from .checks import COVERAGE, check_coverage
 
 
 def conformal_threshold(scores: Float[np.ndarray, " n"], coverage: float) -> float:

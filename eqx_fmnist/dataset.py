@@ -17,7 +17,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer, PRNGKeyArray, Shaped, UInt8, UInt32
 
-from .data import IMAGE_SIZE, NUM_CLASSES, FashionMNIST
+from .fashion import IMAGE_SIZE, NUM_CLASSES, FashionMNIST
 
 
 def normalize(images: Shaped[Array, "*batch 784"]) -> Float[Array, "*batch 784"]:
@@ -155,7 +155,7 @@ class ArrayDataset(eqx.Module):
 
 
 def to_datasets(data: FashionMNIST, *, device=None) -> tuple[ArrayDataset, ArrayDataset]:
-    """Put both splits of a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST] on a device.
+    """Put both splits of a [`FashionMNIST`][eqx_fmnist.fashion.FashionMNIST] on a device.
 
     **Returns:**
 
@@ -213,7 +213,7 @@ def split_data(
 
     **Arguments:**
 
-    - `data`: a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST], or `(train, test)`
+    - `data`: a [`FashionMNIST`][eqx_fmnist.fashion.FashionMNIST], or `(train, test)`
         [`ArrayDataset`][eqx_fmnist.dataset.ArrayDataset]s (`test` may be `None`), or
         `Splits` already made (returned as they are when no size is given).
     - `validation_size`: training images held out to tune on (`VALIDATION_SEED`).

@@ -24,8 +24,8 @@ from jaxtyping import Array, Float, Int, Shaped
 
 from .augment import Augmentation, augmentation_of, finite_views, move_images
 from .config import TrainConfig
-from .data import IMAGE_SIZE, NUM_CLASSES
 from .dataset import normalize
+from .fashion import IMAGE_SIZE, NUM_CLASSES
 from .model import CNN, MLP, Model, batch_logits, ensemble_log_probs, per_member
 from .precision import FLOAT32, Policy
 

@@ -20,8 +20,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
 from .augment import Move, move_images
-from .data import NUM_CLASSES
 from .dataset import ArrayDataset, as_images, normalize, pad_to_batches
+from .fashion import NUM_CLASSES
 from .losses import accuracy, cross_entropy
 from .model import Model, combine, ensemble_log_probs, logits_of, num_members, per_member
 from .parallel import batch_sharding

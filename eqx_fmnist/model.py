@@ -15,7 +15,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from .augment import SIDE
+from .fashion import SIDE
 from .precision import FLOAT32, Policy
 
 Model: TypeAlias = eqx.Module

@@ -1,8 +1,8 @@
 """Run folders: history every interval, checkpoints on their own cadence, stops."""
 
 import json
-import threading
 import re
+import threading
 from pathlib import Path
 
 import numpy as np

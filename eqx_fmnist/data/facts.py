@@ -5,21 +5,13 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-CLASS_NAMES: tuple[str, ...] = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
+from ..fashion import (
+    CLASS_NAMES as CLASS_NAMES,
+    IMAGE_SHAPE as IMAGE_SHAPE,
+    IMAGE_SIZE as IMAGE_SIZE,
+    NUM_CLASSES as NUM_CLASSES,
 )
-NUM_CLASSES = 10
-IMAGE_SHAPE = (28, 28)
-IMAGE_SIZE = 28 * 28
+
 IMAGES_MAGIC = 2051
 LABELS_MAGIC = 2049
 

@@ -1,19 +1,17 @@
 """Loading Fashion-MNIST: the search order, a download when nothing is found, the
-checks, and the four arrays as a [`FashionMNIST`][eqx_fmnist.data.FashionMNIST]."""
+checks, and the four arrays as a [`FashionMNIST`][eqx_fmnist.fashion.FashionMNIST]."""
 
-import dataclasses
 import logging
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
-from jaxtyping import UInt8
 
+from ..fashion import FashionMNIST
 from . import facts
 from .download import download_fashion_mnist
 from .errors import DataError, DataNotFoundError, DownloadError
-from .facts import CLASS_NAMES, IMAGES_MAGIC, INSTALL_HINTS, MIRRORS, ProgressFn
+from .facts import IMAGES_MAGIC, INSTALL_HINTS, MIRRORS, ProgressFn
 from .idx import check_images, check_labels, parse_idx
 from .store import (
     candidate_dirs,
@@ -23,22 +21,6 @@ from .store import (
     read_stamps,
     remember_verified,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class FashionMNIST:
-    """The four arrays of Fashion-MNIST as numpy, and where they came from."""
-
-    train_images: UInt8[np.ndarray, "n 28 28"]
-    train_labels: UInt8[np.ndarray, " n"]
-    test_images: UInt8[np.ndarray, "m 28 28"]
-    test_labels: UInt8[np.ndarray, " m"]
-    source: Path
-    class_names: tuple[str, ...] = CLASS_NAMES
-    origin: str = ""
-    """Why `source` was used: `"data_dir argument"`, `"$EQX_FMNIST_DATA"`, `"user cache"`,
-    `"Debian package dataset-fashion-mnist"` or `"download"`."""
-
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +50,7 @@ def load_fashion_mnist(
 
     **Returns:**
 
-    A [`FashionMNIST`][eqx_fmnist.data.FashionMNIST] with train images `(60000, 28, 28)`,
+    A [`FashionMNIST`][eqx_fmnist.fashion.FashionMNIST] with train images `(60000, 28, 28)`,
     train labels `(60000,)`, test images `(10000, 28, 28)` and test labels `(10000,)`,
     all `uint8`, the folder they came from and why that folder (`origin`).
 
