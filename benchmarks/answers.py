@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.augment import TTA_MIRROR, TTA_SHIFTS
 from eqx_fmnist.calibration import calibration_metrics, fit_temperature
 from eqx_fmnist.conformal import fit_sets, set_report
+from eqx_fmnist.views import TTA_MIRROR, TTA_SHIFTS
 
 from harness import machine_line
 

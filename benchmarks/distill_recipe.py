@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 import eqx_fmnist as ef
-from eqx_fmnist.augment import TTA_MIRROR
 from eqx_fmnist.export import FORMATS, ExportError, export_model
+from eqx_fmnist.views import TTA_MIRROR
 
 from harness import machine_line
 

@@ -138,8 +138,8 @@ def views_cost(single, splits, config, images, folder: Path) -> list[str]:
     views, exported in the formats that compute them, timed on all 10,000 test images
     (median of 3; StableHLO loaded once, ONNX and the page loaded each time as a consumer
     starts them), in ms per 10,000 images."""
-    from eqx_fmnist.augment import TTA_VIEWS
     from eqx_fmnist.export import run_page
+    from eqx_fmnist.views import TTA_VIEWS
 
     rows, base = [], {}
     for name, views in TTA_VIEWS.items():

@@ -35,7 +35,7 @@ from . import (
 from .answers import Answer as Answer, answer as answer
 from .attributions import Explanation as Explanation, explain as explain
 from .audit import LabelAudit as LabelAudit, audit_labels as audit_labels
-from .augment import Augmentation as Augmentation, move_images as move_images
+from .augment import Augmentation as Augmentation
 from .cache import (
     compile_cache_dir as compile_cache_dir,
     enable_compile_cache as enable_compile_cache,
@@ -125,5 +125,6 @@ from .step import (
 )
 from .train import TrainResult as TrainResult, fit as fit
 from .trust import trust_moves as trust_moves
+from .views import move_images as move_images
 
 __version__ = _metadata.version("eqx_fmnist")

@@ -101,7 +101,8 @@ def audit_labels(
     `ImportError` without `cleanlab` (the `audit` extra); `ValueError` for probabilities
     whose shape does not match the labels.
     """
-    probs, labels = np.asarray(probabilities, np.float64), np.asarray(labels).astype(int)
+    probs = np.asarray(probabilities, np.float64)
+    labels = np.asarray(labels).astype(int)
     if probs.ndim != 2 or len(probs) != len(labels):
         raise ValueError(
             f"probabilities of shape {probs.shape} for {len(labels)} labels: "

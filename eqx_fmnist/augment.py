@@ -16,8 +16,8 @@ program is lowered, with `jax.lax.platform_dependent`):
     ([`select_moves`][eqx_fmnist.augment.select_moves]).
 
 Pixels that fall outside the canvas, or inside an erased patch, are zero (the
-background). The same moves serve robustness evaluation
-([`move_images`][eqx_fmnist.augment.move_images]).
+background). The same moves serve the fixed views of test-time augmentation and
+robustness ([`eqx_fmnist.views`][eqx_fmnist.views]).
 
 The random choices of a step are a pure function of the run's key, the global step and
 the example's place in the batch ([`augment`][eqx_fmnist.augment.augment]): results do
@@ -186,7 +186,8 @@ def _shift(x: Array, d: Int[Array, " batch"], bound: int, axis: int) -> Array:
     y = jnp.pad(x, pad)
     q = (bound - d).reshape((1,) * (x.ndim - 1) + (-1,))  # one value per image
     for j in range(bits):
-        v, n = 1 << j, y.shape[axis] - (1 << j)
+        v = 1 << j
+        n = y.shape[axis] - (1 << j)
         further = jax.lax.slice_in_dim(y, v, v + n, axis=axis)
         y = jnp.where((q >> j) & 1 == 1, further, jax.lax.slice_in_dim(y, 0, n, axis=axis))
     return y  # the bits add up to 2**bits - 1: the size is the image's again
@@ -333,7 +334,8 @@ def augment_with_views(
     if finite_views(augmentation) is None:
         raise ValueError("an augmentation that erases makes no finite set of views.")
     dx, dy, flip, _ = random_choices(key, images.shape[0], augmentation)
-    s, sides = augmentation.shift, 2 if augmentation.mirror else 1
+    s = augmentation.shift
+    sides = 2 if augmentation.mirror else 1
     views = ((dy + s) * (2 * s + 1) + (dx + s)) * sides + flip.astype(jnp.int32) * (sides - 1)
     return move_batch(images, dx, dy, flip, bound=s), views
 
@@ -341,49 +343,7 @@ def augment_with_views(
 Move = tuple[int, int, bool]
 """A fixed move of an image, `(dx, dy, mirror)`: mirrored left-right if `mirror`, then
 moved `dx` pixels right and `dy` down (see
-[`move_images`][eqx_fmnist.augment.move_images])."""
-
-TTA_MIRROR: tuple[Move, ...] = ((0, 0, False), (0, 0, True))
-"""Test-time augmentation's views: each image as it is and mirrored left-right."""
-TTA_SHIFTS: tuple[Move, ...] = TTA_MIRROR + (
-    (1, 0, False),
-    (-1, 0, False),
-    (0, 1, False),
-    (0, -1, False),
-)
-"""The mirror and moves of one pixel along each axis: six views."""
-TTA = Literal["none", "mirror", "shifts"]
-"""A named choice of views, as `TrainConfig.tta` and `--tta` take it."""
-TTA_VIEWS: dict[str, tuple[Move, ...] | None] = {
-    "none": None,
-    "mirror": TTA_MIRROR,
-    "shifts": TTA_SHIFTS,
-}
-"""The views of each named choice (`None`: the image alone)."""
-
-
-def tta_name(views: tuple[Move, ...] | None) -> str:
-    """The name in `TTA_VIEWS` of `views`, or `"custom"` for other moves."""
-    return next(
-        (k for k, v in TTA_VIEWS.items() if v == (tuple(views) if views else None)), "custom"
-    )
-
-
-def move_images(
-    images: Shaped[Array, "n 784"],
-    *,
-    dx: int | Int[Array, ""] = 0,
-    dy: int | Int[Array, ""] = 0,
-    mirror: bool | Bool[Array, ""] = False,
-) -> Shaped[Array, "n 784"]:
-    """Every image mirrored left-right (if `mirror`), then moved `dx` pixels right and
-    `dy` down (negative: left, up), the uncovered pixels zero: the fixed moves of
-    robustness evaluation (plain numbers, or traced ones inside a compiled program)."""
-    n = images.shape[0]
-    full = jnp.full((n,), 1, jnp.int32)
-    # Plain numbers bound the select form's work; traced ones may be any move.
-    bound = max(abs(dx), abs(dy)) if isinstance(dx, int) and isinstance(dy, int) else SIDE
-    return move_batch(images, full * dx, full * dy, jnp.full((n,), mirror), bound=bound)
+[`move_images`][eqx_fmnist.views.move_images])."""
 
 
 def finite_views(augmentation: Augmentation) -> "tuple[Move, ...] | None":
@@ -395,5 +355,6 @@ def finite_views(augmentation: Augmentation) -> "tuple[Move, ...] | None":
     """
     if augmentation.erase > 0 or augmentation.mixup > 0:
         return None
-    s, flips = augmentation.shift, (False, True) if augmentation.mirror else (False,)
+    s = augmentation.shift
+    flips = (False, True) if augmentation.mirror else (False,)
     return tuple((dx, dy, f) for dy in range(-s, s + 1) for dx in range(-s, s + 1) for f in flips)

@@ -26,7 +26,6 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer
 
-from .augment import tta_name
 from .checks import COVERAGE
 from .conformal import ConformalSets, fit_sets
 from .dataset import ArrayDataset
@@ -35,6 +34,7 @@ from .fileio import atomic_write
 from .model import Model
 from .precision import FLOAT32, Policy
 from .trust import AS_THEY_ARE, FLAG_RATE, Move, Trust, fit_trust
+from .views import tta_name
 
 ECE_BINS = 15
 """Equal-width bins of the top-class probability, `[0, 1/15), ..., [14/15, 1]`."""
@@ -84,7 +84,8 @@ def calibration_metrics(
     p = np.exp(log_p)
     nll = -log_p[np.arange(count), y].sum() / n
     brier = ((p - np.eye(z.shape[-1])[y]) ** 2).sum() / n
-    confidence, correct = p.max(-1), p.argmax(-1) == y
+    confidence = p.max(-1)
+    correct = p.argmax(-1) == y
     bins = np.minimum((confidence * ECE_BINS).astype(int), ECE_BINS - 1)
     b_count = np.bincount(bins, minlength=ECE_BINS)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -149,7 +150,8 @@ def fit_temperature(
         z, y = z[np.asarray(mask)], y[np.asarray(mask)]
     if len(z) < 2:
         raise ValueError(f"fitting a temperature needs held-out examples, but got {len(z)}.")
-    zy, beta = z[np.arange(len(z)), y], 1.0
+    zy = z[np.arange(len(z)), y]
+    beta = 1.0
     for _ in range(100):
         s = beta * z
         p = np.exp(s - s.max(1, keepdims=True))
@@ -241,7 +243,8 @@ def calibration_report(
     """The metrics of `logits` against `labels`: `raw` and, with a `calibration`,
     `calibrated` (at its temperature); what a run's summary records and its reliability
     diagram draws ([`reliability_figure`][eqx_fmnist.runs.report.reliability_figure])."""
-    logits, labels = np.asarray(logits), np.asarray(labels)
+    logits = np.asarray(logits)
+    labels = np.asarray(labels)
     results = {"raw": calibration_metrics(logits, labels)}
     if calibration is not None:
         t = calibration.temperature
@@ -334,7 +337,8 @@ class Calibration:
                 owner = meta.get("checkpoint_sha256")
                 if owner is not None and not isinstance(owner, str):
                     raise ValueError(f"`checkpoint_sha256` is {owner!r}, not a checksum")
-                temperature, held_out = float(meta["temperature"]), int(meta["held_out"])
+                temperature = float(meta["temperature"])
+                held_out = int(meta["held_out"])
                 return cls(temperature, trust, held_out, sets, tta, owner)
         except Exception as e:  # safetensors raises several kinds
             raise ValueError(f"cannot read the calibration {path}: {e}") from None

@@ -123,7 +123,7 @@ def save_checkpoint(
     - `num_train`: the size of its training set (the schedule's length depends on it).
     - `members`: for a stacked state, each member's config (`config` is then the one
         they share). Defaults to `None`: one run.
-    - `choice`: what the members are ([`Members.to_dict`][eqx_fmnist.train.Members.to_dict]:
+    - `choice`: what the members are ([`Members.to_dict`][eqx_fmnist.hooks.Members.to_dict]:
         seeds, a grid, folds, ...), so that a resume rebuilds the same choice. Defaults
         to `None`.
 
@@ -211,7 +211,8 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
                 "use an earlier checkpoint."
             )
     version = header["format_version"]
-    expected_bytes, expected_sha = header["payload_bytes"], header["payload_sha256"]
+    expected_bytes = header["payload_bytes"]
+    expected_sha = header["payload_sha256"]
     if version not in FORMATS:
         versions = header.get("versions")
         wrote = versions.get("eqx_fmnist") if isinstance(versions, dict) else None

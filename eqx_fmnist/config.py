@@ -20,7 +20,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from .augment import TTA, TTA_VIEWS, Move, ShiftDistribution, augmentation_of
+from .augment import Move, ShiftDistribution, augmentation_of
 from .checks import (
     COVERAGE,
     check_coverage,
@@ -32,6 +32,7 @@ from .checks import (
 )
 from .dataset import steps_per_epoch
 from .precision import Policy
+from .views import TTA, TTA_VIEWS
 
 Schedule = Literal["constant", "cosine", "warmup_cosine"]
 """The learning-rate schedules."""
@@ -111,7 +112,7 @@ class TrainConfig:
     - `coverage`, `per_class_sets`: the conformal prediction sets fitted on the
         calibration split ([`fit_sets`][eqx_fmnist.conformal.fit_sets]).
     - `tta`: the test-time views wherever the run is evaluated, calibrated and
-        exported ([`TTA_VIEWS`][eqx_fmnist.augment.TTA_VIEWS]).
+        exported ([`TTA_VIEWS`][eqx_fmnist.views.TTA_VIEWS]).
     - `devices`: train over this many devices: one model's batch split over them (data
         parallel), or members split over them, whole members on each with the whole
         batch (the members must divide over them).

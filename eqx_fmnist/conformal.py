@@ -113,7 +113,8 @@ def fit_sets(
 
     A [`ConformalSets`][eqx_fmnist.conformal.ConformalSets].
     """
-    p, y = np.asarray(probabilities, np.float64), np.asarray(labels).astype(int)
+    p = np.asarray(probabilities, np.float64)
+    y = np.asarray(labels).astype(int)
     scores = 1.0 - p[np.arange(len(y)), y]
     if per_class:
         thresholds = tuple(conformal_threshold(scores[y == k], coverage) for k in range(p.shape[1]))
@@ -152,7 +153,8 @@ class SetReport:
 
 def set_report(sets: Bool[np.ndarray, "n classes"], labels: Integer[np.ndarray, " n"]) -> SetReport:
     """Coverage (overall and per class), mean set size and the share of singletons."""
-    sets, y = np.asarray(sets, bool), np.asarray(labels).astype(int)
+    sets = np.asarray(sets, bool)
+    y = np.asarray(labels).astype(int)
     hit = sets[np.arange(len(y)), y]
     size = sets.sum(axis=1)
     per_class = tuple(

@@ -22,12 +22,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, Shaped
 
-from .augment import Augmentation, augmentation_of, finite_views, move_images
+from .augment import Augmentation, augmentation_of, finite_views
 from .config import TrainConfig
 from .dataset import normalize
 from .fashion import IMAGE_SIZE, NUM_CLASSES
 from .model import CNN, MLP, Model, batch_logits, ensemble_log_probs, per_member
 from .precision import FLOAT32, Policy
+from .views import move_images
 
 
 class Teacher(eqx.Module):

@@ -19,13 +19,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
-from .augment import Move, move_images
+from .augment import Move
 from .dataset import ArrayDataset, as_images, normalize, pad_to_batches
 from .fashion import NUM_CLASSES
 from .losses import accuracy, cross_entropy
 from .model import Model, combine, ensemble_log_probs, logits_of, num_members, per_member
 from .parallel import batch_sharding
 from .precision import FLOAT32, Policy
+from .views import move_images
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +123,7 @@ def predict_logits(
     - `batch_size`: images per compiled batch. Defaults to `1000`.
     - `tta`: test-time augmentation: the views of each image to average the
         probabilities over (`(dx, dy, mirror)` moves, e.g.
-        [`TTA_MIRROR`][eqx_fmnist.augment.TTA_MIRROR]: the image and its mirror).
+        [`TTA_MIRROR`][eqx_fmnist.views.TTA_MIRROR]: the image and its mirror).
         Defaults to `None`: the image as it is.
 
     **Returns:**

@@ -20,7 +20,8 @@ a bfloat16 matmul in float32, and the casts around it only add work."""
 def cpu_info(path: str | os.PathLike = "/proc/cpuinfo") -> tuple[str, frozenset[str]] | None:
     """`(model name, flags)` of the first CPU that `path` lists, or `None` where there is
     no such file (not Linux). ARM's `Features` count as flags."""
-    model, flags = "", None
+    model = ""
+    flags = None
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:
@@ -59,7 +60,8 @@ def warn_if_slower(policy) -> bool:
     Nothing is said on a GPU or TPU, or where the CPU's flags cannot be read."""
     if not policy.lowers_matmuls or jax.default_backend() != "cpu":
         return False
-    name, flags = policy.compute_dtype.name, cpu_flags()
+    name = policy.compute_dtype.name
+    flags = cpu_flags()
     if flags is None or name in _warned or (name == "bfloat16" and flags & set(BF16_CPU_FLAGS)):
         return False
     _warned.add(name)

@@ -1,5 +1,6 @@
-"""What [`fit`][eqx_fmnist.train.fit] evaluates with, beside its steps: the run's
-[`Evaluation`][eqx_fmnist.hooks.Evaluation] (its precision, views, batch size and mesh,
+"""What [`fit`][eqx_fmnist.train.fit] takes beside a config and the data: a choice of
+[`Members`][eqx_fmnist.hooks.Members] (which models train as one program, on which rows,
+how each is validated), the run's [`Evaluation`][eqx_fmnist.hooks.Evaluation] (its precision, views, batch size and mesh,
 called on the validation split after each interval) and the end-of-run
 [`TestProgram`][eqx_fmnist.hooks.TestProgram], a hook `fit` makes while its steps
 compile and run and calls once on the trained model. The default scores the test set
@@ -11,16 +12,58 @@ run folder give one test score by one program.
 import dataclasses
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 from jax.sharding import Mesh
 
+from .config import TrainConfig
 from .dataset import ArrayDataset
 from .evaluation import EvalResult, evaluate
 from .model import Model
 from .parallel import AXIS, to_local
 from .precision import Policy
+from .subsets import Subsets
+
+
+class Members:
+    """A choice of members: which models train as one program, on which rows, and how
+    each is validated. [`fit`][eqx_fmnist.train.fit] takes one as `members`; the kinds
+    are in [`eqx_fmnist.ensemble`](ensemble.md) (`Seeds`, `Grid`, `Folds`, `Bootstrap`,
+    `Listed`), and a checkpoint records which (`to_dict`), so that a resume rebuilds it.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def configs(self, config: TrainConfig) -> tuple[TrainConfig, ...]:
+        """Each member's config, from the run's `config` (checked to train as one
+        program: [`check_members`][eqx_fmnist.state.check_members])."""
+        raise NotImplementedError
+
+    def rows(self, num_train: int, config: TrainConfig) -> Subsets | None:
+        """The rows of the training set each member trains on; `None`: all of them."""
+        return None
+
+    def validator(
+        self,
+        evaluated: Callable[[ArrayDataset | None, Model], EvalResult | None],
+        train: ArrayDataset,
+        validation: ArrayDataset | None,
+        rows: Subsets | None,
+    ) -> Callable[[Model], EvalResult | None]:
+        """What `fit` evaluates after each interval, given `evaluated(dataset, model)`:
+        by default the validation split."""
+        return lambda model: evaluated(validation, model)
+
+    def answering(self, count: int, summary: Callable[[], dict[str, Any]]) -> list[int] | None:
+        """Which of the `count` trained members answer for the run (its evaluation,
+        answers and exports), given its finished `summary()`: all of them (`None`) but
+        where the choice picks some (a sweep's winner)."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a checkpoint records of the choice (`kind` and its numbers)."""
+        return {"kind": self.kind}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,17 +126,18 @@ def test_scores(like: Model, test: ArrayDataset, evaluation: Evaluation) -> Test
 
 def compiled_aside(
     program: TestProgram, like: Model, test: ArrayDataset | None, evaluation: Evaluation
-) -> Callable[[], TestRun | None]:
+) -> Callable[[Model], tuple[EvalResult | None, Any]]:
     """Start making the test program in a thread of its own while the steps compile and
     run (XLA compiles without holding Python's lock: on a TPU v5e the main job compiled
     its steps for 10.8 s and its test report for 4.6 s, one after the other, before
-    this). Returns `wait()`: the program, or `None` for no test set. Where the model is
-    placed over a mesh or several processes, or making it aside failed, `wait()` makes
-    it on the caller's thread (and raises what is wrong)."""
+    this). Returns `tested(model)`: the program's run on the trained model, `(None,
+    None)` without a test set. Where the model is placed over a mesh or several
+    processes, or making it aside failed, the program is made on the caller's thread
+    when `tested` is called (and raises what is wrong)."""
     if test is None:
-        return lambda: None
+        return lambda model: (None, None)
     if evaluation.mesh is not None or jax.process_count() > 1:
-        return lambda: program(like, test, evaluation)
+        return lambda model: program(like, test, evaluation)(model)
     made: list[TestRun | None] = [None]
 
     def make() -> None:
@@ -105,8 +149,9 @@ def compiled_aside(
     thread = threading.Thread(target=make, name="test-program", daemon=True)
     thread.start()
 
-    def wait() -> TestRun | None:
+    def tested(model: Model) -> tuple[EvalResult | None, Any]:
         thread.join()
-        return made[0] or program(like, test, evaluation)
+        run = made[0] or program(like, test, evaluation)
+        return run(model)
 
-    return wait
+    return tested

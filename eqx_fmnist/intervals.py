@@ -229,7 +229,9 @@ def check_finite(
         who = ""
         if len(configs) > 1:
             who = f"member {i} ({', '.join(f'{k}={getattr(config, k)}' for k in PER_MEMBER)}): "
-        loss, grad, skipped = metrics["loss"][i], metrics["grad_norm"][i], metrics["skipped"][i]
+        loss = metrics["loss"][i]
+        grad = metrics["grad_norm"][i]
+        skipped = metrics["skipped"][i]
         if config.on_nonfinite != "raise":
             if not np.isfinite(loss[-1]):  # the parameters themselves give it: no way back
                 last = first_step + len(loss) - 1
@@ -241,7 +243,8 @@ def check_finite(
                     metric="loss",
                 )
             continue
-        bad_loss, bad_grad = ~np.isfinite(loss), ~np.isfinite(grad) & ~skipped
+        bad_loss = ~np.isfinite(loss)
+        bad_grad = ~np.isfinite(grad) & ~skipped
         bad = bad_loss | bad_grad
         if not bad.any():
             continue

@@ -135,7 +135,8 @@ class MLP(eqx.Module):
     ) -> list[Float[Array, " _"]]:
         """Every hidden layer's activations for one example, first to last, in the
         policy's accumulation dtype; arguments as for `__call__`."""
-        acc, out = policy.accumulate_dtype, []
+        acc = policy.accumulate_dtype
+        out = []
         for layer in self.layers[:-1]:
             # Multiply in the compute dtype, accumulate in float32 (for bf16/f16), and
             # keep the bias, the activation and the next layer's input sum there.
@@ -167,7 +168,9 @@ def conv_stride2(
     `form=None` (the default) chooses when the program is lowered: patches on a CPU and
     for low-precision policies, `"native_forward"` elsewhere.
     """
-    n, half, c_in = y.shape[0], (y.shape[1] + 1) // 2, y.shape[-1]
+    n = y.shape[0]
+    half = (y.shape[1] + 1) // 2
+    c_in = y.shape[-1]
 
     def patches(y, kernel):
         padded = jnp.pad(y, ((0, 0), (1, 1), (1, 1), (0, 0)))
@@ -242,15 +245,21 @@ class CNN(eqx.Module):
                 f"`channels` must be one to three positive ints, but got {channels!r}."
             )
         keys = jr.split(key, len(channels) + 1)
-        kernels, biases, c_in, side = [], [], 1, SIDE
+        kernels = []
+        biases = []
+        c_in = 1
+        side = SIDE
         for k, c in zip(keys, channels, strict=False):
             kernels.append(jr.normal(k, (3, 3, c_in, c), jnp.float32) * math.sqrt(2 / (9 * c_in)))
             biases.append(jnp.zeros((c,), jnp.float32))
-            c_in, side = c, (side + 1) // 2
+            c_in = c
+            side = (side + 1) // 2
         self.kernels, self.biases = tuple(kernels), tuple(biases)
         self.head = MLP(c_in * side * side, hidden_sizes, out_size, activation, key=keys[-1])
-        self.activation, self.channels = activation, channels
-        self.in_size, self.out_size = SIDE * SIDE, out_size
+        self.activation = activation
+        self.channels = channels
+        self.in_size = SIDE * SIDE
+        self.out_size = out_size
 
     def maps(self, x: Float[Array, " 784"], *, policy: Policy = FLOAT32) -> Float[Array, " _"]:
         """The last convolution's maps for one image, flattened: what the head reads."""

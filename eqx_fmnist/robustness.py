@@ -3,25 +3,25 @@ little differently from Fashion-MNIST's (every item centred, every shoe pointing
 
 [`moved_logits`][eqx_fmnist.robustness.moved_logits] runs the model over the images
 moved by each of [`robustness_moves`][eqx_fmnist.robustness.robustness_moves] (as they
-are, mirrored, 1-3 pixels in four directions) in one compiled program and reads the
-logits back once; [`evaluate_robustness`][eqx_fmnist.robustness.evaluate_robustness]
-counts the accuracies from them, and a run's test report counts everything else from
-the same logits (the first move's are the images as they are).
+are, mirrored, 1-3 pixels in four directions) in one compiled program
+([`logits_of_moves`][eqx_fmnist.robustness.logits_of_moves]) and reads the logits back
+once; [`evaluate_robustness`][eqx_fmnist.robustness.evaluate_robustness] counts the
+accuracies from them. A run's test report runs the same moves in its own program.
 """
 
 import dataclasses
-from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import numpy as np
 from jaxtyping import Array, Float, Int, Integer, Shaped
 
-from .augment import Move, move_images
+from .augment import Move
 from .dataset import ArrayDataset
-from .evaluation import EvalResult, dataset_scores, eval_result, padded_logits
+from .evaluation import padded_logits
 from .model import Model
 from .precision import FLOAT32, Policy
+from .views import move_images
 
 ROBUSTNESS_SHIFTS = (1, 2, 3)
 """The shifts, in pixels, that [`evaluate_robustness`][eqx_fmnist.robustness.evaluate_robustness]
@@ -80,22 +80,19 @@ def robustness_moves(shifts: tuple[int, ...] = ROBUSTNESS_SHIFTS) -> Int[np.ndar
     return np.asarray(moves, np.int32)
 
 
-@eqx.filter_jit
-def _moved_logits(model, images, moves, policy: Policy, batch_size: int, tta=None, dataset=None):
-    """The logits (an ensemble's, or the views') of `images` moved by each
-    `(dx, dy, mirror)` row of `moves`, padded to whole batches, and, given the
-    `dataset` the images are of, its
-    [`dataset_scores`][eqx_fmnist.evaluation.dataset_scores] as they are (else `None`):
-    one compiled program, one host read."""
+def logits_of_moves(model, images, moves, policy: Policy, batch_size: int, tta=None):
+    """Inside a compiled program: the logits (an ensemble's, or the views') of `images`
+    moved by each `(dx, dy, mirror)` row of `moves`, padded to whole batches, one move
+    after another (`lax.map`)."""
 
     def one(move):
         moved = move_images(images, dx=move[0], dy=move[1], mirror=move[2] == 1)
         return padded_logits(model, moved, policy, batch_size, None, tta)[0]
 
-    logits = jax.lax.map(one, moves)
-    if dataset is None:
-        return logits, None
-    return logits, dataset_scores(model, dataset, policy, batch_size, None, tta)
+    return jax.lax.map(one, moves)
+
+
+_moved_logits = eqx.filter_jit(logits_of_moves)
 
 
 def moved_logits(
@@ -111,55 +108,8 @@ def moved_logits(
     [`robustness_moves`][eqx_fmnist.robustness.robustness_moves] lists them), in one
     compiled program: what [`evaluate_robustness`][eqx_fmnist.robustness.evaluate_robustness]
     reads. For members, or with `tta` views, the log of the mean probability."""
-    logits, _ = _moved_logits(model, images, np.asarray(moves), policy, batch_size, tta)
+    logits = _moved_logits(model, images, np.asarray(moves), policy, batch_size, tta)
     return np.asarray(logits)[:, : images.shape[0]]
-
-
-def scored_moves(
-    model: Model,
-    dataset: ArrayDataset,
-    moves: Int[np.ndarray, "moves 3"],
-    *,
-    policy: Policy = FLOAT32,
-    batch_size: int = 1000,
-    tta: tuple[Move, ...] | None = None,
-) -> tuple[Float[np.ndarray, "moves n classes"], EvalResult]:
-    """[`moved_logits`][eqx_fmnist.robustness.moved_logits] of `dataset`'s images and
-    [`evaluate`][eqx_fmnist.evaluation.evaluate]'s result on them as they are (for
-    members, each member's too), in one compiled program: what a run's test report
-    reads, so that a trained model's test images are compiled for once."""
-    moves = np.asarray(moves)
-    program = _moved_logits(model, dataset.images, moves, policy, batch_size, tta, dataset)
-    return _read(program, len(dataset))
-
-
-def compile_scored_moves(
-    like: Model,
-    dataset: ArrayDataset,
-    moves: Int[np.ndarray, "moves 3"],
-    *,
-    policy: Policy = FLOAT32,
-    batch_size: int = 1000,
-    tta: tuple[Move, ...] | None = None,
-) -> Callable[[Model], tuple[Float[np.ndarray, "moves n classes"], EvalResult]]:
-    """[`scored_moves`][eqx_fmnist.robustness.scored_moves] compiled ahead of time for
-    models shaped like `like` (whose arrays are only looked at): `program(model)` then
-    runs it on a trained model without tracing or compiling. A run compiles its report
-    so, in a thread of its own, while its steps compile and run."""
-    moves = np.asarray(moves)
-    args = (dataset.images, moves, policy, batch_size, tta, dataset)
-    compiled = _moved_logits.lower(like, *args).compile()  # pyright: ignore[reportFunctionMemberAccess]
-
-    def program(model: Model):
-        return _read(compiled(model, *args), len(dataset))
-
-    return program
-
-
-def _read(program, n: int) -> tuple[np.ndarray, EvalResult]:
-    """The moved logits (cut to `n` images) and the evaluation, read back in one go."""
-    logits, metrics = jax.device_get(program)
-    return np.asarray(logits)[:, :n], eval_result(metrics)
 
 
 def evaluate_robustness(

@@ -88,10 +88,8 @@ def _averaged(state: TrainState, model):
         return None
     t = state.opt_state.count.astype(jnp.float32)
     decay = jnp.minimum(state.settings.ema_decay, (1.0 + t) / (10.0 + t))
-    new, old = (
-        eqx.filter(model, eqx.is_inexact_array),
-        eqx.filter(state.average, eqx.is_inexact_array),
-    )
+    new = eqx.filter(model, eqx.is_inexact_array)
+    old = eqx.filter(state.average, eqx.is_inexact_array)
     with optax_promotion():
         averaged = _cast_like(optax.incremental_update(new, old, 1.0 - decay), old)
     return eqx.combine(averaged, state.average)
@@ -215,7 +213,9 @@ def _steps(chunk: Chunk, state: TrainState, shared=None):
     """The chunk: `num_steps` steps of `state`, each on its own batch. `shared`, for
     members that share their batches, is `(key, step)` of their first member, outside
     the members' `vmap`: each batch is then prepared once for all of them."""
-    teacher, mesh, block = chunk.teacher, chunk.mesh, chunk.block
+    teacher = chunk.teacher
+    mesh = chunk.mesh
+    block = chunk.block
     table = teacher if isinstance(teacher, TeacherTable) else None
     live = teacher if isinstance(teacher, Teacher) else None
 

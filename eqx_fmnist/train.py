@@ -15,8 +15,8 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,14 +27,13 @@ from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
 from .distill import Teacher, TeacherTable, table_pays
 from .evaluation import EvalResult
-from .hooks import Evaluation, TestProgram, compiled_aside, test_scores
+from .hooks import Evaluation, Members, TestProgram, compiled_aside, test_scores
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
 from .model import Model
 from .parallel import place, to_local
 from .precision import Policy
 from .state import ModelSource, TrainState, starting_state
 from .step import compile_steps
-from .subsets import Subsets
 
 logger = logging.getLogger(__name__)
 
@@ -115,46 +114,6 @@ class TrainResult:
         return examples * sum(h["steps"] for h in self.history) / max(self.train_seconds, 1e-9)
 
 
-class Members:
-    """A choice of members: which models train as one program, on which rows, and how
-    each is validated. [`fit`][eqx_fmnist.train.fit] takes one as `members`; the kinds
-    are in [`eqx_fmnist.ensemble`](ensemble.md) (`Seeds`, `Grid`, `Folds`, `Bootstrap`,
-    `Listed`), and a checkpoint records which (`to_dict`), so that a resume rebuilds it.
-    """
-
-    kind: ClassVar[str] = ""
-
-    def configs(self, config: TrainConfig) -> tuple[TrainConfig, ...]:
-        """Each member's config, from the run's `config` (checked to train as one
-        program: [`check_members`][eqx_fmnist.state.check_members])."""
-        raise NotImplementedError
-
-    def rows(self, num_train: int, config: TrainConfig) -> Subsets | None:
-        """The rows of the training set each member trains on; `None`: all of them."""
-        return None
-
-    def validator(
-        self,
-        evaluated: Callable[[ArrayDataset | None, Model], EvalResult | None],
-        train: ArrayDataset,
-        validation: ArrayDataset | None,
-        rows: Subsets | None,
-    ) -> Callable[[Model], EvalResult | None]:
-        """What `fit` evaluates after each interval, given `evaluated(dataset, model)`:
-        by default the validation split."""
-        return lambda model: evaluated(validation, model)
-
-    def answering(self, count: int, summary: Callable[[], dict[str, Any]]) -> list[int] | None:
-        """Which of the `count` trained members answer for the run (its evaluation,
-        answers and exports), given its finished `summary()`: all of them (`None`) but
-        where the choice picks some (a sweep's winner)."""
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        """What a checkpoint records of the choice (`kind` and its numbers)."""
-        return {"kind": self.kind}
-
-
 def run_chunks(
     state: TrainState,
     train: ArrayDataset,
@@ -194,7 +153,8 @@ def run_chunks(
     )
     compiled = {k: chunk(state, train, num_steps=k) for k in dict.fromkeys(sizes)}
     seconds["compile"] += _since(t)
-    pending, last_read = None, time.perf_counter()
+    pending = None
+    last_read = time.perf_counter()
     for k in [*sizes, None]:  # None: no more calls, the last chunk's read
         queued = None
         if k is not None:
@@ -213,7 +173,8 @@ def run_chunks(
             read = jax.device_get(to_local(read))
             seconds["steps"] += ran - t
             seconds["host_reads"] += _since(ran)
-            elapsed, last_read = _since(last_read), time.perf_counter()
+            elapsed = _since(last_read)
+            last_read = time.perf_counter()
             if done.num_members is None:
                 read = {name: values[None] for name, values in read.items()}
             yield done, at, read, elapsed
@@ -252,7 +213,8 @@ def _intervals(chunks, plan: Plan, configs, validated, callbacks, state: TrainSt
     """Check, validate, record and report each interval's chunk: `(state, history,
     validation)` at the end (validated once more if no interval ran), the validations'
     and callbacks' time in `seconds`."""
-    history, v = [], None
+    history = []
+    v = None
     for state, step, metrics, elapsed in chunks:  # noqa: B020
         check_finite(metrics, first_step=step - metrics["loss"].shape[-1] + 1, configs=configs)
         records = plan.records(step, metrics, elapsed)
@@ -304,7 +266,7 @@ def fit(
         (`valid_loss`, `valid_accuracy` in the history) and at the end; `test` (or
         `None`) at the end.
     - `members`: many models as one compiled program, a
-        [`Members`][eqx_fmnist.train.Members] choice: `ef.ensemble.Seeds(5)` (one per
+        [`Members`][eqx_fmnist.hooks.Members] choice: `ef.ensemble.Seeds(5)` (one per
         seed), `Grid(values, seeds)` (a sweep's points x seeds), `Folds(k)` (member `i`
         trains on every fold but fold `i` and is validated on it; `validation` pools
         them, out-of-fold, each fold's figures in its `members`), `Bootstrap(n)`
@@ -365,36 +327,37 @@ def fit(
     callbacks = [] if callback is None else [callback] if callable(callback) else callback
     _check_arguments(config, splits, members, callbacks)
     callbacks = list(callbacks)
-    train, test, valid = splits.train, splits.test, splits.validation
     configs = (config,) if members is None else members.configs(config)
-    rows = None if members is None else members.rows(len(train), config)
-    num_train = len(train) if rows is None else rows.size
+    rows = None if members is None else members.rows(len(splits.train), config)
+    num_train = len(splits.train) if rows is None else rows.size
     plan = plan_run(configs, num_train)  # the memory check, before anything is allocated
     state = starting_state(configs, members is not None, state, num_train, model)
     soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
-    if soft is not None and table_pays(config, plan.total_steps, len(train)):
-        soft = soft.table(train.images, augmentation_of(config)) or soft
+    if soft is not None and table_pays(config, plan.total_steps, len(splits.train)):
+        soft = soft.table(splits.train.images, augmentation_of(config)) or soft
     table = None if rows is None else jnp.asarray(rows.train, jnp.int32)
     if table is not None and config.shared_batches:
         raise ValueError(
             "members that train on rows of their own (folds, bootstrap) cannot share their "
             "batches: drop shared_batches."
         )
-    shared, own = (train, valid, test, soft), (state, table)
-    mesh, shared, own = place(shared, own, devices=config.devices, members=members is not None)
-    (train, valid, test, soft), (state, table) = shared, own
+    placed = place(
+        (splits.train, splits.validation, splits.test, soft),
+        (state, table),
+        devices=config.devices,
+        members=members is not None,
+    )
+    mesh, (train, valid, test, soft), (state, table) = placed
     seconds: dict[str, float] = dict.fromkeys(FIT_SECONDS, 0.0)
     seconds["load"] = _since(start)
 
     evaluation = Evaluation(state.policy, config.views, eval_batch_size, mesh)
     validated = (members or Members()).validator(evaluation, train, valid, rows)
     # The test program is made while the steps compile and run, from the model they start from.
-    program = compiled_aside(test_program, to_local(state.eval_model), test, evaluation)
+    tested = compiled_aside(test_program, to_local(state.eval_model), test, evaluation)
     chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table)
     state, history, v = _intervals(chunks, plan, configs, validated, callbacks, state, seconds)
     t = time.perf_counter()
-    tested, beside = None, None
-    if (run := program()) is not None:
-        tested, beside = run(to_local(state.eval_model))
+    scores, beside = tested(to_local(state.eval_model))
     seconds["test"] = _since(t)
-    return TrainResult(state, configs, history, tested, v, seconds, beside)
+    return TrainResult(state, configs, history, scores, v, seconds, beside)

@@ -18,10 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Shaped
 
-from .augment import Move, move_images
+from .augment import Move
 from .dataset import ArrayDataset, normalize, pad_to_batches
 from .model import Model, num_members, per_member
 from .precision import FLOAT32, Policy
+from .views import move_images
 
 FLAG_RATE = 0.05
 """The share of held-out real images the trust threshold flags."""
@@ -67,7 +68,8 @@ def contrast(images: Shaped[Array | np.ndarray, "n 784"]) -> Float[np.ndarray, "
         return np.asarray(x, np.float64).std(1) / 255.0
     # Integer pixels: the sums of x and x*x are exact, and 30 times faster than numpy's
     # std of a float64 copy (the same value to 1e-16) on a training set.
-    s1, n = x.sum(1, dtype=np.int64), x.shape[1]
+    s1 = x.sum(1, dtype=np.int64)
+    n = x.shape[1]
     s2 = np.einsum("ij,ij->i", x, x, dtype=np.int64)
     return np.sqrt((n * s2 - s1 * s1).astype(np.float64)) / n / 255.0
 
@@ -118,7 +120,8 @@ class Trust:
     ) -> Bool[np.ndarray, " n"]:
         """`True` for each image that looks unlike the training data."""
         low, high = self.ink_range
-        amount, flat = ink(images), contrast(images) < self.min_contrast
+        amount = ink(images)
+        flat = contrast(images) < self.min_contrast
         return (amount < low) | (amount > high) | flat | (self.scores(feats) > self.threshold)
 
 
@@ -183,14 +186,16 @@ def fit_trust(
                 scatter.append(np.zeros((f.shape[1], f.shape[1])))
             sums[k].append(m)
             scatter[k] += centred.T @ centred
-    means, precisions = [], []
+    means = []
+    precisions = []
     for m, s in zip(sums, scatter, strict=True):
         cov = s / (len(y) * len(moves))
         means.append(np.concatenate(m))
         precisions.append(np.linalg.inv(cov + 1e-6 * np.trace(cov) / len(cov) * np.eye(len(cov))))
     one = num_members(model) is None
     means, precision = (means[0], precisions[0]) if one else (np.stack(means), np.stack(precisions))
-    amount, spread = ink(train.images), contrast(train.images)
+    amount = ink(train.images)
+    spread = contrast(train.images)
     ink_range = (float(amount.min()), float(amount.max()))
     trust = Trust(means, precision, np.inf, ink_range, float(spread.min()))
     scores = trust.scores(features(model, held_out.images, policy=policy))

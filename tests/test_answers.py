@@ -70,8 +70,8 @@ def test_an_uncalibrated_answer_has_no_flag_and_no_set(models, images):
     import eqx_fmnist as ef
 
     model = models["one model"]
-    got = ef.answer(model, images, temperature=2.0, tta=ef.augment.TTA_MIRROR)
-    ref = numpy_reference(model, images, temperature=2.0, tta=ef.augment.TTA_MIRROR)
+    got = ef.answer(model, images, temperature=2.0, tta=ef.views.TTA_MIRROR)
+    ref = numpy_reference(model, images, temperature=2.0, tta=ef.views.TTA_MIRROR)
     np.testing.assert_allclose(got.probabilities, ref["probabilities"], atol=1e-5)
     assert got.trust_score is got.unusual is got.prediction_set is None
     assert not got.calibrated and set(got.outputs()) == {"logits", "probabilities"}
@@ -97,7 +97,7 @@ def test_views_or_a_temperature_beside_a_calibration_are_refused(models, images,
     model = models["one model"]
     calibration = calibrate_on_training_images(model, real_data)
     with pytest.raises(ValueError, match="fitted with tta none, not mirror"):
-        ef.answer(model, images, calibration=calibration, tta=ef.augment.TTA_MIRROR)
+        ef.answer(model, images, calibration=calibration, tta=ef.views.TTA_MIRROR)
     with pytest.raises(ValueError, match="calibration or a temperature, not both"):
         ef.answer(model, images, calibration=calibration, temperature=2.0)
 

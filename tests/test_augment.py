@@ -21,7 +21,7 @@ def images():
     "dx, dy, mirror", [(2, 0, False), (-3, 1, False), (0, -2, True), (1, 1, True)]
 )
 def test_fixed_moves_match_numpy(images, dx, dy, mirror):
-    from eqx_fmnist.augment import move_images
+    from eqx_fmnist.views import move_images
 
     got = np.asarray(move_images(jnp.asarray(images), dx=dx, dy=dy, mirror=mirror))
     np.testing.assert_array_equal(got, moved_numpy(images, dx, dy, mirror))

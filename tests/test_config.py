@@ -265,8 +265,8 @@ def test_from_dict_rejects_unknown_fields():
 
 
 def test_a_config_gives_the_views_its_tta_names():
-    from eqx_fmnist.augment import TTA_MIRROR, TTA_SHIFTS
     from eqx_fmnist.config import TrainConfig
+    from eqx_fmnist.views import TTA_MIRROR, TTA_SHIFTS
 
     assert TrainConfig().views is None
     assert TrainConfig(tta="mirror").views == TTA_MIRROR == ((0, 0, False), (0, 0, True))

@@ -549,7 +549,7 @@ def test_a_run_compiles_its_init_its_chunk_and_its_test_report_once_each(seeds, 
     init, chunk = (
         ("_init_state", "_steps") if seeds is None else ("_init_members", "_members_steps")
     )
-    assert sorted(compiled) == sorted(f"jit({n})" for n in (init, chunk, "_moved_logits"))
+    assert sorted(compiled) == sorted(f"jit({n})" for n in (init, chunk, "_report_scores"))
     test = done.outcome.result.test
     assert test is not None and test.count == len(small) and len(test.members) == (seeds or 0)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
@@ -578,21 +578,20 @@ def test_a_report_whose_program_could_not_be_compiled_aside_is_compiled_after(sm
     """The test report's program compiled in a thread while the run trains is a saving,
     never a condition: where that fails, `fit` makes it again after training and the
     report gives the same numbers. Without a test set there is no report."""
-    import eqx_fmnist.runs.report as report
+    import eqx_fmnist.runs.one_run as one_run
     from eqx_fmnist.dataset import Splits
-    from eqx_fmnist.runs import train_run
+    from eqx_fmnist.runs import report_program, train_run
 
     aside = train_run(config(), Splits(small, small))
-    compile_once = report.compile_scored_moves
     calls = []
 
     def fails_in_the_thread(*args, **kwargs):
         calls.append(threading.current_thread().name)
         if len(calls) == 1:
             raise MemoryError("no room for a second program")
-        return compile_once(*args, **kwargs)
+        return report_program(*args, **kwargs)
 
-    monkeypatch.setattr(report, "compile_scored_moves", fails_in_the_thread)
+    monkeypatch.setattr(one_run, "report_program", fails_in_the_thread)
     after = train_run(config(), Splits(small, small))
     assert calls == ["test-program", threading.current_thread().name]
     assert after.report is not None and aside.report is not None

@@ -56,7 +56,8 @@ def train_in_folder(
     bar (the members' means when many train at once), and say why it stopped (and
     `again`, the command that continues it, where it is not `--resume`); the finished
     run, or the exit status of a stopped one."""
-    folder, command = training.folder, training.kind
+    folder = training.folder
+    command = training.kind
     console.quiet = console.quiet or jax.process_index() != 0  # process 0 speaks
     console.print(training.describe(), markup=False, highlight=False)
     columns = (
@@ -85,7 +86,8 @@ def train_in_folder(
             if isinstance(e, jax.errors.JaxRuntimeError) and not is_lost_process(e):
                 raise
             bar.stop()
-            saved, checkpoint = folder.saved_step, folder.checkpoint
+            saved = folder.saved_step
+            checkpoint = folder.checkpoint
             status, line = why_stopped(e, command, saved, checkpoint, again=again)
             print(f"eqx-fmnist {command}: {line}", file=sys.stderr)
             return status

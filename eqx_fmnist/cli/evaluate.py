@@ -6,12 +6,12 @@ import argparse
 import numpy as np
 
 from .. import data as data_mod
-from ..augment import tta_name
 from ..calibration import Calibration
 from ..evaluation import EvalResult, most_confused, per_class_accuracy
 from ..runs import Run, RunReport, refuse_overwriting, run_report
 from ..runs.report import REPORT_FIGURES
 from ..state import BATCHED
+from ..views import tta_name
 from .common import console, load_data, table
 from .flags import add_data_args, add_tta_arg, out_path
 
@@ -32,8 +32,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = args.out or run.folder  # its own figures drawn again, or in a folder of yours
     again = args.overwrite or out.resolve() == run.folder.resolve()
     refuse_overwriting([out / n for n in REPORT_FIGURES], own=run.folder, overwrite=again)
-    views, fm = run.views(args.tta), load_data(args)
-    images, labels = fm.test_images, fm.test_labels
+    views = run.views(args.tta)
+    fm = load_data(args)
+    images = fm.test_images
+    labels = fm.test_labels
     report = run_report(run.model, run.policy, images, labels, run.calibration, tta=views)
     _print_test(run, report.test, views, each_member=args.members)
     _print_report(report, run.calibration)
@@ -72,7 +74,8 @@ def _print_report(report: RunReport, calibration: Calibration | None) -> None:
     rows = [(name, f"{acc:.4f}") for name, acc in report.robustness.rows()]
     console.print(table("Robustness: the test images moved", ("test images", "accuracy"), rows))
     cm = report.confusion
-    names, (other, share) = data_mod.CLASS_NAMES, most_confused(cm)
+    names = data_mod.CLASS_NAMES
+    other, share = most_confused(cm)
     rows = [
         (f"{c} {names[c]}", f"{recall:.3f}", f"{names[other[c]]} ({share[c]:.1%})")
         for c, recall in enumerate(np.asarray(per_class_accuracy(cm)))

@@ -36,9 +36,14 @@ def add_export_parser(sub) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
-    data, options = (lambda: load_data(args)), {"tta": args.tta, "overwrite": args.overwrite}
     with console.status("exporting and checking on the test images ..."):  # after the checks
-        out, manifest = run.export(args.out, format=args.format, data=data, **options)
+        out, manifest = run.export(
+            args.out,
+            format=args.format,
+            data=lambda: load_data(args),
+            tta=args.tta,
+            overwrite=args.overwrite,
+        )
     parity = manifest["parity"]
     console.print(
         f"wrote {out} ({manifest['bytes']:,} bytes) and {manifest_path(out).name}: "

@@ -9,9 +9,9 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
-from ..augment import TTA_VIEWS
 from ..config import _FIELDS, TrainConfig, field_type, literal_choices
 from ..runs import CheckpointEvery, Training
+from ..views import TTA_VIEWS
 from .common import UsageError, load_data
 
 

@@ -53,17 +53,21 @@ def add_sweep_parser(sub) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     if (training := flags.resumed(args, "train")) is not None:
         return _train(training, profile=args.profile)
-    config, out = flags.config_from_args(args), args.out or runs.default_folder()
+    config = flags.config_from_args(args)
+    out = args.out or runs.default_folder()
     options = flags.folder_options(args)
     fm = load_data(args)
     members = None if args.seeds is None else Seeds(member_seeds(config, args.seeds))
-    teacher, training, again = args.teacher, None, None
+    teacher = args.teacher
+    training = None
+    again = None
     if args.distilled and teacher is None:  # the recipe: a teacher first, then the student
         # What continues it: its own command, the folder named, not starting it afresh.
         argv = [a for a in args.argv if a != "--overwrite"]
         if args.out is None:
             argv += ["--out", str(out)]
-        teacher, again = out / runs.TEACHER_FOLDER, shlex.join(["eqx-fmnist", *argv])
+        teacher = out / runs.TEACHER_FOLDER
+        again = shlex.join(["eqx-fmnist", *argv])
         if (first := runs.teacher_training(out, config, data=fm, **options)) is None:
             console.print(f"teacher: {teacher}, trained before (--overwrite trains it again)")
         else:
@@ -97,7 +101,8 @@ def _train(training: runs.Training, *, profile: bool = False, again: str | None 
 def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> None:
     """The test results (each member's, for an ensemble), the throughput, and where the
     run's wall time went (`seconds`, as its summary records them)."""
-    test, eps = result.test, result.examples_per_sec
+    test = result.test
+    eps = result.examples_per_sec
     assert test is not None, "the command line always trains with the test split"
     rows = []
     if test.members:

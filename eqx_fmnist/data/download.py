@@ -39,7 +39,8 @@ def _fetch_one(
     """
     md5, sha256 = hashlib.md5(), hashlib.sha256()
     gunzip = zlib.decompressobj(wbits=31)  # 31: expect a gzip header
-    done, gzip_error = 0, None
+    done = 0
+    gzip_error = None
     with atomic_write(dest) as out:
         request = urllib.request.Request(url, headers={"User-Agent": "eqx_fmnist"})
         with urllib.request.urlopen(request, timeout=timeout) as response:

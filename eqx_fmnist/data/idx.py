@@ -60,7 +60,9 @@ def parse_idx(raw: bytes, *, name: str = "<bytes>", magic: int | None = None) ->
     """
     if len(raw) < 4:
         raise DataError(f"{name}: {len(raw)} bytes is too short for an IDX header.")
-    zero, dtype_code, ndim = int.from_bytes(raw[:2], "big"), raw[2], raw[3]
+    zero = int.from_bytes(raw[:2], "big")
+    dtype_code = raw[2]
+    ndim = raw[3]
     found_magic = int.from_bytes(raw[:4], "big")
     if zero != 0 or dtype_code != 0x08 or ndim == 0:
         raise DataError(

@@ -97,7 +97,8 @@ def load_fashion_mnist(
     if newly_verified:
         remember_verified(newly_verified)
     for split in ("train", "test"):
-        n_img, n_lab = len(arrays[f"{split}_images"]), len(arrays[f"{split}_labels"])
+        n_img = len(arrays[f"{split}_images"])
+        n_lab = len(arrays[f"{split}_labels"])
         if n_img != n_lab:
             raise DataError(f"{folder}: {n_img} {split} images but {n_lab} labels.")
     return FashionMNIST(

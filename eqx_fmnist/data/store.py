@@ -195,7 +195,8 @@ def read_content(
         except ChecksumError:  # a damaged copy: drop it and read the source
             logger.warning("discarding a damaged decoded copy %s", decoded)
             decoded.unlink(missing_ok=True)
-    raw, verified = read_bytes(path, spec.size), []
+    raw = read_bytes(path, spec.size)
+    verified = []
     if verify and not _is_remembered(path, stamps):
         _check_sha256(raw, spec, path)
         verified.append(path)

@@ -13,7 +13,7 @@ batched matrix products. [`sweep`][eqx_fmnist.ensemble.sweep] ranks on a validat
 split and touches the test set once, for the winner.
 """
 
-from ..train import Members as Members
+from ..hooks import Members as Members
 from .choice import (
     Bootstrap as Bootstrap,
     Folds as Folds,

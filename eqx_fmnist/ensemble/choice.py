@@ -21,10 +21,10 @@ from typing import Any
 from ..config import TrainConfig
 from ..dataset import ArrayDataset
 from ..evaluation import EvalResult
+from ..hooks import Members
 from ..model import Model
 from ..state import BATCHED, check_members, select_members
 from ..subsets import Subsets, bootstrap, kfold
-from ..train import Members
 
 MAX_SEED = 2**32 - 1
 """The largest seed a PRNG key takes (`TrainConfig.seed`)."""

@@ -85,7 +85,8 @@ class SweepResult:
 
     def to_markdown(self) -> str:
         """The ranked table: one row per point, validation accuracy per seed and mean."""
-        accs, names = self.validation_accuracy, list(self.grid)
+        accs = self.validation_accuracy
+        names = list(self.grid)
         head = ["rank", *names, *(f"seed {s}" for s in self.seeds), "mean"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for rank, i in enumerate(self.ranking(), 1):

@@ -15,13 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..answers import answer
-from ..augment import Move, tta_name
+from ..augment import Move
 from ..calibration import Calibration
 from ..config import TrainConfig
 from ..data import CLASS_NAMES, IMAGE_SIZE
 from ..fileio import atomic_write
 from ..model import MLP, Model, num_members
 from ..precision import FLOAT32, Policy
+from ..views import tta_name
 from . import html, onnx, safetensors, stablehlo
 from .format import ExportFormat, ExportInputs
 from .manifest import ExportError, manifest_path, sealed
@@ -200,6 +201,26 @@ def _refuse_unless_equal(format: str, parity: Parity, unexplained: int) -> None:
     )
 
 
+def _format_for(
+    format: str, models: Model, calibration: Calibration | None, temperature: float
+) -> ExportFormat:
+    """The format named `format`, after every check that needs no work: a known name,
+    its extra installed, a model it can carry, not both a calibration and a temperature."""
+    if format not in FORMATS:
+        raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}.")
+    kind = FORMATS[format]
+    kind.require()  # before any work: a missing extra is one clear line
+    if not kind.any_model and not isinstance(models, MLP):
+        raise ExportError(
+            f"the {format} export writes the MLP's layers, and this model is a "
+            f"{type(models).__name__}: export it as StableHLO (--format stablehlo), which "
+            "carries any model."
+        )
+    if calibration is not None and temperature != 1.0:
+        raise ExportError("give a calibration or a temperature, not both.")
+    return kind
+
+
 def export_model(
     models: Model,
     policy: Policy,
@@ -233,7 +254,7 @@ def export_model(
         library's on every check image. Defaults to `None`: raw probabilities, no flag.
     - `temperature`: a temperature without a calibration. Defaults to `1`: raw.
     - `tta`: test-time augmentation's views (e.g.
-        [`TTA_MIRROR`][eqx_fmnist.augment.TTA_MIRROR]), computed inside every artifact
+        [`TTA_MIRROR`][eqx_fmnist.views.TTA_MIRROR]), computed inside every artifact
         as one gather of the pixels per view; `()` for none. Defaults to the
         calibration's ([`Calibration.tta`][eqx_fmnist.calibration.Calibration]: the
         outputs its temperature and sets were fitted on, the only views it allows), else
@@ -250,19 +271,9 @@ def export_model(
     `ExportError` if the artifact predicts a different class from the library for any
     check image, or judges an image's trust otherwise; nothing is written then.
     """
-    if format not in FORMATS:
-        raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}.")
-    kind = FORMATS[format]
-    kind.require()  # before any work: a missing extra is one clear line
-    if not kind.any_model and not isinstance(models, MLP):
-        raise ExportError(
-            f"the {format} export writes the MLP's layers, and this model is a "
-            f"{type(models).__name__}: export it as StableHLO (--format stablehlo), which "
-            "carries any model."
-        )
-    if calibration is not None and temperature != 1.0:
-        raise ExportError("give a calibration or a temperature, not both.")
-    path, start = Path(path), time.perf_counter()
+    kind = _format_for(format, models, calibration, temperature)
+    path = Path(path)
+    start = time.perf_counter()
     images = np.asarray(check_images, np.uint8).reshape(len(check_images), IMAGE_SIZE)
     if tta is None and calibration is None:
         tta = config.views

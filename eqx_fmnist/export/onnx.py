@@ -48,8 +48,10 @@ class _Graph:
     """Nodes and initializers under unique names."""
 
     def __init__(self, helper, numpy_helper):
-        self.helper, self.numpy_helper = helper, numpy_helper
-        self.nodes, self.initializers = [], []
+        self.helper = helper
+        self.numpy_helper = numpy_helper
+        self.nodes = []
+        self.initializers = []
 
     def const(self, name: str, value) -> str:
         """An initializer (once: a name asked for again is the same constant)."""
@@ -131,7 +133,9 @@ def _member_nodes(
 ) -> tuple[list[str], list[str]]:
     """Each member's logits (with views: the log of its mean probability over them) and
     its hidden features, as node names."""
-    k, logits, feats = portable.num_members, [], []
+    k = portable.num_members
+    logits = []
+    feats = []
     for m, member in enumerate(portable.layers):
         weights = [
             (g.const(f"{p}/weight", w), g.const(f"{p}/bias", b))
@@ -231,10 +235,8 @@ def _trust_nodes(g: _Graph, portable: Portable, feats: list[str]) -> None:
 
     t = portable.trust
     assert t is not None, "trust nodes are built for a calibrated model"
-    last, one = (
-        g.const("axis_-1", np.array([-1], np.int64)),
-        g.const("axis_1", np.array([1], np.int64)),
-    )
+    last = g.const("axis_-1", np.array([-1], np.int64))
+    one = g.const("axis_1", np.array([1], np.int64))
     scores = []
     for m, f in enumerate(feats):
         white = g.op("MatMul", [f, g.const(f"member{m}/whiten", t.whiten[m])], f"member{m}/white")

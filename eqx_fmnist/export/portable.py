@@ -14,13 +14,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..augment import Move, move_images
+from ..augment import Move
 from ..calibration import Calibration
 from ..conformal import prediction_sets
 from ..data import IMAGE_SIZE
 from ..evaluation import numpy_softmax
 from ..model import MLP, Model, num_members
 from ..trust import Trust
+from ..views import move_images
 from .manifest import ExportError
 
 
@@ -134,7 +135,8 @@ def to_portable(
             f"{getattr(models.activation, '__name__', models.activation)!r}."
         )
     if calibration is not None:
-        temperature, tta = calibration.temperature, calibration.views(tta)
+        temperature = calibration.temperature
+        tta = calibration.views(tta)
     k = num_members(models)
     # The MLP's layers, which the formats other than StableHLO write (another model
     # has none: they refuse it).
@@ -194,7 +196,9 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
                 hidden.append(x)
         return x, hidden
 
-    log_probs, scores, x = [], [], x0
+    log_probs = []
+    scores = []
+    x = x0
     for m, member in enumerate(portable.layers):
         x, hidden = forward(member, x0)
         views = (
@@ -214,7 +218,8 @@ def numpy_serve(portable: Portable, images: np.ndarray) -> dict[str, np.ndarray]
     out = {"logits": logits, "probabilities": numpy_softmax(logits, portable.temperature)}
     if portable.trust is not None:
         t = portable.trust
-        score, sums = np.mean(scores, 0), pixels.sum(1, dtype=np.int64)
+        score = np.mean(scores, 0)
+        sums = pixels.sum(1, dtype=np.int64)
         flat = x0.std(1) < t.min_contrast
         ink = (sums < t.ink_sum_range[0]) | (sums > t.ink_sum_range[1])
         out |= {"trust_score": score, "unusual": ink | flat | (score > t.threshold)}

@@ -19,7 +19,8 @@ def weight_arrays(models: MLP) -> dict[str, np.ndarray]:
     ensemble. Each array is C-contiguous: `safetensors.numpy.save` copies from the
     array's data pointer, and an array fetched from a TPU can come back in another
     memory order (the first TPU export wrote transposed weights)."""
-    arrays, members = {}, num_members(models) is not None
+    arrays = {}
+    members = num_members(models) is not None
 
     def c_order(array) -> np.ndarray:
         return np.ascontiguousarray(array, np.float32)

@@ -112,7 +112,8 @@ def plot_reliability(
     top.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfect")
     for label, (confidence, accuracy, count) in curves.items():
         keep = np.asarray(count) > 0
-        conf, acc = np.asarray(confidence)[keep], np.asarray(accuracy)[keep]
+        conf = np.asarray(confidence)[keep]
+        acc = np.asarray(accuracy)[keep]
         top.plot(conf, acc, marker="o", label=label)
         bottom.plot(conf, np.asarray(count)[keep], marker=".", label=label)
     top.set_ylabel("accuracy in the bin")
@@ -139,7 +140,8 @@ def plot_sets(
     `class_size`, the mean set size."""
     fig = new_figure(7.0, 5.5)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    covered, where = np.asarray(class_coverage), np.arange(len(class_coverage))
+    covered = np.asarray(class_coverage)
+    where = np.arange(len(class_coverage))
     top.bar(where, covered, color=np.where(covered < coverage, "tab:red", "tab:blue"))
     top.axhline(coverage, color="black", linestyle="--", linewidth=1)
     top.text(len(covered) - 0.5, coverage, f"target {coverage:.0%}", ha="right", va="bottom")

@@ -116,7 +116,8 @@ def plot_predictions(
     """
     height = 2.35 * rows + 0.3
     fig = new_figure(2.2 * cols, height, grid=True)
-    cells, titles = [], []
+    cells = []
+    titles = []
     for i in range(rows * cols):
         if i >= len(images) or labels[i] < 0:  # a negative label: an empty cell
             cells.append(None)

@@ -19,7 +19,8 @@ class Interrupted(Exception):
 
     def __init__(self, message: str, *, step: int, checkpoint: Path):
         super().__init__(message)
-        self.step, self.checkpoint = step, checkpoint
+        self.step = step
+        self.checkpoint = checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +40,8 @@ class CheckpointEvery:
             raise RunError(
                 f"checkpoint_every must look like 60s, 5m or 500steps, but got {text!r}."
             )
-        value, unit = float(match.group(1)), match.group(2) or "s"
+        value = float(match.group(1))
+        unit = match.group(2) or "s"
         if unit.startswith("step"):
             if not value.is_integer():
                 raise RunError(f"checkpoint_every in steps must be whole, but got {text!r}.")

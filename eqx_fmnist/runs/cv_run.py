@@ -27,7 +27,8 @@ def _train(job: Job, callbacks: Sequence[Callback]) -> CrossValidation:
 def _finish(job: Job, outcome: CrossValidation) -> dict[str, Any]:
     """The folds' ensemble's test report (from the program `fit` ran), the folder's
     files, and the out-of-fold file and the folds' figures."""
-    result, test = outcome.result, job.splits.test
+    result = outcome.result
+    test = job.splits.test
     assert result.test is not None and test is not None, "a cv folder's run is tested"
     report = run_report(
         result.model,

@@ -21,7 +21,8 @@ from .layout import CV_FILES, OUT_OF_FOLD, SWEEP_FILES, RunError, read_history
 def sweep_heatmap(result: SweepResult):
     """A figure of a sweep's mean validation accuracy over the two swept fields with the
     most values (the best over any others)."""
-    grid, seeds = result.grid, result.seeds
+    grid = result.grid
+    seeds = result.seeds
     rows_name, *rest = sorted(grid, key=lambda n: -len(grid[n]))[:2]
     cols_name = rest[0] if rest else None
     rows = list(grid[rows_name])
@@ -64,7 +65,8 @@ def write_sweep(folder: str | os.PathLike, result: SweepResult) -> list[Path]:
 def write_cross_validation(folder: str | os.PathLike, cv: CrossValidation) -> list[Path]:
     """`out_of_fold.npz`, `cv.json` and `folds.png` (each fold's held-out accuracy and
     training loss, from the folder's history) in `folder`; the paths written."""
-    folder, folds = Path(folder), len(cv.fold_accuracy)
+    folder = Path(folder)
+    folds = len(cv.fold_accuracy)
     fold = np.empty(len(cv.labels), np.int16)
     for i, rows in enumerate(cv.subsets.held_out or ()):
         fold[rows] = i
@@ -111,7 +113,8 @@ def read_out_of_fold(folder: str | os.PathLike) -> dict[str, np.ndarray]:
         raise RunError(
             f"{path} cannot be read ({type(e).__name__}: {e}); run `eqx-fmnist cv` again."
         ) from None
-    p, labels = found["probabilities"], found["labels"]
+    p = found["probabilities"]
+    labels = found["labels"]
     if p.ndim != 2 or p.shape != (len(labels), NUM_CLASSES) or labels.ndim != 1:
         raise RunError(
             f"{path} holds probabilities of shape {p.shape} for {labels.shape} labels, not "
@@ -149,7 +152,10 @@ def write_suspects(
 
 def _by_class(found: LabelAudit, images: np.ndarray, per_class: int = 5):
     """The most suspicious `per_class` of each given class, one row per class."""
-    cells, given, suggested, notes = [], [], [], []
+    cells = []
+    given = []
+    suggested = []
+    notes = []
     for c in range(NUM_CLASSES):
         picked = np.flatnonzero(found.given == c)[:per_class]
         for j in range(per_class):

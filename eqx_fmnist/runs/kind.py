@@ -18,10 +18,10 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import Splits
+from ..hooks import Members
 from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
-from ..train import Members
 from .writing import RunFolder
 
 Outcome = TypeVar("Outcome")
@@ -65,7 +65,7 @@ class RunKind(Generic[Outcome]):
     - `name`: the kind (`"train"`, `"sweep"`, `"cv"`): the command that makes it, and
         what [`Training.resume`][eqx_fmnist.runs.training.Training.resume] checks.
     - `noun`: how the first line of a run's description names its folder.
-    - `choices`: the [`Members`][eqx_fmnist.train.Members] kinds it trains (`"grid"`);
+    - `choices`: the [`Members`][eqx_fmnist.hooks.Members] kinds it trains (`"grid"`);
         empty for the kind that trains the rest (one model, an ensemble).
     - `train`: `train(job, callbacks)`, the run trained: its outcome.
     - `finish`: `finish(job, outcome)`, the outcome reported and written into the folder:

@@ -96,7 +96,8 @@ def refuse_overwriting(
     than `own` (the run a command reads), or, without `overwrite`, a file that exists.
     Every command that writes files asks here first."""
     for path in paths:
-        folder, name = path.parent, path.name
+        folder = path.parent
+        name = path.name
         if path.is_dir():
             raise RunError(f"{path} is a folder; give a file to write.")
         if holds_run(folder) and name in RECORD:

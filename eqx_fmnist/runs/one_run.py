@@ -9,10 +9,11 @@ from typing import Any
 from ..calibration import Calibration, calibrate
 from ..config import TrainConfig
 from ..dataset import Splits
+from ..hooks import Members
 from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
-from ..train import Members, TrainResult, fit
+from ..train import TrainResult, fit
 from .kind import Job, RunKind
 from .report import RunReport, report_program, run_report
 
@@ -96,7 +97,8 @@ def _finish(job: Job, outcome: RunResult) -> dict[str, Any]:
 
 
 def _what(job: Job) -> str:
-    config, members = job.config, job.members
+    config = job.config
+    members = job.members
     parts = [job.length, config.precision, f"seed {config.seed}"]
     if members is not None:
         configs = members.configs(config)

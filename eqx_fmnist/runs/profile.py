@@ -30,7 +30,9 @@ class IntervalProfiler:
         - `folder`: where `jax.profiler` writes (`folder/plugins/profile/<time>/`).
         - `total_intervals`: the run's logging intervals.
         """
-        self.folder, self.seen, self.on = Path(folder), 0, False
+        self.folder = Path(folder)
+        self.seen = 0
+        self.on = False
         if total_intervals < 2:
             self._start()
 

@@ -23,7 +23,7 @@ from jaxtyping import Array, Shaped
 
 from ..answers import Answer, answer
 from ..audit import LabelAudit, audit_labels
-from ..augment import TTA_VIEWS, Move
+from ..augment import Move
 from ..calibration import CALIBRATION_FILE, Calibration
 from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
@@ -33,10 +33,11 @@ from ..distill import Teacher
 from ..ensemble import members_from
 from ..evaluation import evaluate, predict_proba
 from ..export import FORMATS, export_model, manifest_path
+from ..hooks import Members
 from ..model import Model
 from ..precision import Policy
 from ..state import TrainState, select_members
-from ..train import Members
+from ..views import TTA_VIEWS
 from .files import read_out_of_fold, write_suspects
 from .layout import CHECKPOINT_NAME, RunError, read_teacher, refuse_overwriting
 
@@ -141,7 +142,8 @@ class Run:
     def members(self) -> tuple[TrainConfig, ...] | None:
         """The members' configs (an ensemble, cv's folds, a sweep's winner), else
         `None`."""
-        members, winner = self.saved.members, self.winner
+        members = self.saved.members
+        winner = self.winner
         return members if members is None or winner is None else tuple(members[i] for i in winner)
 
     @property
@@ -154,7 +156,8 @@ class Run:
 
         `RunError` for a sweep without a summary naming its winner (not finished).
         """
-        choice, file = self.choice, self.folder / "summary.json"
+        choice = self.choice
+        file = self.folder / "summary.json"
         if choice is None:
             return None
         try:
@@ -186,7 +189,8 @@ class Run:
     def model(self) -> Model:
         """What evaluation uses: the weight average if the run kept one; a sweep's
         winner's members ([`winner`][eqx_fmnist.runs.reading.Run.winner])."""
-        model, winner = self.saved.state.eval_model, self.winner
+        model = self.saved.state.eval_model
+        winner = self.winner
         return model if winner is None else select_members(model, winner)
 
     @property
@@ -292,7 +296,8 @@ def audit_run(
     """
     if top < 1:
         raise ValueError(f"`top` must be at least 1, but got {top}.")
-    oof, folds = read_out_of_fold(cv_run), Run.open(cv_run)
+    oof = read_out_of_fold(cv_run)
+    folds = Run.open(cv_run)
     tested = Run.open(test_model) if test_model else folds
     data = loaded(data)
     test_x = jnp.asarray(data.test_images.reshape(len(data.test_images), -1))

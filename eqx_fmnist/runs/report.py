@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
+import jax
 import numpy as np
 from jaxtyping import Array, Integer, UInt8
 from matplotlib.figure import Figure
@@ -27,7 +29,7 @@ from ..augment import Move
 from ..calibration import Calibration, CalibrationResult, calibration_report
 from ..conformal import SetReport, set_report
 from ..dataset import ArrayDataset
-from ..evaluation import EvalResult, confusion_matrix
+from ..evaluation import EvalResult, confusion_matrix, dataset_scores, eval_result
 from ..hooks import Evaluation, TestRun
 from ..model import Model
 from ..plots import (
@@ -38,7 +40,7 @@ from ..plots import (
     save_figure,
 )
 from ..precision import Policy
-from ..robustness import Robustness, compile_scored_moves, robustness_moves, scored_moves
+from ..robustness import Robustness, logits_of_moves, robustness_moves
 
 REPORT_FIGURES = (
     "confusion_matrix.png",
@@ -130,26 +132,30 @@ def reliability_figure(results: dict[str, CalibrationResult]) -> Figure:
     return plot_reliability(curves, title=f"Reliability on {results['raw'].count:,} images")
 
 
+@eqx.filter_jit
+def _report_scores(model, test: ArrayDataset, moves, policy: Policy, batch_size: int, tta):
+    """The report's one program: the logits of the test images moved by each of `moves`
+    ([`logits_of_moves`][eqx_fmnist.robustness.logits_of_moves]; the first move is the
+    images as they are), and the test loss and accuracy of the images as they are (each
+    member's too: [`dataset_scores`][eqx_fmnist.evaluation.dataset_scores])."""
+    logits = logits_of_moves(model, test.images, moves, policy, batch_size, tta)
+    return logits, dataset_scores(model, test, policy, batch_size, None, tta)
+
+
 def report_program(like: Model, test: ArrayDataset, evaluation: Evaluation) -> TestRun:
     """The report's program as [`fit`][eqx_fmnist.train.fit]'s `test_program` takes it
-    (a [`TestProgram`][eqx_fmnist.hooks.TestProgram]):
-    [`scored_moves`][eqx_fmnist.robustness.scored_moves] compiled ahead of time for
-    models shaped like `like`, in the run's precision, views and batch size. Its run
+    (a [`TestProgram`][eqx_fmnist.hooks.TestProgram]), compiled ahead of time for
+    models shaped like `like`, in the run's precision, views and batch size: its run
     gives the test figures and, beside them, the logits of the test images as they
     are, mirrored and moved, that [`run_report`][eqx_fmnist.runs.report.run_report]
     counts the rest from."""
-    program = compile_scored_moves(
-        like,
-        test,
-        robustness_moves(),
-        policy=evaluation.policy,
-        batch_size=evaluation.batch_size,
-        tta=evaluation.views,
-    )
+    moves = robustness_moves()
+    args = (test, moves, evaluation.policy, evaluation.batch_size, evaluation.views)
+    compiled = _report_scores.lower(like, *args).compile()  # pyright: ignore[reportFunctionMemberAccess]
 
     def run(model: Model) -> tuple[EvalResult, np.ndarray]:
-        logits, scores = program(model)
-        return scores, logits
+        logits, metrics = jax.device_get(compiled(model, *args))
+        return eval_result(metrics), np.asarray(logits)[:, : len(test)]
 
     return run
 
@@ -172,8 +178,8 @@ def run_report(
     and these images already (`fit`'s `result.test` and `result.tested`), or `None`.
 
     The model runs once, in one compiled program, over the images as they are, mirrored
-    and moved ([`scored_moves`][eqx_fmnist.robustness.scored_moves], which scores the
-    test loss and accuracy in the same program); the confusion matrix, the calibration
+    and moved ([`report_program`][eqx_fmnist.runs.report.report_program], which scores
+    the test loss and accuracy in the same program); the confusion matrix, the calibration
     metrics, the prediction sets and the robustness are counted from those logits on the
     host."""
     start = time.perf_counter()
@@ -181,9 +187,8 @@ def run_report(
     labels = np.asarray(labels)
     tta = tta if calibration is None else calibration.tta
     if scored is None:
-        logits, result = scored_moves(model, test, robustness_moves(), policy=policy, tta=tta)
-    else:
-        result, logits = scored
+        scored = report_program(model, test, Evaluation(policy, tta, 1000))(model)
+    result, logits = scored
     robust = Robustness.of(logits, labels)
     said = calibrated(logits[0], calibration)
     cm = confusion_matrix(labels, said.logits.argmax(axis=-1))
@@ -196,7 +201,8 @@ def run_report(
     found = (said.logits, cm, summary, robust, reliability, result)
     if said.prediction_set is None or said.coverage is None:
         return RunReport(*found, seconds=time.perf_counter() - start)
-    sets, y = said.prediction_set, labels.astype(int)
+    sets = said.prediction_set
+    y = labels.astype(int)
     sizes = tuple(float(sets[y == k].sum(axis=1).mean()) for k in range(sets.shape[1]))
     report = set_report(sets, y)
     return RunReport(*found, report, sizes, said.coverage, seconds=time.perf_counter() - start)

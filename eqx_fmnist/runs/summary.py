@@ -33,10 +33,13 @@ def summarise(
     nothing in this process (resumed at its end) takes its throughput from its folder's
     `history`."""
     recall = np.asarray(per_class_accuracy(cm))
-    eps, seconds = result.examples_per_sec, result.train_seconds
+    eps = result.examples_per_sec
+    seconds = result.train_seconds
     if not result.history and history:
         eps, seconds = _throughput(history)
-    test, valid, ensemble = result.test, result.validation, {}
+    test = result.test
+    valid = result.validation
+    ensemble = {}
     assert test is not None, "a run folder's run is evaluated on the test split"
     if test.members:
         ensemble = {

@@ -35,7 +35,8 @@ def _finish(job: Job, outcome: SweepResult) -> dict[str, Any]:
 
 
 def _what(job: Job) -> str:
-    grid, config = _grid(job), job.config
+    grid = _grid(job)
+    config = job.config
     count = len(grid.configs(config))
     values = "; ".join(f"{k} {', '.join(f'{v:g}' for v in vs)}" for k, vs in grid.values.items())
     seeds = ", ".join(map(str, member_seeds(config, grid.seeds)))

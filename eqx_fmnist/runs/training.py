@@ -39,10 +39,10 @@ from ..checkpoint import Checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..dataset import Splits
+from ..hooks import Members
 from ..intervals import Callback
 from ..model import Model
 from ..state import TrainState
-from ..train import Members
 from .cadence import EVERY_MINUTE, CheckpointEvery
 from .cv_run import CV_RUN
 from .kind import Outcome, RunKind
@@ -235,14 +235,16 @@ class Training(Generic[Outcome]):
     @property
     def length(self) -> str:
         """The run's length in words: `80 epochs (9,360 steps)`, or `400 steps`."""
-        epochs, steps = self.config.epochs, f"{self.total_steps:,} steps"
+        epochs = self.config.epochs
+        steps = f"{self.total_steps:,} steps"
         return f"{epochs} epoch{'' if epochs == 1 else 's'} ({steps})" if epochs else steps
 
     def describe(self) -> str:
         """Where and what trains, as the command line says it first: the folder; what
         trains (a sweep's grid and seeds, cv's folds, else the length, precision, seeds,
         held-out images and teacher); the checkpoint cadence; the data; a resume's step."""
-        folder, kind = self.folder, self.run_kind
+        folder = self.folder
+        kind = self.run_kind
         lines = [
             f"{kind.noun} folder {folder.folder}: {kind.what(self)}, checkpoint every "
             f"{folder.checkpoint_every}",
@@ -254,7 +256,8 @@ class Training(Generic[Outcome]):
 
     def spread(self) -> str:
         """Members split over devices or on shared batches, in words."""
-        config, members = self.config, self.members
+        config = self.config
+        members = self.members
         if members is None:
             return ""
         words = ", on shared batches" if config.shared_batches else ""
@@ -341,7 +344,8 @@ def start_training(
     scratch = None
     if jax.process_index() != 0:
         scratch = tempfile.TemporaryDirectory(prefix="eqx-fmnist-")
-        out, folder_options["overwrite"] = scratch.name, True
+        out = scratch.name
+        folder_options["overwrite"] = True
     step = resume.saved.step if resume else 0
     folder = RunFolder(
         out,

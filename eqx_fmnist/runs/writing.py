@@ -35,6 +35,7 @@ from ..config import TrainConfig
 from ..data import FashionMNIST
 from ..evaluation import EvalResult
 from ..fileio import FolderInUse, FolderLock, atomic_write, remove_stale_parts
+from ..hooks import Members
 from ..intervals import History, plan_run
 from ..parallel import agreed, make_mesh
 from ..plots import (
@@ -44,7 +45,7 @@ from ..plots import (
     save_figure,
 )
 from ..state import TrainState
-from ..train import Members, TrainResult
+from ..train import TrainResult
 from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
 from .layout import (
     CHECKPOINT_NAME,
@@ -139,7 +140,7 @@ class RunFolder:
         - `checkpoint_every`: the checkpoint cadence. Defaults to every 60 seconds.
         - `tensorboard`: also write scalars and hyperparameters for TensorBoard into
             `folder/tensorboard` (needs `pip install 'eqx_fmnist[tensorboard]'`).
-        - `members`: the [`Members`][eqx_fmnist.train.Members] choice of an ensemble,
+        - `members`: the [`Members`][eqx_fmnist.hooks.Members] choice of an ensemble,
             sweep or cross-validation trained as one program (`config` is then the one
             they share; the checkpoint records the choice). Defaults to `None`: one run.
         - `teacher`: the checkpoint of the teacher a distilled run learns from, named in
@@ -177,11 +178,13 @@ class RunFolder:
         # check has passed); a resume in its own folder continues it.
         self._clear = overwrite and not own
         self._history_from = source if start_step else self.folder
-        self.config, self.num_train = config, num_train
+        self.config = config
+        self.num_train = num_train
         self.checkpoint_every = checkpoint_every
         self.checkpoint = self.folder / CHECKPOINT_NAME
         self.saved_step = start_step if start_step else None
-        self._start_step, self._last_save = start_step, time.monotonic()
+        self._start_step = start_step
+        self._last_save = time.monotonic()
         self._stop_reason: str | None = None
         self._tensorboard = tensorboard
         self._writer = None
@@ -256,7 +259,8 @@ class RunFolder:
             members=self.members,
             choice=self._choice,
         )
-        self.saved_step, self._last_save = step, time.monotonic()
+        self.saved_step = step
+        self._last_save = time.monotonic()
         self.checkpoint_seconds += time.perf_counter() - start
         return self.checkpoint
 

@@ -58,9 +58,9 @@ def test_tta_is_the_mean_probability_over_the_views(model, images, views):
     import jax.numpy as jnp
 
     import eqx_fmnist as ef
-    from eqx_fmnist import augment
+    from eqx_fmnist import views as fixed_views
 
-    tta = getattr(augment, views)
+    tta = getattr(fixed_views, views)
     got = np.asarray(ef.predict_proba(model, jnp.asarray(images), tta=tta, batch_size=16))
     want = np.mean([_probs64(model, _moved(images, *v)) for v in tta], axis=0)
     atol = probability_atol(model, images)
@@ -79,7 +79,7 @@ def test_an_ensemble_averages_over_members_and_views(images):
     import jax.numpy as jnp
 
     import eqx_fmnist as ef
-    from eqx_fmnist.augment import TTA_MIRROR
+    from eqx_fmnist.views import TTA_MIRROR
 
     keys = jax.random.split(jax.random.PRNGKey(1), 3)
     stack = eqx.filter_vmap(lambda k: ef.MLP(hidden_sizes=(16,), key=k))(keys)
@@ -94,8 +94,8 @@ def test_evaluation_robustness_and_calibration_use_the_same_views(model, images,
     import jax.numpy as jnp
 
     import eqx_fmnist as ef
-    from eqx_fmnist.augment import TTA_MIRROR
     from eqx_fmnist.calibration import Calibration, fit_temperature
+    from eqx_fmnist.views import TTA_MIRROR
 
     labels = np.arange(len(images)) % 10
     ds = ef.ArrayDataset(jnp.asarray(images), jnp.asarray(labels, jnp.int32))
@@ -125,9 +125,9 @@ def test_every_export_computes_the_views_it_was_calibrated_on(fmt, images, tmp_p
     import jax.numpy as jnp
 
     import eqx_fmnist as ef
-    from eqx_fmnist.augment import TTA_SHIFTS
     from eqx_fmnist.export import export_model
     from eqx_fmnist.export.check import FORMATS
+    from eqx_fmnist.views import TTA_SHIFTS
 
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
@@ -189,8 +189,8 @@ def test_an_uncalibrated_export_computes_the_views_it_is_given(images, tmp_path)
     import jax
 
     import eqx_fmnist as ef
-    from eqx_fmnist.augment import TTA_MIRROR
     from eqx_fmnist.export import export_model
+    from eqx_fmnist.views import TTA_MIRROR
 
     m = ef.MLP(hidden_sizes=(16,), key=jax.random.PRNGKey(8))
     path, config = tmp_path / "m.stablehlo", ef.TrainConfig(hidden_sizes=(16,), tta="shifts")
@@ -210,8 +210,8 @@ def test_a_bfloat16_export_computes_the_views(precision, images, tmp_path):
     import jax
 
     import eqx_fmnist as ef
-    from eqx_fmnist.augment import TTA_SHIFTS
     from eqx_fmnist.export import export_model
+    from eqx_fmnist.views import TTA_SHIFTS
 
     policy = ef.Policy.from_string(precision)
     m = ef.MLP(hidden_sizes=(16,), key=jax.random.PRNGKey(9))
@@ -238,8 +238,8 @@ def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(tmp
     from PIL import Image
 
     import eqx_fmnist as ef
-    from eqx_fmnist.augment import TTA_MIRROR
     from eqx_fmnist.calibration import Calibration
+    from eqx_fmnist.views import TTA_MIRROR
 
     from helpers import run_cli_here
 
