@@ -55,7 +55,7 @@ def test_steps_prepared_in_blocks_train_the_same_bits(small, monkeypatch, member
     the same batch order, the same moves, bit for bit; one model or members."""
     import jax
 
-    from eqx_fmnist import step as step_module  # it asks `block_steps` for its block
+    from eqx_fmnist import chunk as chunk_module  # it asks `block_steps` for its block
     from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.state import init_members, init_state
     from eqx_fmnist.step import train_steps
@@ -65,7 +65,7 @@ def test_steps_prepared_in_blocks_train_the_same_bits(small, monkeypatch, member
     )
 
     def run(block):
-        monkeypatch.setattr(step_module, "block_steps", lambda *_: block)
+        monkeypatch.setattr(chunk_module, "block_steps", lambda *_: block)
         if members:
             configs = [config.with_changes(seed=s) for s in range(members)]
             state = init_members(configs, len(small))

@@ -86,9 +86,9 @@ def train_in_folder(
             if isinstance(e, jax.errors.JaxRuntimeError) and not is_lost_process(e):
                 raise
             bar.stop()
-            saved = folder.saved_step
-            checkpoint = folder.checkpoint
-            status, line = why_stopped(e, command, saved, checkpoint, again=again)
+            status, line = why_stopped(
+                e, command, folder.saved_step, folder.checkpoint, again=again
+            )
             print(f"eqx-fmnist {command}: {line}", file=sys.stderr)
             return status
         finally:

@@ -34,9 +34,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     refuse_overwriting([out / n for n in REPORT_FIGURES], own=run.folder, overwrite=again)
     views = run.views(args.tta)
     fm = load_data(args)
-    images = fm.test_images
-    labels = fm.test_labels
-    report = run_report(run.model, run.policy, images, labels, run.calibration, tta=views)
+    report = run_report(
+        run.model, run.policy, fm.test_images, fm.test_labels, run.calibration, tta=views
+    )
     _print_test(run, report.test, views, each_member=args.members)
     _print_report(report, run.calibration)
     for path in report.save_figures(out):

@@ -9,7 +9,6 @@ import numpy as np
 
 from .. import data as data_mod
 from ..answers import Answer
-from ..attributions import Explanation
 from ..export import is_export, load_artifact
 from ..plots import plot_explanation, save_figure, save_pixels
 from ..runs import Run, distinct_stems, refuse_overwriting
@@ -84,8 +83,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         record = {"path": str(path), **ans.record(i, args.top), "inverted": prepared[i].inverted}
         if "prepared" in writes:
             record["prepared"] = str(save_pixels(prepared[i].pixels, writes["prepared"][i]))
-        if ans.explained is not None and "explained" in writes:
-            figure = _explanation(ans.explained, i, prepared[i].pixels, p, path)
+        if (e := ans.explained) is not None and "explained" in writes:
+            why = f"{Path(path).name}: why {data_mod.CLASS_NAMES[e.target[i]]}?"
+            attributions = e.attributions[i].reshape(28, 28)
+            figure = plot_explanation(
+                prepared[i].pixels, attributions, p, int(e.target[i]), title=why
+            )
             record["explained"] = str(save_figure(figure, writes["explained"][i]))
         if args.json:
             print(json.dumps(record))
@@ -116,11 +119,3 @@ def _print_line(record: dict) -> None:
         highlight=False,
         soft_wrap=True,
     )
-
-
-def _explanation(e: Explanation, i: int, pixels, probs, path):
-    """Image `i`'s attribution figure."""
-    why = data_mod.CLASS_NAMES[e.target[i]]
-    attributions = e.attributions[i].reshape(28, 28)
-    title = f"{Path(path).name}: why {why}?"
-    return plot_explanation(pixels, attributions, probs, int(e.target[i]), title=title)
