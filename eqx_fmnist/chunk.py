@@ -91,7 +91,9 @@ class Chunk(eqx.Module):
         """`in_axes` of the chunk under the members' `vmap`, by name: each member's own
         row table, everything else shared."""
         shared = jtu.tree_map(lambda _: None, self)
-        return eqx.tree_at(lambda c: c.subsets, shared, eqx.if_array(0), is_leaf=_is_none)
+        return eqx.tree_at(
+            lambda c: c.subsets, shared, eqx.if_array(0), is_leaf=lambda x: x is None
+        )
 
     def member_specs(self, arrays: "Chunk") -> "Chunk":
         """The `shard_map` specs of the chunk's `arrays` over a `"members"` mesh, by
@@ -114,7 +116,3 @@ class Chunk(eqx.Module):
             self.members,
             None,
         )
-
-
-def _is_none(x) -> bool:
-    return x is None

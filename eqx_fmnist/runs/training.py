@@ -69,11 +69,6 @@ def kind_for(members: Members | None) -> RunKind:
     return next((k for k in KINDS if choice in k.choices), ONE_RUN)
 
 
-def kind_named(name: str) -> RunKind:
-    """The kind called `name` (`"train"`, `"sweep"`, `"cv"`)."""
-    return next(k for k in KINDS if k.name == name)
-
-
 @dataclasses.dataclass
 class Finished(Generic[Outcome]):
     """What [`Training.run`][eqx_fmnist.runs.training.Training.run] returns: the
