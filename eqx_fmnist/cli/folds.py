@@ -49,10 +49,11 @@ def add_audit_parser(sub) -> None:
 
 def cmd_cv(args: argparse.Namespace) -> int:
     if (training := flags.resumed(args, "cv")) is None:
-        options = flags.folder_options(args) | {"members": Folds(args.folds)}
         config = flags.config_from_args(args)
+        options = flags.folder_options(args)
+        out = args.out or default_folder()
         training = Training.new(
-            args.out or default_folder(), config, data=load_data(args), **options
+            out, config, members=Folds(args.folds), data=load_data(args), **options
         )
     done = train_in_folder(training)
     if isinstance(done, int):

@@ -13,7 +13,7 @@ computes its own report, and [`RunFolder`][eqx_fmnist.runs.RunFolder] only write
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, TypeVar
 
 from ..config import TrainConfig
 from ..data import FashionMNIST
@@ -27,10 +27,15 @@ from .writing import RunFolder
 Outcome = TypeVar("Outcome")
 
 
-@runtime_checkable
-class Job(Protocol):
-    """A run as its kind sees it ([`Training`][eqx_fmnist.runs.training.Training] is
-    one): its folder, config, members, data and splits, a resume's state, a teacher."""
+@dataclasses.dataclass
+class Job:
+    """A run as its kind sees it: what [`Training`][eqx_fmnist.runs.training.Training]
+    holds (a `Job` with the ways to start and run one).
+
+    **Fields:** `folder` (the [`RunFolder`][eqx_fmnist.runs.RunFolder]: its path, plan,
+    checkpoint and last saved step), `config`, `members` (the choice of an ensemble,
+    sweep or cv, else `None`), `data`, `splits`, `state` and `start` (a resume's),
+    `teacher` (the teacher's checkpoint, for a distilled run) and `teacher_model`."""
 
     folder: RunFolder
     config: TrainConfig
@@ -38,16 +43,31 @@ class Job(Protocol):
     data: FashionMNIST
     splits: Splits
     state: TrainState | None
+    start: int
     teacher: Path | None
     teacher_model: Model | None
 
     @property
-    def total_steps(self) -> int: ...
+    def total_steps(self) -> int:
+        return self.folder.plan.total_steps
 
     @property
-    def length(self) -> str: ...
+    def length(self) -> str:
+        """The run's length in words: `80 epochs (9,360 steps)`, or `400 steps`."""
+        epochs = self.config.epochs
+        steps = f"{self.total_steps:,} steps"
+        return f"{epochs} epoch{'' if epochs == 1 else 's'} ({steps})" if epochs else steps
 
-    def spread(self) -> str: ...
+    def spread(self) -> str:
+        """Members split over devices or on shared batches, in words."""
+        config = self.config
+        if self.members is None:
+            return ""
+        words = ", on shared batches" if config.shared_batches else ""
+        if config.devices > 1:
+            each = len(self.members.configs(config)) // config.devices
+            words += f", {each} on each of {config.devices} devices"
+        return words
 
 
 def as_given(config: TrainConfig) -> TrainConfig:

@@ -38,14 +38,12 @@ import jax
 from ..checkpoint import Checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST
-from ..dataset import Splits
 from ..hooks import Members
 from ..intervals import Callback
 from ..model import Model
-from ..state import TrainState
 from .cadence import EVERY_MINUTE, CheckpointEvery
 from .cv_run import CV_RUN
-from .kind import Outcome, RunKind
+from .kind import Job, Outcome, RunKind
 from .layout import CHECKPOINT_NAME, RunError
 from .one_run import ONE_RUN
 from .profile import IntervalProfiler, find_trace
@@ -81,25 +79,11 @@ class Finished(Generic[Outcome]):
 
 
 @dataclasses.dataclass
-class Training(Generic[Outcome]):
-    """A run ready to train in its folder; make one with
-    [`Training.new`][eqx_fmnist.runs.training.Training.new] or
-    [`Training.resume`][eqx_fmnist.runs.training.Training.resume].
+class Training(Job, Generic[Outcome]):
+    """A run ready to train in its folder (a [`Job`][eqx_fmnist.runs.kind.Job]); make one
+    with [`Training.new`][eqx_fmnist.runs.training.Training.new] or
+    [`Training.resume`][eqx_fmnist.runs.training.Training.resume]."""
 
-    **Fields:** `folder` (the [`RunFolder`][eqx_fmnist.runs.RunFolder]: its path, plan,
-    checkpoint and last saved step), `config`, `members` (the choice of an ensemble,
-    sweep or cv, else `None`), `data`, `splits`, `state` and `start` (a resume's), and
-    `teacher` (the teacher's checkpoint, for a distilled run)."""
-
-    folder: RunFolder
-    config: TrainConfig
-    members: Members | None
-    data: FashionMNIST
-    splits: Splits
-    state: TrainState | None
-    start: int
-    teacher: Path | None
-    teacher_model: Model | None
     scratch: tempfile.TemporaryDirectory | None = dataclasses.field(default=None, repr=False)
     """The temporary folder a process other than 0 of a multi-process run writes (it
     goes with the `Training`)."""
@@ -223,17 +207,6 @@ class Training(Generic[Outcome]):
         """Its [`RunKind`][eqx_fmnist.runs.kind.RunKind]: how it trains and finishes."""
         return kind_for(self.members)
 
-    @property
-    def total_steps(self) -> int:
-        return self.folder.plan.total_steps
-
-    @property
-    def length(self) -> str:
-        """The run's length in words: `80 epochs (9,360 steps)`, or `400 steps`."""
-        epochs = self.config.epochs
-        steps = f"{self.total_steps:,} steps"
-        return f"{epochs} epoch{'' if epochs == 1 else 's'} ({steps})" if epochs else steps
-
     def describe(self) -> str:
         """Where and what trains, as the command line says it first: the folder; what
         trains (a sweep's grid and seeds, cv's folds, else the length, precision, seeds,
@@ -248,18 +221,6 @@ class Training(Generic[Outcome]):
         if self.start:
             lines.append(f"resuming at step {self.start:,} of {self.total_steps:,}")
         return "\n".join(lines)
-
-    def spread(self) -> str:
-        """Members split over devices or on shared batches, in words."""
-        config = self.config
-        members = self.members
-        if members is None:
-            return ""
-        words = ", on shared batches" if config.shared_batches else ""
-        if config.devices > 1:
-            each = len(members.configs(config)) // config.devices
-            words += f", {each} on each of {config.devices} devices"
-        return words
 
     def run(
         self, callbacks: Sequence[Callback] = (), *, profile: bool = False
