@@ -599,3 +599,51 @@ def test_a_report_whose_program_could_not_be_compiled_aside_is_compiled_after(sm
     np.testing.assert_array_equal(after.report.logits, aside.report.logits)
     untested = train_run(config(), Splits(small))
     assert untested.report is None and untested.result.test is None
+
+
+def test_overwrite_removes_exactly_what_a_run_wrote(tmp_path):
+    """`clear_run` (what `--overwrite` removes) goes by exact names: a user's `model.py`,
+    `suspects_to_check.txt`, notes in `tensorboard/` and a `teacher/` folder holding only
+    a README stay; the run's files, its event files and traces, exports, audits and the
+    run a teacher folder holds go, and folders left empty with them."""
+    from eqx_fmnist.runs import LOCK_NAME
+    from eqx_fmnist.runs.layout import clear_run
+
+    ours = [
+        "config.json",
+        "history.jsonl",
+        "checkpoint.eqx",
+        "summary.json",
+        "calibration.safetensors",
+        "confusion_matrix.png",
+        "suspects_train.csv",
+        "suspects_test_by_class.png",
+        "model.onnx",
+        "model.onnx.manifest.json",
+        "tensorboard/events.out.tfevents.1.host",
+        "profile/plugins/profile/2026_12_07/host.xplane.pb",
+        "profile/plugins/profile/2026_12_07/perfetto_trace.json.gz",
+    ]
+    theirs = ["model.py", "suspects_to_check.txt", "tensorboard/notes.md", "notes.txt"]
+    run = tmp_path / "run"
+    for name in [*ours, *theirs]:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(name)
+    (run / "teacher").mkdir()
+    (run / "teacher" / "README").write_text("a folder of mine")
+    removed = clear_run(run, lock=LOCK_NAME)
+    assert sorted(p.relative_to(run).as_posix() for p in removed) == sorted(ours)
+    left = sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file())
+    assert left == sorted([*theirs, "teacher/README"])
+    assert not (run / "profile").exists()  # left empty: gone
+    # A teacher folder that holds a run the library wrote goes with it, lock and all.
+    for name in ("checkpoint.eqx", "summary.json", LOCK_NAME, "examples.png"):
+        (run / "teacher" / name).write_text(name)
+    (run / "teacher" / "README").unlink()
+    clear_run(run, lock=LOCK_NAME)
+    assert not (run / "teacher").exists()
+    (run / "teacher").mkdir()
+    for name in ("checkpoint.eqx", "summary.json"):
+        (run / "teacher" / name).write_text(name)
+    clear_run(run, keep=run / "teacher", lock=LOCK_NAME)
+    assert (run / "teacher" / "checkpoint.eqx").is_file()  # a teacher trained first: kept

@@ -22,7 +22,6 @@ runs/20261201-021500/
 
 import json
 import os
-import shutil
 import typing
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 from ..calibration import CALIBRATION_FILE
 from ..checkpoint import CheckpointError, payload_digest
 from ..config import TrainConfig
+from ..export import FORMATS, manifest_path
 from ..intervals import History
 
 CHECKPOINT_NAME = "checkpoint.eqx"
@@ -62,21 +62,36 @@ RECORD = (
 )
 """A run's record of itself, which no command but the run's own ever writes over (its
 figures may be drawn again)."""
+SUSPECTS = tuple(
+    f"suspects_{split}{end}"
+    for split in ("train", "test")
+    for end in (".csv", ".json", ".png", "_by_class.png")
+)
+"""What `audit` writes into a folder (the suspects of each set)."""
+EXPORTS = tuple(
+    name
+    for kind in FORMATS.values()
+    for name in (f"model{kind.suffix}", manifest_path(Path(f"model{kind.suffix}")).name)
+)
+"""What `export` writes into a run folder by default: an artifact and its manifest."""
 RUN_FILES = (
     *RECORD,
     "prediction_sets.png",
     *FIGURES,
     *SWEEP_FILES,
     *CV_FILES,
-    "suspects_*",
-    "model.*",
-    "tensorboard",
-    "profile",
-    "teacher",
+    *SUSPECTS,
+    *EXPORTS,
 )
-"""Everything a run (and the commands that read it: `audit`, `export`) writes into its
-folder, as names and patterns: what `overwrite` removes before a new run starts, so that
-the folder holds only the new run (never anything else the folder holds)."""
+"""Every file a run (and the commands that read it: `audit`, `export`) writes into its
+folder, by exact name: with `TENSORBOARD` files and `PROFILE` traces under their folders
+and a teacher's run in `teacher/`, what `overwrite` removes before a new run starts.
+Nothing else the folder holds is touched."""
+TENSORBOARD = "tensorboard"
+"""The folder of a run's TensorBoard event files (`events.out.tfevents.*`)."""
+PROFILE = "profile"
+"""The folder of a run's `jax.profiler` trace (`plugins/profile/<time>/<host>.*`)."""
+TRACE_ENDS = (".xplane.pb", ".trace.json.gz", "perfetto_trace.json.gz")
 
 
 class RunError(Exception):
@@ -127,17 +142,39 @@ def distinct_stems(paths: Sequence[str | os.PathLike]) -> list[str]:
     return used
 
 
-def clear_run(folder: Path, keep: Path | None = None) -> list[Path]:
-    """Remove the files and folders of `RUN_FILES` from `folder`, all but `keep` (the
-    teacher a distilled run trained there first); the paths removed."""
-    found = sorted({p for pattern in RUN_FILES for p in folder.glob(pattern)})
-    removed = [p for p in found if keep is None or p.resolve() != keep.resolve()]
+def clear_run(folder: Path, keep: Path | None = None, lock: str | None = None) -> list[Path]:
+    """Remove what a run wrote into `folder`: the files of `RUN_FILES` by exact name, the
+    event files of `tensorboard/`, the traces of `profile/`, and in `teacher/` the run a
+    distilled run trained there (when it holds one: a checkpoint or a summary), all but
+    `keep` (a teacher trained there first, kept); `lock`, the name of a run's lock file,
+    removed in a teacher's folder. A folder left empty goes; a file the library did not
+    write stays, and so does its folder. The paths removed."""
+    removed = [folder / n for n in RUN_FILES if (folder / n).is_file()]
+    removed += [p for p in (folder / TENSORBOARD).rglob("events.out.tfevents.*") if p.is_file()]
+    traces = (folder / PROFILE / "plugins" / "profile").glob("*/*")
+    removed += [p for p in traces if p.is_file() and p.name.endswith(TRACE_ENDS)]
     for path in removed:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+        path.unlink()
+    for sub in (folder / TENSORBOARD, folder / PROFILE):
+        _remove_empty(sub)
+    teacher = folder / "teacher"
+    if holds_run(teacher) and (keep is None or teacher.resolve() != keep.resolve()):
+        removed += clear_run(teacher, lock=lock)
+        if lock is not None:
+            (teacher / lock).unlink(missing_ok=True)
+        _remove_empty(teacher)
     return removed
+
+
+def _remove_empty(folder: Path) -> None:
+    """Remove `folder` and the folders under it that are (or are left) empty."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True):
+        if not sub.is_symlink() and not any(sub.iterdir()):
+            sub.rmdir()
+    if not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def _not_a_record(record: object) -> str | None:

@@ -203,7 +203,7 @@ class RunFolder:
             remove_stale_parts(self.folder)  # a killed writer's: the lock is ours now
             if self._clear:
                 teacher = self._teacher.parent if self._teacher is not None else None
-                clear_run(self.folder, keep=teacher)
+                clear_run(self.folder, keep=teacher, lock=LOCK_NAME)
             _write_text(self.folder / "config.json", self.config.to_json() + "\n")
             old = read_history(self._history_from)
             kept = [h for h in old if h["step"] <= self._start_step]
