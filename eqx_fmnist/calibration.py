@@ -30,7 +30,7 @@ from .checks import COVERAGE
 from .conformal import ConformalSets, fit_sets
 from .dataset import ArrayDataset
 from .evaluation import padded_logits
-from .fileio import atomic_write
+from .fileio import atomic_write, digest
 from .model import Model
 from .precision import FLOAT32, Policy
 from .trust import AS_THEY_ARE, FLAG_RATE, Move, Trust, fit_trust
@@ -300,10 +300,12 @@ class Calibration:
         records it, so that a calibration left by another run is never used)."""
         from safetensors.numpy import save
 
-        meta = {k: json.dumps(v) for k, v in self.to_dict().items()}
+        record = self.to_dict()
         if checkpoint is not None:
-            meta["checkpoint_sha256"] = json.dumps(checkpoint)
+            record["checkpoint_sha256"] = checkpoint
         arrays = {"means": self.trust.means, "precision": self.trust.precision}
+        record["content_sha256"] = _content_digest(record, arrays)
+        meta = {k: json.dumps(v) for k, v in record.items()}
         with atomic_write(path) as f:
             f.write(save(arrays, metadata=meta))
         return Path(path)
@@ -321,9 +323,16 @@ class Calibration:
         try:
             with safe_open(str(path), framework="numpy") as f:
                 meta = {k: json.loads(v) for k, v in f.metadata().items()}
+                arrays = {"means": f.get_tensor("means"), "precision": f.get_tensor("precision")}
+                written = meta.pop("content_sha256", None)
+                if written is not None and written != _content_digest(meta, arrays):
+                    raise DamagedError(
+                        f"the calibration {path} is damaged (its SHA-256 differs from the "
+                        "one written): delete it and calibrate again (--calibrate)."
+                    )
                 trust = Trust(
-                    f.get_tensor("means"),
-                    f.get_tensor("precision"),
+                    arrays["means"],
+                    arrays["precision"],
                     float(meta["threshold"]),
                     tuple(meta["ink_range"]),
                     float(meta["min_contrast"]),
@@ -340,6 +349,8 @@ class Calibration:
                 temperature = float(meta["temperature"])
                 held_out = int(meta["held_out"])
                 return cls(temperature, trust, held_out, sets, tta, owner)
+        except DamagedError:
+            raise
         except Exception as e:  # safetensors raises several kinds
             raise ValueError(f"cannot read the calibration {path}: {e}") from None
 
@@ -354,3 +365,15 @@ class Calibration:
             "tta": [list(v) for v in self.tta or ()],
             **({} if self.sets is None else {"sets": self.sets.to_dict()}),
         }
+
+
+class DamagedError(ValueError):
+    """A file the library wrote holds other bytes than it wrote."""
+
+
+def _content_digest(record: dict, arrays: dict[str, np.ndarray]) -> str:
+    """The SHA-256 a calibration file records of its numbers and arrays (their dtype,
+    shape and bytes): one changed bit anywhere is told apart."""
+    shapes = {k: [str(a.dtype), list(a.shape)] for k, a in arrays.items()}
+    blobs = (np.ascontiguousarray(arrays[k]).tobytes() for k in sorted(arrays))
+    return digest(record | {"arrays": shapes}, *blobs)

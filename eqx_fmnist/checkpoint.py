@@ -15,8 +15,9 @@ stacked state, and its header lists each member's `seed` and batched numbers und
 
 Loading rebuilds the state's skeleton from the saved config, as shapes alone
 (`eqx.filter_eval_shape` of `init_state` or `init_members`: nothing is compiled or
-allocated), and reads the leaves into it, so nothing is ever unpickled. The payload's checksum is checked
-first: a truncated or altered file raises instead of loading as valid but wrong.
+allocated), and reads the leaves into it, so nothing is ever unpickled. The header's
+checksum (`header_sha256`, over its other fields) and the payload's are checked first: a
+truncated or altered file raises instead of loading as valid but wrong.
 """
 
 import dataclasses
@@ -36,7 +37,7 @@ import jax.tree_util as jtu
 import optax
 
 from .config import TrainConfig
-from .fileio import atomic_write
+from .fileio import atomic_write, digest
 from .model import CNN, MLP
 from .parallel import to_local
 from .state import PER_MEMBER, ModelSource, TrainState, init_members, init_state
@@ -158,6 +159,7 @@ def save_checkpoint(
         "payload_bytes": len(payload),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
+    header["header_sha256"] = digest(header)
     head = json.dumps(header).encode()
     with atomic_write(path, fsync=True) as f:
         f.write(MAGIC + len(head).to_bytes(8, "little") + head + payload)
@@ -202,6 +204,7 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
             raise ValueError("header is not a JSON object")
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: the header is truncated or corrupt ({e}).") from e
+    _check_header_digest(path, header)
     for name, kind in HEADER_FIELDS.items():
         if type(header.get(name)) is not kind:
             what = "missing" if name not in header else f"{header[name]!r}"
@@ -231,6 +234,19 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
     return header, payload
 
 
+def _check_header_digest(path: Path, header: dict[str, Any]) -> None:
+    """`CheckpointError` for a header whose fields are not those written (its
+    `header_sha256` differs); a header from before it recorded one is read as before."""
+    if "header_sha256" not in header:
+        return
+    written = header["header_sha256"]
+    if written != digest({k: v for k, v in header.items() if k != "header_sha256"}):
+        raise CheckpointError(
+            f"{path}: the header is damaged (its SHA-256 differs from the one written, "
+            "header_sha256); use an earlier checkpoint."
+        )
+
+
 def payload_digest(path: str | os.PathLike) -> str:
     """The SHA-256 of a checkpoint's payload, read from its header alone: what a file
     that belongs to that checkpoint records of it (a run's calibration, a distilled run's
@@ -246,12 +262,13 @@ def payload_digest(path: str | os.PathLike) -> str:
             if f.read(len(MAGIC)) != MAGIC:
                 raise ValueError("no header line")
             header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-        digest = header["payload_sha256"]
-        if not isinstance(digest, str):
+        payload = header["payload_sha256"]
+        if not isinstance(payload, str):
             raise ValueError("no payload checksum")
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is not a readable checkpoint ({e}).") from None
-    return digest
+    _check_header_digest(path, header)
+    return payload
 
 
 def check_compatible(saved: TrainConfig, config: TrainConfig) -> None:

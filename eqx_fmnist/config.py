@@ -232,6 +232,11 @@ class TrainConfig:
         number("learning_rate", self.learning_rate, low=0.0, low_open=True)
         number("weight_decay", self.weight_decay, low=0.0)
         number("label_smoothing", self.label_smoothing, low=0.0, high=1.0)
+        if self.label_smoothing == 1.0:
+            raise ValueError(
+                "`label_smoothing` must be below 1 (1 makes every target uniform: there is "
+                "nothing to learn), e.g. 0.1, but got 1.0."
+            )
         augmentation_of(self)  # checks shift, mirror, erase and mixup
         number("ema_decay", self.ema_decay, low=0.0, high=1.0)
         if self.ema_decay == 1.0:

@@ -48,6 +48,11 @@ def as_images(
     `image[None]`), or floats outside `[0, 1]` or not finite (pixels of 0-255 as floats
     would be read as bright as 255 times their value); `TypeError` for another dtype.
     """
+    if not hasattr(images, "shape"):
+        raise TypeError(
+            f"`{name}` must be an array of shape (n, 784) or (n, 28, 28), not a "
+            f"{type(images).__name__}: np.stack(...) turns a list of images into one."
+        )
     shape = tuple(images.shape)
     if not (len(shape) == 2 and shape[1] == IMAGE_SIZE) and shape[1:] != (28, 28):
         raise ValueError(

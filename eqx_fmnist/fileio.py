@@ -4,15 +4,37 @@
 import contextlib
 import errno
 import fcntl
+import hashlib
+import json
 import os
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 PART = ".part"
 """The suffix of `atomic_write`'s temporary files."""
+NAME_MAX = 255
+"""The longest file name, in bytes, of the file systems a run is kept on."""
+
+
+def digest(record: Mapping[str, Any], *blobs: bytes) -> str:
+    """The SHA-256 of `record` (its JSON, keys sorted) and of `blobs` after it: what a
+    file the library reads back records of its own content, so that one changed bit is
+    told apart from what was written."""
+    h = hashlib.sha256(json.dumps(record, sort_keys=True).encode())
+    for blob in blobs:
+        h.update(blob)
+    return h.hexdigest()
+
+
+def _temporary_prefix(name: str) -> str:
+    """`.NAME.`, or for a name too long to take `atomic_write`'s 15 more bytes, a short
+    stand-in: the temporary file's name is never longer than a file system allows."""
+    if len(os.fsencode(name)) <= NAME_MAX - 15:
+        return f".{name}."
+    return f".{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}."
 
 
 @contextlib.contextmanager
@@ -34,7 +56,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PART)
+        prefix = _temporary_prefix(path.name)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=PART)
     except OSError as e:
         raise _naming(e, path) from None
     os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it (mkstemp makes it 0600)
@@ -142,9 +165,9 @@ class FolderLock:
 
 
 _OS_HINTS = {
-    errno.ENOSPC: "free some space, or write elsewhere (--out)",
-    errno.EDQUOT: "free some space, or write elsewhere (--out)",
-    errno.EROFS: "the file system is read-only: write elsewhere (--out)",
+    errno.ENOSPC: "free some space, or write elsewhere ({elsewhere})",
+    errno.EDQUOT: "free some space, or write elsewhere ({elsewhere})",
+    errno.EROFS: "the file system is read-only: write elsewhere ({elsewhere})",
     errno.EACCES: "no permission: change its permissions, or use another path",
     errno.EPERM: "no permission: change its permissions, or use another path",
     errno.EISDIR: "that is a folder: give a file",
@@ -153,10 +176,11 @@ _OS_HINTS = {
 }
 
 
-def os_error_line(e: OSError) -> str:
+def os_error_line(e: OSError, elsewhere: str = "--out") -> str:
     """An operating-system error as one line: what failed, the path the user gave (never
-    a temporary name, see `atomic_write`), and what to do."""
+    a temporary name, see `atomic_write`), and what to do; `elsewhere`: how the command
+    writes somewhere else (its flag, `--out` by default)."""
     what = e.strerror or str(e)
     where = f" ({e.filename})" if e.filename else ""
-    hint = _OS_HINTS.get(e.errno or 0)
+    hint = _OS_HINTS.get(e.errno or 0, "").format(elsewhere=elsewhere)
     return f"{what}{where}" + (f"; {hint}." if hint else ".")

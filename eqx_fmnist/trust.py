@@ -20,6 +20,7 @@ from jaxtyping import Array, Bool, Float, Shaped
 
 from .augment import Move
 from .dataset import ArrayDataset, normalize, pad_to_batches
+from .fashion import IMAGE_SIZE
 from .model import Model, num_members, per_member
 from .precision import FLOAT32, Policy
 from .views import move_images
@@ -58,12 +59,12 @@ def features(
 
 def ink(images: Shaped[Array | np.ndarray, "n 784"]) -> Float[np.ndarray, " n"]:
     """Each image's mean pixel value, 0 (black) to 1 (white)."""
-    return np.asarray(images).reshape(len(images), -1).mean(1, dtype=np.float64) / 255.0
+    return np.asarray(images).reshape(len(images), IMAGE_SIZE).mean(1, dtype=np.float64) / 255.0
 
 
 def contrast(images: Shaped[Array | np.ndarray, "n 784"]) -> Float[np.ndarray, " n"]:
     """Each image's standard deviation of pixel values, 0 (one flat grey) to 0.5."""
-    x = np.asarray(images).reshape(len(images), -1)
+    x = np.asarray(images).reshape(len(images), IMAGE_SIZE)  # zero images too
     if not np.issubdtype(x.dtype, np.integer):
         return np.asarray(x, np.float64).std(1) / 255.0
     # Integer pixels: the sums of x and x*x are exact, and 30 times faster than numpy's

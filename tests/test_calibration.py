@@ -253,3 +253,39 @@ def test_train_calibrate_then_predict_json_and_evaluate(tmp_path, real_data):
     result = run_cli_here("evaluate", out, "--data-dir", real_data.source)
     assert "calibrated (T = " in result.stdout and "ECE" in result.stdout
     assert "Prediction sets (95% asked, one threshold per class): coverage" in result.stdout
+
+
+@pytest.mark.parametrize("where", ["temperature", "threshold", "array"])
+def test_a_damaged_calibration_is_refused_and_one_without_a_checksum_is_read(tmp_path, where):
+    """A calibration file records the SHA-256 of its numbers and arrays: a temperature
+    or a trust threshold changed, or one bit of its arrays flipped, is one error naming
+    the file and the fix (never a silently different answer); a file written before it
+    recorded one is read as it was."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    from eqx_fmnist.calibration import Calibration
+    from eqx_fmnist.trust import Trust
+
+    rng = np.random.default_rng(0)
+    trust = Trust(rng.normal(size=(10, 8)), np.eye(8), 12.5, (20.0, 200.0), 3.0)
+    path = Calibration(1.5, trust, 500).save(tmp_path / "c.safetensors", checkpoint="ab" * 32)
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        meta = dict(f.metadata())
+    arrays = load_file(str(path))
+    if where == "temperature":
+        meta["temperature"] = json.dumps(1.75)
+    elif where == "threshold":
+        meta["threshold"] = json.dumps(99.0)
+    else:
+        arrays["means"].view(np.uint8)[3] ^= 0x10
+    save_file(arrays, str(path), metadata=meta)
+    with pytest.raises(ValueError, match=r"c\.safetensors is damaged .* calibrate again"):
+        Calibration.load(path)
+    del meta["content_sha256"]  # as written before calibrations recorded one
+    save_file(arrays, str(path), metadata=meta)
+    back = Calibration.load(path)
+    assert back.held_out == 500 and back.checkpoint == "ab" * 32

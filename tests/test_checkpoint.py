@@ -92,11 +92,14 @@ def test_a_header_that_lies_about_the_architecture_is_caught(small, tmp_path):
     import hashlib
 
     from eqx_fmnist.checkpoint import MAGIC, CheckpointError, load_checkpoint, read_header
+    from eqx_fmnist.fileio import digest
 
     path = _saved(small, tmp_path, hidden_sizes=(64,))
     header, payload = read_header(path)
     header["config"]["hidden_sizes"] = [32]
     header["payload_sha256"] = hashlib.sha256(payload).hexdigest()
+    del header["header_sha256"]
+    header["header_sha256"] = digest(header)  # sealed again: only the shapes can tell
     head = json.dumps(header).encode()
     path.write_bytes(MAGIC + len(head).to_bytes(8, "little") + head + payload)
     with pytest.raises(CheckpointError, match="do not fit"):
@@ -190,6 +193,7 @@ def test_a_header_field_of_the_wrong_type_or_missing_is_named(small, tmp_path, f
     start = len(MAGIC) + 8
     length = int.from_bytes(blob[len(MAGIC) : start], "little")
     header = json.loads(blob[start : start + length])
+    del header["header_sha256"]  # as a checkpoint written before headers had a checksum
     if value is None:
         del header[field]
     else:
@@ -198,3 +202,33 @@ def test_a_header_field_of_the_wrong_type_or_missing_is_named(small, tmp_path, f
     path.write_bytes(MAGIC + len(head).to_bytes(8, "little") + head + blob[start + length :])
     with pytest.raises(CheckpointError, match=rf"{path.name}: the header's `{field}` is"):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize("edit", ["step", "learning_rate", "bit"])
+def test_a_damaged_header_is_refused_and_one_without_a_checksum_is_read(small, tmp_path, edit):
+    """The header's checksum covers every field: a step of 0 read as 9, a learning rate
+    changed, one flipped bit anywhere in it is one `CheckpointError` naming the file; the
+    same header without its checksum (written before headers had one) loads."""
+    from eqx_fmnist.checkpoint import MAGIC, CheckpointError, load_checkpoint
+
+    path = _saved(small, tmp_path)
+    blob = path.read_bytes()
+    start = len(MAGIC) + 8
+    length = int.from_bytes(blob[len(MAGIC) : start], "little")
+    head = blob[start : start + length]
+    if edit == "step":
+        damaged = head.replace(b'"step": 0,', b'"step": 9,')
+    elif edit == "learning_rate":
+        damaged = head.replace(b'"learning_rate": 0.003', b'"learning_rate": 0.001')
+    else:
+        i = head.index(b'"num_train": ') + len(b'"num_train": ')
+        damaged = head[:i] + bytes([head[i] ^ 0x01]) + head[i + 1 :]  # 256 -> 356
+    assert damaged != head and len(damaged) == len(head)
+    path.write_bytes(blob[:start] + damaged + blob[start + length :])
+    with pytest.raises(CheckpointError, match=rf"{path.name}: the header is damaged"):
+        load_checkpoint(path)
+    header = json.loads(head)
+    del header["header_sha256"]
+    old = json.dumps(header).encode()
+    path.write_bytes(MAGIC + len(old).to_bytes(8, "little") + old + blob[start + length :])
+    assert load_checkpoint(path).step == 0

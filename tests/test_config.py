@@ -245,6 +245,7 @@ def test_codelab_config_is_the_reference_run():
         (dict(hidden_sizes=(256, -1)), "hidden_sizes"),
         (dict(precision="p=f32,c=f8"), "f8"),
         (dict(label_smoothing=1.5), "label_smoothing"),
+        (dict(label_smoothing=1.0), "label_smoothing` must be below 1"),
         (dict(log_every=0), "log_every"),
         (dict(grad_clip=0.0), "grad_clip"),
         (dict(seed=-1), "seed"),

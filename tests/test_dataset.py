@@ -183,3 +183,6 @@ def test_the_images_door_takes_batches_of_28_x_28_and_refuses_what_it_would_misr
             as_images(bad)
     with pytest.raises(TypeError, match="uint8 pixels .* but got int64"):
         as_images(pixels.astype(np.int64))
+    unchecked = getattr(as_images, "__wrapped__", as_images)  # as a user runs it
+    with pytest.raises(TypeError, match=r"not a list: np\.stack"):
+        unchecked(list(pixels))  # a list of images, as a newcomer may pass them

@@ -113,6 +113,25 @@ def test_a_permission_error_says_nothing_of_writing_elsewhere():
     assert "--out" not in line and "permissions" in line
 
 
+def test_a_full_disk_names_the_flag_the_command_writes_elsewhere_with():
+    """`predict --show` has no `--out`: its hint names its own flags, and `data` its
+    folder's; the others write elsewhere with `--out`."""
+    import errno
+
+    from eqx_fmnist.cli.command import build_parser
+    from eqx_fmnist.fileio import os_error_line
+
+    parser = build_parser()
+    shows = parser.parse_args(["predict", "run", "x.png", "--show"])
+    assert shows.elsewhere == "--show DIR, --explain DIR"
+    assert parser.parse_args(["data"]).elsewhere.startswith("--data-dir")
+    assert not hasattr(parser.parse_args(["train"]), "elsewhere")
+
+    full = OSError(errno.ENOSPC, "No space left on device", "x.prepared.png")
+    assert "write elsewhere (--show DIR, --explain DIR)" in os_error_line(full, shows.elsewhere)
+    assert "write elsewhere (--out)" in os_error_line(full)
+
+
 def test_the_lock_is_never_taken_through_a_link(tmp_path):
     """A symbolic link where the lock file goes would make the lock truncate and rewrite
     its target, outside the folder: it is refused, and the target is left as it was."""
@@ -127,3 +146,18 @@ def test_the_lock_is_never_taken_through_a_link(tmp_path):
         with FolderLock(folder / ".eqx-fmnist.lock"):
             pass
     assert outside.read_text() == "keep me"
+
+
+def test_a_name_too_long_for_a_temporary_beside_it_is_still_written_atomically(tmp_path):
+    """A legal 250-byte name leaves no room for `.NAME.xxxxxxxx.part`: the temporary
+    file gets a short stand-in name, and the file lands under its own."""
+    from eqx_fmnist.fileio import NAME_MAX, PART, atomic_write
+
+    path = tmp_path / ("m" * 245 + ".json")
+    assert len(path.name) == 250 <= NAME_MAX
+    seen = []
+    with atomic_write(path, "w") as f:
+        seen = [p.name for p in tmp_path.iterdir()]
+        f.write("{}")
+    assert path.read_text() == "{}" and len(seen) == 1 and seen[0].endswith(PART)
+    assert len(seen[0]) <= NAME_MAX and not any(p.name.endswith(PART) for p in tmp_path.iterdir())

@@ -647,3 +647,23 @@ def test_overwrite_removes_exactly_what_a_run_wrote(tmp_path):
         (run / "teacher" / name).write_text(name)
     clear_run(run, keep=run / "teacher", lock=LOCK_NAME)
     assert (run / "teacher" / "checkpoint.eqx").is_file()  # a teacher trained first: kept
+
+
+def test_holding_out_too_many_images_and_an_unknown_view_are_one_line_each(small, tmp_path):
+    """A calibration split that leaves fewer images than a batch is refused naming the
+    flags that hold images out (not `batch_size`); a view name that is not one is refused
+    naming the choices (not a `KeyError`)."""
+    from eqx_fmnist.checkpoint import save_checkpoint
+    from eqx_fmnist.runs import Run, run_splits
+    from eqx_fmnist.state import init_state
+
+    with pytest.raises(
+        ValueError, match=r"leaves 6 to train on, fewer than a batch of 32: .*--calibrate"
+    ):
+        run_splits(config(calibration_size=250), _numpy(small))
+    c = config()
+    save_checkpoint(tmp_path / "checkpoint.eqx", init_state(c, len(small)), c, num_train=256)
+    with pytest.raises(
+        ValueError, match=r"`tta` must be one of none, mirror, shifts, but got 'flip'"
+    ):
+        Run.open(tmp_path).views("flip")

@@ -78,3 +78,19 @@ def test_ink_and_contrast_are_numpys_mean_and_std_of_the_pixels():
     np.testing.assert_allclose(
         contrast(floats) * 255, reference.std(1) / 255, rtol=1e-12, atol=1e-15
     )
+
+
+def test_zero_images_have_an_empty_ink_and_contrast_and_an_empty_answer():
+    """The features of no image are no numbers, not numpy's reshape error; an answer of
+    zero images (calibrated: the flag's ink and contrast are computed) is empty."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.calibration import Calibration
+    from eqx_fmnist.trust import Trust, contrast, ink
+
+    none = np.zeros((0, 28, 28), np.uint8)
+    flat = none.reshape(0, 784)
+    assert ink(flat).shape == (0,) and contrast(flat).shape == (0,)
+    model = ef.MLP(hidden_sizes=(8,), key=__import__("jax").random.key(0))
+    trust = Trust(np.zeros((10, 8)), np.eye(8), 1.0, (0.0, 1.0), 0.0)
+    said = ef.answer(model, none, calibration=Calibration(1.0, trust, 100))
+    assert said.probabilities.shape == (0, 10) and said.unusual.shape == (0,)

@@ -123,7 +123,8 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:  # the disk, the permissions, a path: the path and what to do
         if args.verbose:
             raise
-        print(f"eqx-fmnist {args.command}: error: {os_error_line(e)}", file=sys.stderr)
+        line = os_error_line(e, getattr(args, "elsewhere", "--out"))
+        print(f"eqx-fmnist {args.command}: error: {line}", file=sys.stderr)
         return 2
     except (UsageError, RunError, CheckpointError, data_mod.DataError, ValueError) as e:
         # Library errors name the thing and the fix; a traceback adds nothing (unless

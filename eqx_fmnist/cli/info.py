@@ -11,7 +11,7 @@ from .flags import add_data_args
 
 def add_data_parser(sub) -> None:
     p = sub.add_parser("data", help="find or download the data, verify it, show the splits")
-    p.set_defaults(func=cmd_data)
+    p.set_defaults(func=cmd_data, elsewhere="--data-dir, or $EQX_FMNIST_DATA")
     add_data_args(p)
 
 

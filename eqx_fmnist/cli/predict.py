@@ -30,7 +30,7 @@ def add_predict_parser(sub) -> None:
         "then classified. A run trained with --calibrate shows calibrated probabilities and "
         "flags inputs unlike the training data.",
     )
-    p.set_defaults(func=cmd_predict)
+    p.set_defaults(func=cmd_predict, elsewhere="--show DIR, --explain DIR")
     p.add_argument("checkpoint", metavar="RUN_DIR_CHECKPOINT_OR_ARTIFACT")
     p.add_argument("images", metavar="IMAGE", nargs="+")
     p.add_argument(

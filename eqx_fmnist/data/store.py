@@ -183,15 +183,17 @@ def read_content(
     path: Path, spec: IdxFile, *, verify: bool, stamps: dict
 ) -> tuple[bytes, Path, list[Path]]:
     """The decompressed content of `path` (from the decoded cache when it has a current
-    copy), the file it was read from, and the files newly verified on the way."""
+    copy, whose SHA-256 is checked at every read: a damaged copy is dropped and made
+    again from the source), the file it was read from, and the files newly verified on
+    the way (the source, remembered by path, size and modification time)."""
     decoded = _decoded_copy(path, spec)
     if decoded is not None:
         raw = read_bytes(decoded, spec.size)
-        if not verify or _is_remembered(decoded, stamps):
+        if not verify:
             return raw, decoded, []
-        try:
+        try:  # the library's own copy: checked by its content at every read
             _check_sha256(raw, spec, decoded)
-            return raw, decoded, [decoded]
+            return raw, decoded, []
         except ChecksumError:  # a damaged copy: drop it and read the source
             logger.warning("discarding a damaged decoded copy %s", decoded)
             decoded.unlink(missing_ok=True)
@@ -202,8 +204,7 @@ def read_content(
         verified.append(path)
     if verify and path.suffix == ".gz":
         # Verified: keep the decompressed bytes, so the next load skips the gunzip.
-        copy = _store_decoded(path, spec, raw)
-        verified += [copy] if copy is not None else []
+        _store_decoded(path, spec, raw)
     return raw, path, verified
 
 

@@ -68,11 +68,20 @@ def run_splits(config: TrainConfig, data: FashionMNIST | None = None) -> Splits:
         result = ef.fit(config, ef.runs.run_splits(config))
         ```
     """
-    return split_data(
+    held = config.validation_size + config.calibration_size
+    splits = split_data(
         loaded(data),
         validation_size=config.validation_size,
         calibration_size=config.calibration_size,
     )
+    if held and len(splits.train) < config.batch_size:
+        raise ValueError(
+            f"holding out {held:,} training images (validation_size "
+            f"{config.validation_size:,}, calibration_size {config.calibration_size:,}) "
+            f"leaves {len(splits.train):,} to train on, fewer than a batch of "
+            f"{config.batch_size}: hold out fewer (--validation-size, --calibrate)."
+        )
+    return splits
 
 
 def checkpoint_path(where: str | os.PathLike) -> Path:
@@ -206,6 +215,8 @@ class Run:
         `ViewsError` for views other than a calibration's
         ([`Calibration.views`][eqx_fmnist.calibration.Calibration.views]).
         """
+        if tta is not None and tta not in TTA_VIEWS:
+            raise ValueError(f"`tta` must be one of {', '.join(TTA_VIEWS)}, but got {tta!r}.")
         named = None if tta is None else TTA_VIEWS[tta]
         if self.calibration is None:
             return self.config.views if tta is None else named
