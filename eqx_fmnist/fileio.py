@@ -78,6 +78,25 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, fsync: bool = Fal
         raise
 
 
+def atomic_writes(files: Mapping[Path, bytes]) -> None:
+    """Write files that belong together (an artifact and its manifest): each to a
+    temporary file beside it first, the older files of those names removed, then all
+    moved into place. If a write or a move fails, the temporaries and what was moved go:
+    no file lands without its partners, and none is left beside an older partner."""
+    with contextlib.ExitStack() as stack:
+        opened = [(stack.enter_context(atomic_write(path)), blob) for path, blob in files.items()]
+        for f, blob in opened:
+            f.write(blob)
+        for path in files:
+            path.unlink(missing_ok=True)
+        try:
+            stack.close()  # each moved into place
+        except BaseException:
+            for path in files:
+                path.unlink(missing_ok=True)
+            raise
+
+
 def _naming(e: OSError, path: Path) -> OSError:
     """`e` about `path` (the file the caller asked for), keeping its errno."""
     return type(e)(e.errno, e.strerror or str(e), str(path))

@@ -161,3 +161,30 @@ def test_a_name_too_long_for_a_temporary_beside_it_is_still_written_atomically(t
         f.write("{}")
     assert path.read_text() == "{}" and len(seen) == 1 and seen[0].endswith(PART)
     assert len(seen[0]) <= NAME_MAX and not any(p.name.endswith(PART) for p in tmp_path.iterdir())
+
+
+def test_files_that_belong_together_land_together_or_not_at_all(tmp_path, monkeypatch):
+    """An artifact and its manifest: both replaced; when a move fails, neither new file
+    stays and no older partner is left beside a new one, and no temporary remains."""
+    import errno
+    import os
+
+    from eqx_fmnist.fileio import atomic_writes
+
+    artifact = tmp_path / "model.onnx"
+    manifest = tmp_path / "model.onnx.manifest.json"
+    artifact.write_bytes(b"old")
+    manifest.write_bytes(b"old manifest")
+    atomic_writes({artifact: b"new", manifest: b"new manifest"})
+    assert artifact.read_bytes() == b"new" and manifest.read_bytes() == b"new manifest"
+    real = os.replace
+
+    def full_for_the_artifact(src, dst):
+        if str(dst).endswith(".onnx"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", full_for_the_artifact)
+    with pytest.raises(OSError, match="No space left"):
+        atomic_writes({artifact: b"newer", manifest: b"newer manifest"})
+    assert sorted(tmp_path.iterdir()) == []

@@ -667,3 +667,31 @@ def test_holding_out_too_many_images_and_an_unknown_view_are_one_line_each(small
         ValueError, match=r"`tta` must be one of none, mirror, shifts, but got 'flip'"
     ):
         Run.open(tmp_path).views("flip")
+
+
+def test_a_command_that_writes_into_a_run_holds_its_lock_and_reads_it_again(small, tmp_path):
+    """`Run.locked` (export, evaluate's figures, audit): refused while a run trains in
+    the folder, and refused when the folder's run was replaced after it was read (an
+    export would pair the old model with the new run's folder)."""
+    import equinox as eqx
+
+    from eqx_fmnist.checkpoint import save_checkpoint
+    from eqx_fmnist.fileio import FolderLock
+    from eqx_fmnist.runs import LOCK_NAME, Run, RunError
+    from eqx_fmnist.state import init_state
+
+    c = config()
+    state = init_state(c, len(small))
+    save_checkpoint(tmp_path / "checkpoint.eqx", state, c, num_train=256)
+    run = Run.open(tmp_path)
+    (tmp_path / ".checkpoint.eqx.x1.part").write_bytes(b"a killed writer's")
+    with run.locked():
+        assert not (tmp_path / ".checkpoint.eqx.x1.part").exists()
+    with FolderLock(tmp_path / LOCK_NAME), pytest.raises(RunError, match="is writing to"):
+        with run.locked():
+            pass
+    other = eqx.tree_at(lambda s: s.step, state, state.step + 1)
+    save_checkpoint(tmp_path / "checkpoint.eqx", other, c, num_train=256)
+    with pytest.raises(RunError, match="holds another run than the one read"):
+        with run.locked():
+            pass

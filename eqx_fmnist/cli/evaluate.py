@@ -2,6 +2,7 @@
 robustness to moved images, calibration and confusion matrix."""
 
 import argparse
+import contextlib
 
 import numpy as np
 
@@ -39,8 +40,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     _print_test(run, report.test, views, each_member=args.members)
     _print_report(report, run.calibration)
-    for path in report.save_figures(out):
-        console.print(f"wrote {path}")
+    own = out.resolve() == run.folder.resolve()  # its own figures: under the run's lock
+    with run.locked() if own else contextlib.nullcontext():
+        paths = report.save_figures(out)
+    console.print("\n".join(f"wrote {path}" for path in paths))
     return 0
 
 

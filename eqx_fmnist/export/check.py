@@ -19,7 +19,7 @@ from ..augment import Move
 from ..calibration import Calibration
 from ..config import TrainConfig
 from ..data import CLASS_NAMES, IMAGE_SIZE
-from ..fileio import atomic_write
+from ..fileio import atomic_writes
 from ..model import MLP, Model, num_members
 from ..precision import FLOAT32, Policy
 from ..views import tta_name
@@ -304,9 +304,7 @@ def export_model(
     manifest = _manifest(
         kind, path, blob, info | checked_by, models, config, portable, trust, checked, parity
     ) | {"export_seconds": time.perf_counter() - start, **(extra or {})}
-    with atomic_write(path) as f:
-        f.write(blob)
     manifest = sealed(manifest)
-    with atomic_write(manifest_path(path), "w") as f:
-        f.write(json.dumps(manifest, indent=2) + "\n")
+    text = json.dumps(manifest, indent=2) + "\n"
+    atomic_writes({path: blob, manifest_path(path): text.encode()})  # together, or neither
     return manifest

@@ -31,6 +31,7 @@ from .kind import Job as Job, RunKind as RunKind
 from .layout import (
     CHECKPOINT_NAME as CHECKPOINT_NAME,
     FIGURES as FIGURES,
+    LOCK_NAME as LOCK_NAME,
     OUT_OF_FOLD as OUT_OF_FOLD,
     SWEEP_FILES as SWEEP_FILES,
     TEACHER_FILE as TEACHER_FILE,
@@ -70,7 +71,6 @@ from .training import (
     teacher_training as teacher_training,
 )
 from .writing import (
-    LOCK_NAME as LOCK_NAME,
     RunFolder as RunFolder,
     default_folder as default_folder,
     refuse_results as refuse_results,

@@ -33,6 +33,8 @@ from ..export import FORMATS, manifest_path
 from ..intervals import History
 
 CHECKPOINT_NAME = "checkpoint.eqx"
+LOCK_NAME = ".eqx-fmnist.lock"
+"""The folder's lock file, held by every process that writes into a run folder."""
 TEACHER_FILE = "teacher.json"
 """Where a distilled run's folder names its teacher, so that a resume finds it."""
 OUT_OF_FOLD = "out_of_fold.npz"

@@ -10,10 +10,11 @@ none have passed. Nothing here starts or writes a run: that is
 through this module.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..answers import Answer, answer
 from ..audit import LabelAudit, audit_labels
 from ..augment import Move
 from ..calibration import CALIBRATION_FILE, Calibration
-from ..checkpoint import Checkpoint, load_checkpoint
+from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, payload_digest
 from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import Splits, split_data, to_datasets
@@ -33,13 +34,14 @@ from ..distill import Teacher
 from ..ensemble import members_from
 from ..evaluation import evaluate, predict_proba
 from ..export import FORMATS, export_model, manifest_path
+from ..fileio import FolderInUse, FolderLock, remove_stale_parts
 from ..hooks import Members
 from ..model import Model
 from ..precision import Policy
 from ..state import TrainState, select_members
 from ..views import TTA_VIEWS
 from .files import read_out_of_fold, write_suspects
-from .layout import CHECKPOINT_NAME, RunError, read_teacher, refuse_overwriting
+from .layout import CHECKPOINT_NAME, LOCK_NAME, RunError, read_teacher, refuse_overwriting
 
 DataSource = FashionMNIST | Callable[[], FashionMNIST] | None
 """The data a run uses: the data set, a function that loads it (called once the checks
@@ -257,17 +259,23 @@ class Run:
         `data` (as for `Training.new`), its test accuracy and step in the manifest. `out`:
         defaults to `RUN/model.<suffix>`; an artifact or manifest there already is
         replaced only with `overwrite`, and a run's own files or another run's folder
-        never ([`refuse_overwriting`][eqx_fmnist.runs.layout.refuse_overwriting]).
+        never ([`refuse_overwriting`][eqx_fmnist.runs.layout.refuse_overwriting]). The
+        run is read and the artifact and its manifest written together under the run
+        folder's lock ([`locked`][eqx_fmnist.runs.reading.Run.locked]).
         Returns the artifact's path and its manifest."""
         views = self.views(tta)
         suffix = FORMATS[format].suffix if format in FORMATS else ""  # else export_model says
         out = self.folder / f"model{suffix}" if out is None else Path(out)
         refuse_overwriting([out, manifest_path(out)], own=self.folder, overwrite=overwrite)
         data = loaded(data)
+        with self.locked():
+            return out, self._export(out, format, views, data)
+
+    def _export(self, out: Path, format: str, views, data: FashionMNIST) -> dict[str, Any]:
         test = evaluate(self.model, to_datasets(data)[1], policy=self.policy, tta=views)
         images = data.test_images.reshape(len(data.test_images), -1)
         about = {"test_accuracy": test.accuracy, "step": self.step}
-        return out, export_model(
+        return export_model(
             self.model,
             self.policy,
             self.config,
@@ -278,6 +286,24 @@ class Run:
             check_images=images,
             extra=about | {"trained": f"{self.step:,} steps"},
         )
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator["Run"]:
+        """Hold the run folder's lock (as a run training there holds it) while a command
+        writes into the folder (an export, `evaluate`'s figures, an audit): stale
+        temporaries of a killed writer go first, and the run there must still be the one
+        read (`RunError` if it was trained again meanwhile, or another process writes)."""
+        try:
+            with FolderLock(self.folder / LOCK_NAME):
+                remove_stale_parts(self.folder)
+                if _payload(self.checkpoint) != self.saved.metadata["payload_sha256"]:
+                    raise RunError(
+                        f"{self.folder} holds another run than the one read (it was trained "
+                        "again meanwhile): run the command again."
+                    )
+                yield self
+        except FolderInUse as e:
+            raise RunError(str(e)) from None
 
     def teacher(self) -> Path | None:
         """The checkpoint of the teacher a distilled run learnt from (`teacher.json`),
@@ -321,8 +347,10 @@ def audit_run(
     found = {name: audit_labels(probs, labels) for name, (probs, labels, _) in sets.items()}
     out = Path(cv_run if out is None else out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, (_, _, images) in sets.items():
-        write_suspects(out, name, found[name], images, top)
+    inside = out.resolve() == folds.folder.resolve()
+    with folds.locked() if inside else contextlib.nullcontext():
+        for name, (_, _, images) in sets.items():
+            write_suspects(out, name, found[name], images, top)
     return found
 
 
@@ -359,6 +387,14 @@ def opened_teacher(
         return open_teacher(where, config)
     except RunError as e:
         raise RunError(f"the teacher {where}: {e}") from None
+
+
+def _payload(checkpoint: Path) -> str | None:
+    """The payload digest of the checkpoint now at `checkpoint`, `None` if there is none."""
+    try:
+        return payload_digest(checkpoint)
+    except CheckpointError:
+        return None
 
 
 def _json(file: Path) -> Any:

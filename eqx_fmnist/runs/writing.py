@@ -50,6 +50,7 @@ from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
 from .layout import (
     CHECKPOINT_NAME,
     HOLDS_RESULTS,
+    LOCK_NAME,
     TEACHER_FILE,
     RunError,
     clear_run,
@@ -59,8 +60,6 @@ from .layout import (
 )
 from .report import RunReport
 from .summary import summarise, tensorboard_writer, time_split
-
-LOCK_NAME = ".eqx-fmnist.lock"
 
 
 def default_folder() -> Path:
