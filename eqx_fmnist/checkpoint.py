@@ -18,6 +18,9 @@ Loading rebuilds the state's skeleton from the saved config, as shapes alone
 allocated), and reads the leaves into it, so nothing is ever unpickled. The header's
 checksum (`header_sha256`, over its other fields) and the payload's are checked first: a
 truncated or altered file raises instead of loading as valid but wrong.
+
+The module is kept whole: the file's layout, its checks and every earlier format's
+migration, read and written in one place.
 """
 
 import dataclasses
@@ -109,6 +112,7 @@ def save_checkpoint(
     num_train: int,
     members: Sequence[TrainConfig] | None = None,
     choice: Mapping[str, Any] | None = None,
+    run_folder: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write `state` and `config` to `path` atomically.
 
@@ -127,6 +131,8 @@ def save_checkpoint(
     - `choice`: what the members are ([`Members.to_dict`][eqx_fmnist.hooks.Members.to_dict]:
         seeds, a grid, folds, ...), so that a resume rebuilds the same choice. Defaults
         to `None`.
+    - `run_folder`: the run folder's own choices (its checkpoint cadence), so that a
+        resume keeps them. Defaults to `None`.
 
     In a multi-process run every process calls it at the same step, because members
     split over processes are gathered first (a collective); keep process 0's file (the
@@ -154,6 +160,7 @@ def save_checkpoint(
         **_own_model(state.model),
         **({} if members is None else {"members": [_member_fields(c) for c in members]}),
         **({} if choice is None else {"members_choice": dict(choice)}),
+        **({} if run_folder is None else {"run_folder": dict(run_folder)}),
         "versions": _versions(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "payload_bytes": len(payload),

@@ -371,11 +371,17 @@ def test_the_golf_checker_sees_a_boolean_string_and_shared_constants():
 
 
 # The package's and the command line's line totals, with headroom for the next feature
-# (a cap at today's count breeds line golf). DESIGN.md aims at 12,500 held at 13,000;
-# the benchmark harness left (1,182 lines), then refusing every hostile input in one line
-# (the run folder's layout and its guards, the doors' checks, the decoders' failures)
-# added about 600: 13,748 lines, held at 14,500. Raise it only with a reason in the commit.
-MAX_PACKAGE_LINES = 14_500
+# (a cap at today's count breeds line golf). The benchmark harness left (1,182 lines),
+# then refusing every hostile input in one line added about 600 (13,748, held at 14,500).
+# Then features plugged in rather than threaded through (the chunk a named Module, the
+# test program a hook of fit's, a run's kind a record in a module of its own, the data
+# set's facts and the fixed views in modules of their own: about +250), 87 packed
+# assignments written one a line (+90), and every byte read back checked (checksums of
+# the checkpoint's header and the calibration, one lock for every writer, exact names for
+# --overwrite, files that land together, the doors: about +230): 14,826 lines, held at
+# 15,000. DESIGN.md's aim, 13,800, is not reached. Raise it only with a reason in the
+# commit.
+MAX_PACKAGE_LINES = 15_000
 MAX_CLI_LINES = 1_000
 
 

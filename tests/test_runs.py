@@ -695,3 +695,33 @@ def test_a_command_that_writes_into_a_run_holds_its_lock_and_reads_it_again(smal
     with pytest.raises(RunError, match="holds another run than the one read"):
         with run.locked():
             pass
+
+
+def test_a_resume_keeps_its_checkpoint_cadence_and_drops_a_torn_last_history_line(
+    small, tmp_path, caplog
+):
+    """A run started checkpointing every 7 steps resumes so (unless told otherwise); a
+    last history line cut short by a kill mid-append is dropped with a warning, not a
+    refusal, and a damaged line before it is still refused."""
+    from eqx_fmnist.runs import CheckpointEvery, RunError, RunFolder, Training, read_history
+    from eqx_fmnist.state import init_state
+
+    import equinox as eqx
+
+    c = config()
+    every = CheckpointEvery(seconds=None, steps=7)
+    state = init_state(c, 256)
+    state = eqx.tree_at(lambda s: s.step, state, state.step + 4)  # as if 4 steps trained
+    with RunFolder(tmp_path / "r", c, num_train=256, checkpoint_every=every) as run:
+        run.save(state, 4)
+    assert Training.resume(tmp_path / "r", data=_numpy(small)).folder.checkpoint_every == every
+    told = Training.resume(tmp_path / "r", data=_numpy(small), checkpoint_every="30s")
+    assert told.folder.checkpoint_every == CheckpointEvery(seconds=30.0)
+    history = tmp_path / "r" / "history.jsonl"
+    history.write_text('{"step": 2, "loss": 1.0, "accuracy": 0.5}\n{"step": 4, "lo')
+    with caplog.at_level("WARNING"):
+        assert [h["step"] for h in read_history(tmp_path / "r")] == [2]
+    assert "cut short" in caplog.text
+    history.write_text('{"step": 2, "lo\n{"step": 4, "loss": 1.0, "accuracy": 0.5}\n')
+    with pytest.raises(RunError, match="line 1"):
+        read_history(tmp_path / "r")

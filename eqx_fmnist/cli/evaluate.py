@@ -2,7 +2,6 @@
 robustness to moved images, calibration and confusion matrix."""
 
 import argparse
-import contextlib
 
 import numpy as np
 
@@ -40,10 +39,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     )
     _print_test(run, report.test, views, each_member=args.members)
     _print_report(report, run.calibration)
-    own = out.resolve() == run.folder.resolve()  # its own figures: under the run's lock
-    with run.locked() if own else contextlib.nullcontext():
-        paths = report.save_figures(out)
-    console.print("\n".join(f"wrote {path}" for path in paths))
+    console.print("\n".join(f"wrote {path}" for path in run.save_figures(report, out)))
     return 0
 
 

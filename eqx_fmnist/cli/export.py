@@ -2,6 +2,7 @@
 library, checked on all 10,000 test images before it is written."""
 
 import argparse
+import functools
 
 from ..export import FORMATS, manifest_path
 from ..runs import Run
@@ -37,13 +38,8 @@ def add_export_parser(sub) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
     with console.status("exporting and checking on the test images ..."):  # after the checks
-        out, manifest = run.export(
-            args.out,
-            format=args.format,
-            data=lambda: load_data(args),
-            tta=args.tta,
-            overwrite=args.overwrite,
-        )
+        options = {"tta": args.tta, "overwrite": args.overwrite, "format": args.format}
+        out, manifest = run.export(args.out, data=functools.partial(load_data, args), **options)
     parity = manifest["parity"]
     console.print(
         f"wrote {out} ({manifest['bytes']:,} bytes) and {manifest_path(out).name}: "

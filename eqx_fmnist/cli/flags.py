@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import _FIELDS, TrainConfig, field_type, literal_choices
-from ..runs import CheckpointEvery, Training
+from ..runs import Training
 from ..views import TTA_VIEWS
 from .common import UsageError, load_data
 
@@ -44,8 +44,9 @@ def add_run_folder_flags(
     r.add_argument("--out", type=out_path, help=f"{what} folder (default: runs/<timestamp>)")
     r.add_argument("--overwrite", action="store_true", help="reuse a folder that has results")
     r.add_argument("--resume", metavar="CHECKPOINT", help=f"continue a {what} from its checkpoint")
-    every = "checkpoint cadence: 60s, 5m or 500steps; and at the end, and on Ctrl-C (60s)"
-    r.add_argument("--checkpoint-every", default="60s", help=every)
+    every = "checkpoint cadence: 60s, 5m or 500steps; and at the end, and on Ctrl-C (60s; a "
+    every += "resume: the run's own)"
+    r.add_argument("--checkpoint-every", help=every)
     return r
 
 
@@ -146,10 +147,8 @@ def resumed(args: argparse.Namespace, kind: str) -> Training | None:
     if not args.resume:
         return None
     if given := given_flags(args):
-        what = {"train": "run", "cv": "cv run"}.get(kind, kind)
-        raise UsageError(
-            f"--resume continues the saved {what} with its saved config; drop {' '.join(given)}."
-        )
+        drop = " ".join(given)
+        raise UsageError(f"--resume continues the saved run with its saved config; drop {drop}.")
     options = folder_options(args) | {"out": args.out, "data": lambda: load_data(args)}
     return Training.resume(args.resume, kind=kind, **options)
 
@@ -158,6 +157,6 @@ def folder_options(args: argparse.Namespace) -> dict[str, typing.Any]:
     """The run folder's options from its flags, for `Training.new` and `Training.resume`."""
     return {
         "overwrite": args.overwrite,
-        "checkpoint_every": CheckpointEvery.parse(args.checkpoint_every),
+        "checkpoint_every": args.checkpoint_every,  # None: a resume keeps its run's
         "tensorboard": getattr(args, "tensorboard", False),
     }

@@ -51,10 +51,8 @@ def cmd_cv(args: argparse.Namespace) -> int:
     if (training := flags.resumed(args, "cv")) is None:
         config = flags.config_from_args(args)
         options = flags.folder_options(args)
-        out = args.out or default_folder()
-        training = Training.new(
-            out, config, members=Folds(args.folds), data=load_data(args), **options
-        )
+        options |= {"members": Folds(args.folds), "data": load_data(args)}
+        training = Training.new(args.out or default_folder(), config, **options)
     done = train_in_folder(training)
     if isinstance(done, int):
         return done

@@ -87,7 +87,7 @@ def _train(training: runs.Training, *, profile: bool = False, again: str | None 
     done = train_in_folder(training, profile=profile, again=again)
     if isinstance(done, int):
         return done
-    run = done.outcome  # a run's RunResult: `train` makes one model or an ensemble
+    run = done.outcome  # a RunResult: one model or an ensemble
     print_results(run.result, training.folder.folder, done.summary["seconds"])
     if run.calibration is not None:
         console.print(
@@ -158,6 +158,5 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if isinstance(done, int):
         return done
     console.print(done.outcome.to_markdown(), markup=False, highlight=False)
-    files = "sweep.md, sweep.json, sweep_heatmap.png, checkpoint.eqx, ..."
-    console.print(f"wrote {training.folder.folder}/: {files}")
+    console.print(f"wrote {training.folder.folder}/: {', '.join(runs.SWEEP_FILES)}, ...")
     return 0

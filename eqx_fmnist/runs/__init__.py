@@ -15,12 +15,13 @@ side. Beside them: `layout` (what a run folder holds, the rule that no command w
 over another run's, and the readers of the files a run reads back), `report` (the test report a folder writes and `evaluate` shows, and its program:
 [`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers
 and where the run's time went), `cadence` (when to checkpoint, why a run
-stopped), `files` (what a sweep, `cv` and `audit` write beside the folder's own files)
+stopped), `files` (what a sweep, `cv` and `audit` write beside the folder's own files; `audit_run`)
 and `profile` (`train --profile`'s trace). Nothing here prints.
 """
 
 from .cadence import CheckpointEvery as CheckpointEvery, Interrupted as Interrupted
 from .files import (
+    audit_run as audit_run,
     read_out_of_fold as read_out_of_fold,
     sweep_heatmap as sweep_heatmap,
     write_cross_validation as write_cross_validation,
@@ -45,7 +46,6 @@ from .one_run import RunResult as RunResult, train_run as train_run
 from .reading import (
     DataSource as DataSource,
     Run as Run,
-    audit_run as audit_run,
     checkpoint_path as checkpoint_path,
     open_teacher as open_teacher,
     run_splits as run_splits,

@@ -33,8 +33,11 @@ class CheckpointEvery:
     steps: int | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "CheckpointEvery":
-        """`"60s"`, `"5m"` (or a bare `"60"`: seconds) or `"500steps"`."""
+    def parse(cls, text: "str | CheckpointEvery") -> "CheckpointEvery":
+        """`"60s"`, `"5m"` (or a bare `"60"`: seconds) or `"500steps"` (a cadence given
+        as one already is returned as it is)."""
+        if isinstance(text, CheckpointEvery):
+            return text
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|steps?)?\s*", str(text))
         if not match or float(match.group(1)) <= 0:
             raise RunError(
@@ -55,6 +58,10 @@ class CheckpointEvery:
 
     def __str__(self) -> str:
         return f"{self.steps} steps" if self.steps is not None else f"{self.seconds:g} s"
+
+    def to_text(self) -> str:
+        """The text `parse` reads back: `"500steps"`, `"60s"`."""
+        return f"{self.steps}steps" if self.steps is not None else f"{self.seconds:g}s"
 
 
 EVERY_MINUTE = CheckpointEvery()

@@ -1,21 +1,26 @@
 """What a run writes beside its run folder's own files: a sweep's table, JSON and
 heatmap; a cross-validation's out-of-fold probabilities, `cv.json` and the folds'
-curves; and what a label audit writes from them (the suspects as CSV, JSON and two image
-grids)."""
+curves; and a label audit of a cv folder ([`audit_run`][eqx_fmnist.runs.files.audit_run],
+what `eqx-fmnist audit` does) with what it writes (the suspects as CSV, JSON and two
+image grids)."""
 
+import contextlib
 import io
 import json
 import os
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
-from ..audit import LabelAudit
+from ..audit import LabelAudit, audit_labels
 from ..data import NUM_CLASSES
 from ..ensemble import CrossValidation, SweepResult
+from ..evaluation import predict_proba
 from ..fileio import atomic_write
 from ..plots import plot_folds, plot_heatmap, plot_predictions, save_figure
 from .layout import CV_FILES, OUT_OF_FOLD, SWEEP_FILES, RunError, read_history
+from .reading import DataSource, Run, loaded, run_splits
 
 
 def sweep_heatmap(result: SweepResult):
@@ -174,3 +179,46 @@ def _by_class(found: LabelAudit, images: np.ndarray, per_class: int = 5):
         notes=notes,
         title="suspects by given class: suggested / given",
     )
+
+
+def audit_run(
+    cv_run: str | os.PathLike,
+    data: DataSource = None,
+    *,
+    out: str | os.PathLike | None = None,
+    top: int = 20,
+    test_model: str | os.PathLike | None = None,
+) -> dict[str, LabelAudit]:
+    """The labels that look wrong (`eqx-fmnist audit`): the training set's, from the
+    out-of-fold probabilities `cv_run` (a folder `eqx-fmnist cv` wrote) holds; the test
+    set's, from the folds' ensemble (or the run `test_model`), which never trained on
+    it. `data`: as for `Training.new`, loaded once the runs are read. Writes each set's
+    suspects (`write_suspects`, the `top` most suspicious drawn) in `out` (defaults to
+    `cv_run`); returns the audits by set, `"train"` and `"test"`.
+
+    **Raises:**
+
+    `RunError` for a folder without out-of-fold probabilities; `ValueError` for `top`
+    below 1; `ImportError` without cleanlab.
+    """
+    if top < 1:
+        raise ValueError(f"`top` must be at least 1, but got {top}.")
+    oof = read_out_of_fold(cv_run)
+    folds = Run.open(cv_run)
+    tested = Run.open(test_model) if test_model else folds
+    data = loaded(data)
+    test_x = jnp.asarray(data.test_images.reshape(len(data.test_images), -1))
+    test_p = np.asarray(predict_proba(tested.model, test_x, policy=tested.policy))
+    train_images = np.asarray(run_splits(folds.config, data).train.images).reshape(-1, 28, 28)
+    sets = {
+        "train": (oof["probabilities"], oof["labels"], train_images),
+        "test": (test_p, data.test_labels, data.test_images),
+    }
+    found = {name: audit_labels(probs, labels) for name, (probs, labels, _) in sets.items()}
+    out = Path(cv_run if out is None else out)
+    out.mkdir(parents=True, exist_ok=True)
+    inside = out.resolve() == folds.folder.resolve()
+    with folds.locked() if inside else contextlib.nullcontext():
+        for name, (_, _, images) in sets.items():
+            write_suspects(out, name, found[name], images, top)
+    return found

@@ -21,6 +21,7 @@ runs/20261201-021500/
 """
 
 import json
+import logging
 import os
 import typing
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ from ..checkpoint import CheckpointError, payload_digest
 from ..config import TrainConfig
 from ..export import FORMATS, manifest_path
 from ..intervals import History
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.eqx"
 LOCK_NAME = ".eqx-fmnist.lock"
@@ -217,19 +220,21 @@ def read_history(folder: str | os.PathLike) -> list[History]:
     **Raises:**
 
     `RunError` naming the file and line of a record that is not a JSON object with a
-    whole `step` and numbers for its other fields.
+    whole `step` and numbers for its other fields. A last line cut short (no newline
+    after it: what a process killed while appending leaves) is dropped with a warning.
     """
     path = Path(folder) / "history.jsonl"
     if not path.is_file():
         return []
+    text = path.read_text(errors="replace")
+    lines = text.splitlines()
+    if lines and not text.endswith("\n") and _not_a_record(_parsed(lines[-1])) is not None:
+        logger.warning("%s: dropping its last line, cut short: %.60s", path, lines.pop())
     records: list[History] = []
-    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
+        record = _parsed(line)
         why = _not_a_record(record)
         if why is not None:
             raise RunError(
@@ -238,6 +243,13 @@ def read_history(folder: str | os.PathLike) -> list[History]:
             )
         records.append(typing.cast(History, record))
     return records
+
+
+def _parsed(line: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def teacher_record(folder: Path, teacher: Path) -> dict[str, str]:
@@ -311,7 +323,7 @@ def read_teacher(folder: str | os.PathLike) -> Path | None:
     if digest is None:  # an earlier version's record: the path alone
         return found[0]
     for path in found:
-        if path.is_file() and _digest_or_none(path) == digest:
+        if path.is_file() and digest_or_none(path) == digest:
             return path
     raise RunError(
         f"{file} names a teacher ({' or '.join(map(str, found))}) that is not there with "
@@ -320,7 +332,8 @@ def read_teacher(folder: str | os.PathLike) -> Path | None:
     )
 
 
-def _digest_or_none(path: Path) -> str | None:
+def digest_or_none(path: Path) -> str | None:
+    """The payload SHA-256 of the checkpoint at `path`, `None` if there is none."""
     try:
         return payload_digest(path)
     except CheckpointError:

@@ -18,21 +18,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Shaped
 
 from ..answers import Answer, answer
-from ..audit import LabelAudit, audit_labels
 from ..augment import Move
 from ..calibration import CALIBRATION_FILE, Calibration
-from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, payload_digest
+from ..checkpoint import Checkpoint, load_checkpoint
 from ..config import TrainConfig
 from ..data import FashionMNIST, load_fashion_mnist
 from ..dataset import Splits, split_data, to_datasets
 from ..distill import Teacher
 from ..ensemble import members_from
-from ..evaluation import evaluate, predict_proba
+from ..evaluation import evaluate
 from ..export import FORMATS, export_model, manifest_path
 from ..fileio import FolderInUse, FolderLock, remove_stale_parts
 from ..hooks import Members
@@ -40,8 +38,15 @@ from ..model import Model
 from ..precision import Policy
 from ..state import TrainState, select_members
 from ..views import TTA_VIEWS
-from .files import read_out_of_fold, write_suspects
-from .layout import CHECKPOINT_NAME, LOCK_NAME, RunError, read_teacher, refuse_overwriting
+from .layout import (
+    CHECKPOINT_NAME,
+    LOCK_NAME,
+    RunError,
+    digest_or_none,
+    read_teacher,
+    refuse_overwriting,
+)
+from .report import RunReport
 
 DataSource = FashionMNIST | Callable[[], FashionMNIST] | None
 """The data a run uses: the data set, a function that loads it (called once the checks
@@ -296,7 +301,7 @@ class Run:
         try:
             with FolderLock(self.folder / LOCK_NAME):
                 remove_stale_parts(self.folder)
-                if _payload(self.checkpoint) != self.saved.metadata["payload_sha256"]:
+                if digest_or_none(self.checkpoint) != self.saved.metadata["payload_sha256"]:
                     raise RunError(
                         f"{self.folder} holds another run than the one read (it was trained "
                         "again meanwhile): run the command again."
@@ -305,53 +310,17 @@ class Run:
         except FolderInUse as e:
             raise RunError(str(e)) from None
 
+    def save_figures(self, report: RunReport, out: Path) -> list[Path]:
+        """Draw `report`'s figures into `out` (`evaluate`'s); into the run's own folder
+        under its lock ([`locked`][eqx_fmnist.runs.reading.Run.locked])."""
+        own = out.resolve() == self.folder.resolve()
+        with self.locked() if own else contextlib.nullcontext():
+            return report.save_figures(out)
+
     def teacher(self) -> Path | None:
         """The checkpoint of the teacher a distilled run learnt from (`teacher.json`),
         else `None` ([`read_teacher`][eqx_fmnist.runs.reading.read_teacher])."""
         return read_teacher(self.folder)
-
-
-def audit_run(
-    cv_run: str | os.PathLike,
-    data: DataSource = None,
-    *,
-    out: str | os.PathLike | None = None,
-    top: int = 20,
-    test_model: str | os.PathLike | None = None,
-) -> dict[str, LabelAudit]:
-    """The labels that look wrong (`eqx-fmnist audit`): the training set's, from the
-    out-of-fold probabilities `cv_run` (a folder `eqx-fmnist cv` wrote) holds; the test
-    set's, from the folds' ensemble (or the run `test_model`), which never trained on
-    it. `data`: as for `Training.new`, loaded once the runs are read. Writes each set's
-    suspects (`write_suspects`, the `top` most suspicious drawn) in `out` (defaults to
-    `cv_run`); returns the audits by set, `"train"` and `"test"`.
-
-    **Raises:**
-
-    `RunError` for a folder without out-of-fold probabilities; `ValueError` for `top`
-    below 1; `ImportError` without cleanlab.
-    """
-    if top < 1:
-        raise ValueError(f"`top` must be at least 1, but got {top}.")
-    oof = read_out_of_fold(cv_run)
-    folds = Run.open(cv_run)
-    tested = Run.open(test_model) if test_model else folds
-    data = loaded(data)
-    test_x = jnp.asarray(data.test_images.reshape(len(data.test_images), -1))
-    test_p = np.asarray(predict_proba(tested.model, test_x, policy=tested.policy))
-    train_images = np.asarray(run_splits(folds.config, data).train.images).reshape(-1, 28, 28)
-    sets = {
-        "train": (oof["probabilities"], oof["labels"], train_images),
-        "test": (test_p, data.test_labels, data.test_images),
-    }
-    found = {name: audit_labels(probs, labels) for name, (probs, labels, _) in sets.items()}
-    out = Path(cv_run if out is None else out)
-    out.mkdir(parents=True, exist_ok=True)
-    inside = out.resolve() == folds.folder.resolve()
-    with folds.locked() if inside else contextlib.nullcontext():
-        for name, (_, _, images) in sets.items():
-            write_suspects(out, name, found[name], images, top)
-    return found
 
 
 def open_teacher(where: str | os.PathLike, config: TrainConfig) -> tuple[Path, Model]:
@@ -387,14 +356,6 @@ def opened_teacher(
         return open_teacher(where, config)
     except RunError as e:
         raise RunError(f"the teacher {where}: {e}") from None
-
-
-def _payload(checkpoint: Path) -> str | None:
-    """The payload digest of the checkpoint now at `checkpoint`, `None` if there is none."""
-    try:
-        return payload_digest(checkpoint)
-    except CheckpointError:
-        return None
 
 
 def _json(file: Path) -> Any:

@@ -98,7 +98,7 @@ class Training(Job, Generic[Outcome]):
         teacher: str | os.PathLike | None = None,
         data: DataSource = None,
         overwrite: bool = False,
-        checkpoint_every: CheckpointEvery | str = EVERY_MINUTE,
+        checkpoint_every: CheckpointEvery | str | None = None,
         tensorboard: bool = False,
     ) -> "Training":
         """A new run in folder `out`, ready to train (call its `run`).
@@ -115,8 +115,8 @@ class Training(Job, Generic[Outcome]):
         - `data`: the data set, or a function that loads it (called after the checks
             that need no data). Defaults to
             [`load_fashion_mnist()`][eqx_fmnist.data.load_fashion_mnist].
-        - `overwrite`, `checkpoint_every` (or its text: `"60s"`, `"500steps"`),
-            `tensorboard`: as for [`RunFolder`][eqx_fmnist.runs.RunFolder].
+        - `overwrite`, `checkpoint_every` (or its text: `"60s"`, `"500steps"`; `None`:
+            every minute), `tensorboard`: as for [`RunFolder`][eqx_fmnist.runs.RunFolder].
 
         **Raises:**
 
@@ -152,12 +152,13 @@ class Training(Job, Generic[Outcome]):
         out: str | os.PathLike | None = None,
         data: DataSource = None,
         overwrite: bool = False,
-        checkpoint_every: CheckpointEvery | str = EVERY_MINUTE,
+        checkpoint_every: CheckpointEvery | str | None = None,
         tensorboard: bool = False,
     ) -> "Training":
         """The run of `checkpoint` (a file or its folder), ready to train on from its
         step, with the saved config, members, state and teacher, in its own folder or
-        in `out` (which then takes its history). `kind`: the kind of run it must be
+        in `out` (which then takes its history), checkpointed as it was (or as
+        `checkpoint_every` says, when given). `kind`: the kind of run it must be
         (`"train"`, `"sweep"` or `"cv"`; see
         [`Training.kind`][eqx_fmnist.runs.training.Training.kind]), or `None`; `data` as
         for `Training.new` (a function is called once the kind is checked).
@@ -262,6 +263,13 @@ class Resumed:
     checkpoint: Path
     saved: Checkpoint
 
+    @property
+    def cadence(self) -> CheckpointEvery:
+        """The checkpoint cadence the run's folder recorded; every minute for a
+        checkpoint written before folders recorded it."""
+        recorded = self.saved.metadata.get("run_folder", {}).get("checkpoint_every")
+        return EVERY_MINUTE if recorded is None else CheckpointEvery.parse(recorded)
+
 
 def start_training(
     out: str | os.PathLike,
@@ -278,10 +286,10 @@ def start_training(
     [`Training.resume`][eqx_fmnist.runs.training.Training.resume] share); in a
     multi-process run every process trains and only process 0 keeps the folder (the
     others write a temporary one)."""
-    if not isinstance(folder_options.get("checkpoint_every", EVERY_MINUTE), CheckpointEvery):
-        folder_options["checkpoint_every"] = CheckpointEvery.parse(
-            folder_options["checkpoint_every"]
-        )
+    every = folder_options.get("checkpoint_every")
+    if every is None:  # a resume keeps the cadence its run started with
+        every = resume.cadence if resume else EVERY_MINUTE
+    folder_options["checkpoint_every"] = CheckpointEvery.parse(every)
     data = loaded(data)
     try:
         splits = run_splits(config, data)

@@ -257,6 +257,7 @@ class RunFolder:
             num_train=self.num_train,
             members=self.members,
             choice=self._choice,
+            run_folder={"checkpoint_every": self.checkpoint_every.to_text()},
         )
         self.saved_step = step
         self._last_save = time.monotonic()
