@@ -725,3 +725,39 @@ def test_a_resume_keeps_its_checkpoint_cadence_and_drops_a_torn_last_history_lin
     history.write_text('{"step": 2, "lo\n{"step": 4, "loss": 1.0, "accuracy": 0.5}\n')
     with pytest.raises(RunError, match="line 1"):
         read_history(tmp_path / "r")
+
+
+def test_an_earlier_teacher_record_is_checked_by_what_its_checkpoint_says(small, tmp_path):
+    """A `teacher.json` of an earlier version (an absolute path, no checksum): a moved
+    run finds the teacher it carries in `teacher/`, and a checkpoint written at the path
+    after the run's own (a sweep that replaced the teacher's folder) is refused."""
+    import json
+
+    from eqx_fmnist.checkpoint import MAGIC, save_checkpoint
+    from eqx_fmnist.fileio import digest
+    from eqx_fmnist.runs import TEACHER_FILE, RunError, read_teacher
+    from eqx_fmnist.state import init_state
+
+    c = config()
+    state = init_state(c, len(small))
+    run = tmp_path / "moved"
+    (run / "teacher").mkdir(parents=True)
+    save_checkpoint(run / "teacher" / "checkpoint.eqx", state, c, num_train=256)
+    save_checkpoint(run / "checkpoint.eqx", state, c, num_train=256)
+    old_place = tmp_path / "where it was" / "teacher" / "checkpoint.eqx"
+    (run / TEACHER_FILE).write_text(json.dumps({"teacher": str(old_place)}))
+    assert read_teacher(run) == run / "teacher" / "checkpoint.eqx"
+    elsewhere = tmp_path / "replaced" / "checkpoint.eqx"
+    save_checkpoint(elsewhere, state, c, num_train=256)
+    blob = elsewhere.read_bytes()
+    start = len(MAGIC) + 8
+    length = int.from_bytes(blob[len(MAGIC) : start], "little")
+    header = json.loads(blob[start : start + length])
+    del header["header_sha256"]
+    header["created"] = "2999-01-01T00:00:00+00:00"  # written after the run's own
+    header["header_sha256"] = digest(header)
+    head = json.dumps(header).encode()
+    elsewhere.write_bytes(MAGIC + len(head).to_bytes(8, "little") + head + blob[start + length :])
+    (run / TEACHER_FILE).write_text(json.dumps({"teacher": str(elsewhere)}))
+    with pytest.raises(RunError, match="written after this run's checkpoint"):
+        read_teacher(run)

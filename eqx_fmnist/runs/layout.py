@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..calibration import CALIBRATION_FILE
-from ..checkpoint import CheckpointError, payload_digest
+from ..checkpoint import CheckpointError, payload_digest, read_header
 from ..config import TrainConfig
 from ..export import FORMATS, manifest_path
 from ..intervals import History
@@ -321,7 +321,7 @@ def read_teacher(folder: str | os.PathLike) -> Path | None:
         ) from None
     found = [folder / p for p in dict.fromkeys(places)]
     if digest is None:  # an earlier version's record: the path alone
-        return found[0]
+        return _earlier_teacher(folder, found[0], file)
     for path in found:
         if path.is_file() and digest_or_none(path) == digest:
             return path
@@ -330,6 +330,32 @@ def read_teacher(folder: str | os.PathLike) -> Path | None:
         "the checksum it had when this run began: put that checkpoint back, or delete "
         f"{TEACHER_FILE} to resume without a teacher."
     )
+
+
+def _earlier_teacher(folder: Path, named: Path, file: Path) -> Path:
+    """The teacher an earlier version's `teacher.json` names (a path, no checksum),
+    verified by what its checkpoint says: the run's own `teacher/` where the path named
+    one (a moved run carries it), and refused when that checkpoint was written after the
+    run's own (another run's, put there since)."""
+    path = named / CHECKPOINT_NAME if named.is_dir() else named
+    inside = folder / "teacher" / CHECKPOINT_NAME
+    if path.parent.name == "teacher" and path.name == CHECKPOINT_NAME and inside.is_file():
+        path = inside
+    own = folder / CHECKPOINT_NAME
+    if path.is_file() and own.is_file() and _created(path) > _created(own):
+        raise RunError(
+            f"{file} names {path}, written after this run's checkpoint: it is not the "
+            f"teacher this run learnt from; put that one back, or delete {TEACHER_FILE}."
+        )
+    return path
+
+
+def _created(checkpoint: Path) -> str:
+    """When a checkpoint was written, as its header says (ISO 8601, UTC)."""
+    try:
+        return str(read_header(checkpoint)[0].get("created", ""))
+    except CheckpointError:
+        return ""
 
 
 def digest_or_none(path: Path) -> str | None:
