@@ -46,7 +46,11 @@ from .calibration import (
     calibrate as calibrate,
     calibration_metrics as calibration_metrics,
 )
-from .checkpoint import load_checkpoint as load_checkpoint, save_checkpoint as save_checkpoint
+from .checkpoint import (
+    load_checkpoint as load_checkpoint,
+    save_checkpoint as save_checkpoint,
+    save_result as save_result,
+)
 from .config import (
     TrainConfig as TrainConfig,
 )

@@ -41,9 +41,10 @@ import optax
 
 from .config import TrainConfig
 from .fileio import atomic_write, digest
-from .model import CNN, MLP
+from .model import CNN, MLP, Model
 from .parallel import to_local
 from .state import PER_MEMBER, ModelSource, TrainState, init_members, init_state
+from .train import TrainResult
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
 FORMAT_VERSION = 3
@@ -87,6 +88,13 @@ class Checkpoint:
     @property
     def step(self) -> int:
         return int(self.metadata["step"])
+
+    @property
+    def model(self) -> Model:
+        """The model the run evaluates: its weight average where it kept one
+        (`ema_decay`), else the trained weights (`state.eval_model`; `state.model` is
+        always the last step's own weights)."""
+        return self.state.eval_model
 
     @property
     def choice(self) -> dict[str, Any] | None:
@@ -171,6 +179,27 @@ def save_checkpoint(
     with atomic_write(path, fsync=True) as f:
         f.write(MAGIC + len(head).to_bytes(8, "little") + head + payload)
     return path
+
+
+def save_result(path: str | os.PathLike, result: TrainResult) -> Path:
+    """Save what [`fit`][eqx_fmnist.train.fit] returned: its state, config (each
+    member's, for members) and training-set size, as
+    [`save_checkpoint`][eqx_fmnist.checkpoint.save_checkpoint] writes them; the path.
+    [`load_checkpoint`][eqx_fmnist.checkpoint.load_checkpoint] reads it back, and its
+    `.model` is the model `result.model` was.
+
+    !!! example
+
+        ```python
+        result = ef.fit(config, splits)
+        ef.save_result("model.eqx", result)
+        model = ef.load_checkpoint("model.eqx").model  # as result.model
+        ```
+    """
+    members = result.configs if result.num_members is not None else None
+    return save_checkpoint(
+        path, to_local(result.state), result.config, num_train=result.num_train, members=members
+    )
 
 
 def _own_model(model) -> dict[str, str]:

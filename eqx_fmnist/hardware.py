@@ -5,7 +5,10 @@ which decides whether a bfloat16 policy pays here
 """
 
 import functools
+import importlib.util
 import os
+import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -50,6 +53,37 @@ class SlowPrecisionWarning(UserWarning):
 _warned: set[str] = set()
 
 
+_LIBRARIES = ("eqx_fmnist", "jax", "jaxlib", "equinox", "jaxtyping", "beartype")
+
+
+def callers_level(frame: types.FrameType | None) -> int:
+    """The `stacklevel`, for a warning raised in `frame` (`sys._getframe(0)` of the
+    function that warns), of the caller's own line: the first frame outside this library
+    and the libraries it calls through (JAX, Equinox, the type checkers), so that the
+    warning points at the line that asked for what it warns of."""
+    level = 1
+    while frame is not None and _inside_libraries(frame.f_code.co_filename):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _inside_libraries(filename: str) -> bool:
+    """Whether code at `filename` is this library's or one it calls through (or code a
+    decorator generated, as beartype's wrappers are)."""
+    return filename.startswith("<@beartype") or filename.startswith(_library_dirs())
+
+
+@functools.cache
+def _library_dirs() -> tuple[str, ...]:
+    found = []
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            found += [os.path.join(d, "") for d in spec.submodule_search_locations]
+    return tuple(found)
+
+
 def warn_if_slower(policy) -> bool:
     """Warn, once per process and dtype, when a
     [`Policy`][eqx_fmnist.precision.Policy] multiplies in bfloat16 or float16 on a CPU
@@ -72,6 +106,6 @@ def warn_if_slower(policy) -> bool:
         f"p=f32,c=f32,o=f32. Use float32 on this machine, or a CPU or GPU with {name} "
         "matmuls.",
         SlowPrecisionWarning,
-        stacklevel=3,
+        stacklevel=callers_level(sys._getframe(0)),
     )
     return True

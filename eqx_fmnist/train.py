@@ -62,6 +62,9 @@ class TrainResult:
         `load` (data, state, a teacher's table), `compile`, `steps` (queueing the
         training calls, waiting for them), `host_reads`, `validation`, `callbacks` (a
         run folder's history and checkpoints, a progress bar), `test`.
+    - `num_train`: the training examples each member's schedule was made for (what a
+        checkpoint records to rebuild the state:
+        [`save_result`][eqx_fmnist.checkpoint.save_result]).
     """
 
     state: TrainState
@@ -71,6 +74,7 @@ class TrainResult:
     validation: EvalResult | None
     seconds: dict[str, float]
     tested: Any = None
+    num_train: int = 0
 
     @property
     def compile_seconds(self) -> float:
@@ -353,11 +357,13 @@ def fit(
 
     evaluation = Evaluation(state.policy, config.views, eval_batch_size, mesh)
     validated = (members or Members()).validator(evaluation, train, valid, rows)
-    # The test program is made while the steps compile and run, from the model they start from.
-    tested = compiled_aside(test_program, to_local(state.eval_model), test, evaluation)
+    # The test program is made while the steps compile and run, from the model they start
+    # from; over several processes it runs on this process's own copies.
+    alone = evaluation if jax.process_count() == 1 else dataclasses.replace(evaluation, mesh=None)
+    tested = compiled_aside(test_program, to_local(state.eval_model), to_local(test), alone)
     chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table)
     state, history, v = _intervals(chunks, plan, configs, validated, callbacks, state, seconds)
     t = time.perf_counter()
     scores, beside = tested(to_local(state.eval_model))
     seconds["test"] = _since(t)
-    return TrainResult(state, configs, history, scores, v, seconds, beside)
+    return TrainResult(state, configs, history, scores, v, seconds, beside, num_train)

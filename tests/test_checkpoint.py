@@ -232,3 +232,25 @@ def test_a_damaged_header_is_refused_and_one_without_a_checksum_is_read(small, t
     old = json.dumps(header).encode()
     path.write_bytes(MAGIC + len(old).to_bytes(8, "little") + old + blob[start + length :])
     assert load_checkpoint(path).step == 0
+
+
+def test_a_result_saves_itself_and_a_checkpoint_answers_with_the_model_evaluated(small, tmp_path):
+    """`save_result` writes what `fit` returned (state, config, training-set size) with no
+    more arguments; the loaded checkpoint's `.model` is the weight average the run
+    evaluated (not the last step's raw weights), and the members of an ensemble load."""
+    import jax
+    import numpy as np
+
+    import eqx_fmnist as ef
+
+    c = config(steps=8, ema_decay=0.9)
+    result = ef.fit(c, ef.Splits(small, small))
+    back = ef.load_checkpoint(ef.save_result(tmp_path / "r.eqx", result))
+    assert back.step == 8 and back.num_train == len(small) and back.config == c
+    for got, want in zip(jax.tree.leaves(back.model), jax.tree.leaves(result.model), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    raw = jax.tree.leaves(back.state.model)[0]
+    assert not np.array_equal(np.asarray(raw), np.asarray(jax.tree.leaves(back.model)[0]))
+    members = ef.fit(c, ef.Splits(small, small), members=ef.ensemble.Seeds(2))
+    again = ef.load_checkpoint(ef.save_result(tmp_path / "m.eqx", members))
+    assert again.members == members.configs and again.state.num_members == 2

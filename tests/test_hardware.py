@@ -42,6 +42,7 @@ def test_a_low_precision_policy_warns_once_where_the_cpu_cannot_multiply_in_it(m
         return
     (said,) = init("p=f32,c=bf16,o=f32")
     assert "p=f32,c=bf16,o=f32" in str(said.message) and "avx512_bf16" in str(said.message)
+    assert said.filename == __file__  # the line that asked for it, not Equinox's or JAX's
     assert init("p=f32,c=bf16,o=f32") == []  # once
     assert len(init("p=f32,c=f16,o=f32")) == 1  # float16 has its own
     monkeypatch.setattr(hardware, "_warned", set())

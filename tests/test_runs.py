@@ -703,10 +703,10 @@ def test_a_resume_keeps_its_checkpoint_cadence_and_drops_a_torn_last_history_lin
     """A run started checkpointing every 7 steps resumes so (unless told otherwise); a
     last history line cut short by a kill mid-append is dropped with a warning, not a
     refusal, and a damaged line before it is still refused."""
+    import equinox as eqx
+
     from eqx_fmnist.runs import CheckpointEvery, RunError, RunFolder, Training, read_history
     from eqx_fmnist.state import init_state
-
-    import equinox as eqx
 
     c = config()
     every = CheckpointEvery(seconds=None, steps=7)
