@@ -1,7 +1,8 @@
-"""The main job as a user runs it: `eqx-fmnist train`, each time in a process of its own,
-first with an empty compilation cache (cold) and then with the cache the first run
-left (warm); the wall time of each command and the time line its `summary.json`
-records.
+"""The main job as a user runs it: `eqx-fmnist train`, each time in a process of its own
+in a folder of its own (the run folder `runs/<timestamp>`, as a newcomer's), first with
+an empty compilation cache (cold) and then with the cache the first run left (warm); the
+wall time of each command, the time line its `summary.json` records, and what the last
+run printed, as the README shows it.
 
     python benchmarks/main_job.py [--runs 2] [--train "FLAGS"] [--out FILE.md]
 
@@ -24,20 +25,28 @@ from harness import machine_line
 
 
 def run_once(flags: list[str], folder: Path, cache: Path) -> dict:
-    """One `eqx-fmnist train` in a process of its own: its wall seconds and summary."""
-    env = {**os.environ, "EQX_FMNIST_COMPILE_CACHE": str(cache), "COLUMNS": "120"}
+    """One `eqx-fmnist train` in a process of its own, run in `folder`: its wall
+    seconds, its summary and what it printed."""
+    env = {**os.environ, "EQX_FMNIST_COMPILE_CACHE": str(cache), "COLUMNS": "88"}
+    folder.mkdir(parents=True)
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "eqx_fmnist", "train", *flags, "--out", str(folder)],
+        [sys.executable, "-m", "eqx_fmnist", "train", *flags],
         env=env,
         capture_output=True,
         text=True,
+        cwd=folder,
     )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"eqx-fmnist train failed ({done.returncode}):\n{done.stderr}")
-    summary = json.loads((folder / "summary.json").read_text())
-    return {"wall": wall, "summary": summary}
+    (summary,) = folder.glob("runs/*/summary.json")
+    return {"wall": wall, "summary": json.loads(summary.read_text()), "printed": done.stdout}
+
+
+def _lines(printed: str) -> str:
+    """What a command printed, each line without the spaces a terminal pads it with."""
+    return "\n".join(line.rstrip() for line in printed.rstrip().splitlines())
 
 
 def table(runs: list[tuple[str, dict]]) -> str:
@@ -81,6 +90,8 @@ def main() -> None:
             "from start to exit (starting Python and JAX included); the other columns are "
             "the run's `summary.json`: its examples/sec and where its time went.",
             table(results),
+            f"What `{shown}` printed, the last run:",
+            "```text\n" + _lines(results[-1][1]["printed"]) + "\n```",
         ]
     )
     print(text)

@@ -217,6 +217,7 @@ def initialize(
     *,
     heartbeat_s: int = HEARTBEAT_S,
     timeout_s: int = 300,
+    otherwise: str = "or pass coordinator_address, num_processes and process_id",
 ) -> tuple[int, int]:
     """Join a multi-process run: `jax.distributed.initialize` with what a CPU needs and
     a short heartbeat. Call it in every process before anything else runs on JAX.
@@ -233,6 +234,8 @@ def initialize(
         process frozen) fails the run. A process that dies outright fails it at once:
         the next collective of the others raises `jax.errors.JaxRuntimeError`.
     - `timeout_s`: how long to wait for every process to join.
+    - `otherwise`: what the error without a scheduler says to do instead, in the
+        caller's words (the command line names its flag).
 
     **Returns:**
 
@@ -262,8 +265,8 @@ def initialize(
         if None in (coordinator_address, num_processes, process_id):
             raise ValueError(
                 "no job scheduler found to start a multi-process run (Slurm's SLURM_* or "
-                "Open MPI's OMPI_* variables): start every process under srun or mpirun, "
-                f"or pass coordinator_address, num_processes and process_id ({e})"
+                f"Open MPI's OMPI_* variables): start every process under srun or mpirun, "
+                f"{otherwise}."
             ) from e
         raise
     return jax.process_index(), jax.process_count()

@@ -295,7 +295,11 @@ def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(
     args = ["--model", "cnn", "--channels", "4,8", "--steps", "4", "--hidden", "16"]
     trained = run_cli_here("train", *args, "--out", out)
     assert trained.returncode == 0, trained.stderr
-    assert "CNN" in trained.stdout or "cnn" in trained.stdout
+    from eqx_fmnist.checkpoint import load_checkpoint
+    from eqx_fmnist.model import CNN
+
+    saved = load_checkpoint(out / "checkpoint.eqx").model  # what trained, not a folder name
+    assert isinstance(saved, CNN) and saved.channels == (4, 8)
     shown = run_cli_here("evaluate", out)
     assert shown.returncode == 0 and "accuracy" in shown.stdout
     refused = run_cli_here("export", out, "--format", "safetensors")

@@ -23,7 +23,8 @@ SOURCES = [
 # What a development log says and a reader's page does not.
 LOG = re.compile(
     r"\bissue \d+|\b(this|a later|an earlier|the next) session\b|\bnot kept\b"
-    r"|\bwaits for the next run\b|\bbefore issue\b|\bafter issue\b",
+    r"|\bwaits for the next run\b|\bbefore issue\b|\bafter issue\b"
+    r"|\btried by hand\b|\bis not what it says\b|/root/|\bpredates the\b",
     re.I,
 )
 
@@ -63,3 +64,17 @@ def test_no_docstring_or_comment_is_a_development_log(source):
 def test_the_log_check_sees_a_log():
     assert LOG.search("measured in a later session, see issue 51")
     assert not LOG.search('an ONNX session made each time; ```python session="cli"')
+
+
+def test_the_readmes_run_and_times_are_the_results_files():
+    """The README's printed run is the one `benchmarks/main_job.py` recorded, and the
+    times it states are that file's cold and warm wall seconds: no figure of its own."""
+    readme = (ROOT / "README.md").read_text()
+    results = (ROOT / "benchmarks" / "results" / "main_job.md").read_text()
+    printed = re.compile(r"```text\n.*?```", re.S)
+    assert printed.search(readme).group(0) == printed.search(results).group(0)
+    walls = dict(re.findall(r"^\| (cold|warm) [^|]*\| ([\d.]+) \|", results, re.M))
+    stated = re.search(r"it takes ([\d.]+) s .*? and ([\d.]+) s run again", readme, re.S)
+    assert stated is not None and stated.groups() == (walls["cold"], walls["warm"])
+    machine = results.splitlines()[0]
+    assert "Intel(R) Xeon(R)" in machine and "Intel Xeon" in readme

@@ -155,6 +155,9 @@ def test_distributed_without_a_scheduler_is_one_line():
     if jax.default_backend() == "tpu":  # JAX takes a TPU VM for a cluster, and asks its
         return  # metadata server for the other hosts: its error, in one line
     assert "no job scheduler found" in line and "srun or mpirun" in line
+    # In the command line's words: its flag, not the library's arguments or JAX's text.
+    assert line.endswith("or drop --distributed to train in this process alone.")
+    assert "coordinator_address" not in line
 
 
 def test_joining_after_jax_ran_is_a_clear_error():

@@ -112,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
         enable_compile_cache(compile_cache_dir())
     try:
         if args.distributed:
-            initialize()
+            initialize(otherwise="or drop --distributed to train in this process alone")
         return args.func(args)
     except jax.errors.JaxRuntimeError as e:
         if not is_lost_process(e):
