@@ -44,7 +44,10 @@ def form_runner(train, moves: str, blocks: bool, augmented: bool, steps: int):
     import jax
 
     import eqx_fmnist as ef
-    from eqx_fmnist import augment, step
+    from eqx_fmnist import (
+        augment,
+        chunk as chunks,  # it asks `block_steps` for its block
+    )
     from eqx_fmnist.batches import block_steps
     from eqx_fmnist.step import compile_steps
 
@@ -58,15 +61,15 @@ def form_runner(train, moves: str, blocks: bool, augmented: bool, steps: int):
 
     block = block_steps(steps, config.batch_size, 1, "tpu") if blocks else 1
     state = [ef.init_state(config, len(train))]
-    saved = augment.move_batch, step.block_steps
-    augment.move_batch, step.block_steps = move_batch, lambda *_: block
+    saved = augment.move_batch, chunks.block_steps
+    augment.move_batch, chunks.block_steps = move_batch, lambda *_: block
     # JAX keeps traces by the chunk's arguments, which do not name the form: without
     # clearing, a second form would reuse the first one's trace.
     jax.clear_caches()
     try:  # traced and compiled now, with this form; called below without tracing
         chunk = compile_steps(state[0], train, batch_size=config.batch_size, num_steps=steps)
     finally:
-        augment.move_batch, step.block_steps = saved
+        augment.move_batch, chunks.block_steps = saved
         jax.clear_caches()
 
     def run():

@@ -26,7 +26,7 @@ class Chunk(eqx.Module):
     """What a compiled chunk of steps runs on, by name: the data, a teacher and the
     members' row tables (arrays), the batch size, the number of steps, the block of
     steps whose batches are prepared at once and the mesh (static). Made by
-    [`Chunk.of`][eqx_fmnist.step.Chunk.of], the one constructor
+    [`Chunk.of`][eqx_fmnist.chunk.Chunk.of], the one constructor
     [`train_steps`][eqx_fmnist.step.train_steps],
     [`compile_steps`][eqx_fmnist.step.compile_steps] and the compiled form share; its
     checks are in `__check_init__`."""

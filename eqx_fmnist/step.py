@@ -427,7 +427,7 @@ class CompiledSteps:
     def __init__(self, program, chunk: Chunk):
         self._program = program
         self.chunk = chunk
-        """The [`Chunk`][eqx_fmnist.step.Chunk] it runs on."""
+        """The [`Chunk`][eqx_fmnist.chunk.Chunk] it runs on."""
         self.compiled: jax.stages.Compiled = program.compiled
         """The XLA executable (`cost_analysis()`, `as_text()`)."""
 

@@ -378,9 +378,9 @@ def test_the_golf_checker_sees_a_boolean_string_and_shared_constants():
 # set's facts and the fixed views in modules of their own: about +250), 87 packed
 # assignments written one a line (+90), and every byte read back checked (checksums of
 # the checkpoint's header and the calibration, one lock for every writer, exact names for
-# --overwrite, files that land together, the doors: about +230): 14,826 lines, held at
-# 15,000. DESIGN.md's aim, 13,800, is not reached. Raise it only with a reason in the
-# commit.
+# --overwrite, files that land together, the doors, a result that saves itself: about
+# +330): 14,928 lines, held at 15,000. DESIGN.md's aim, 13,800, is not reached. Raise it
+# only with a reason in the commit.
 MAX_PACKAGE_LINES = 15_000
 MAX_CLI_LINES = 1_000
 
