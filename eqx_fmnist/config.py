@@ -9,7 +9,7 @@ The schedule and the optimiser built from a config are in `eqx_fmnist.optim`
 ([`make_schedule`][eqx_fmnist.optim.make_schedule],
 [`make_optimizer`][eqx_fmnist.optim.make_optimizer]).
 
-The module is the one list of choices, kept whole (a little over 400 lines): its fields,
+The module is the one list of choices, kept whole: its fields,
 their checks and the recipes that fill them in are read together.
 """
 

@@ -1,12 +1,12 @@
 """What [`fit`][eqx_fmnist.train.fit] takes beside a config and the data: a choice of
 [`Members`][eqx_fmnist.hooks.Members] (which models train as one program, on which rows,
-how each is validated), the run's [`Evaluation`][eqx_fmnist.hooks.Evaluation] (its precision, views, batch size and mesh,
-called on the validation split after each interval) and the end-of-run
-[`TestProgram`][eqx_fmnist.hooks.TestProgram], a hook `fit` makes while its steps
-compile and run and calls once on the trained model. The default scores the test set
-([`test_scores`][eqx_fmnist.hooks.test_scores]); a run folder's test report plugs in its
-own program, which scores the test set and its moved views at once, so that `fit` and a
-run folder give one test score by one program.
+how each is validated), the run's [`Evaluation`][eqx_fmnist.hooks.Evaluation] (its
+precision, views, batch size and mesh, called on the validation split after each
+interval) and the end-of-run [`TestProgram`][eqx_fmnist.hooks.TestProgram], a hook `fit`
+makes while its steps compile and run and calls once on the trained model. The default
+scores the test set ([`test_scores`][eqx_fmnist.hooks.test_scores]); a run folder's test
+report plugs in its own program, which scores the test set and its moved views at once,
+so that `fit` and a run folder give one test score by one program.
 """
 
 import dataclasses

@@ -16,7 +16,7 @@ scale multiplies the loss before differentiation and divides the gradients after
 [`DynamicLossScale`][eqx_fmnist.precision.DynamicLossScale] finds the largest scale
 that does not overflow. Every scale is a JAX array, so changing it never recompiles.
 
-Mixed precision is one concept here, kept whole (a little over 400 lines): the policy's
+Mixed precision is one concept here, kept whole: the policy's
 dtypes, how its matmuls run, and the loss scale that float16 needs are read together.
 """
 

@@ -13,7 +13,7 @@ finishes it (the summary, the figures, the calibration; a sweep's table, cv's
 out-of-fold file). The folder's files are [`RunFolder`][eqx_fmnist.runs.RunFolder]'s
 (`runs/writing.py`); a resume reads the run through
 [`Run.open`][eqx_fmnist.runs.reading.Run.open] (`runs/reading.py`), which never writes.
-The whole life of a run is one concept, kept whole here (about 450 lines): where a run
+The whole life of a run is one concept, kept whole here: where a run
 is started is where it is resumed, trained and finished.
 
 !!! example
