@@ -761,3 +761,65 @@ def test_an_earlier_teacher_record_is_checked_by_what_its_checkpoint_says(small,
     (run / TEACHER_FILE).write_text(json.dumps({"teacher": str(elsewhere)}))
     with pytest.raises(RunError, match="written after this run's checkpoint"):
         read_teacher(run)
+
+
+def test_time_split_cuts_the_callbacks_into_checkpoints_and_logging():
+    """`time_split`, by hand: `fit`'s parts carried over, its callbacks' time less the
+    checkpoints written during training is logging, every part rounded to milliseconds,
+    in `TIME_SPLIT`'s order."""
+    from eqx_fmnist.runs import TIME_SPLIT, time_split
+
+    fit_seconds = {
+        "load": 1.0,
+        "compile": 2.0,
+        "steps": 30.0,
+        "host_reads": 0.1,
+        "validation": 0.0,
+        "callbacks": 0.5,
+        "test": 0.4,
+    }
+    got = time_split(fit_seconds, 0.2, 0.25, 0.03, 0.91234)
+    assert list(got) == list(TIME_SPLIT)
+    assert got["logging"] == 0.3 and got["checkpoints"] == 0.25 and got["figures"] == 0.912
+    assert got["test"] == 0.4 and got["report"] == 0.03 and got["steps"] == 30.0
+
+
+def test_refuse_results_and_open_teacher_name_what_is_wrong(small, tmp_path):
+    """`refuse_results`: a folder with another run's summary is refused, an empty one
+    taken, a finished run's own resume refused; `open_teacher`: a folder that holds no
+    run is one `RunError` naming it."""
+    from eqx_fmnist.runs import RunError, open_teacher, refuse_results
+
+    refuse_results(tmp_path)  # nothing there: a run may start
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(RunError, match=r"already holds results \(summary\.json\)"):
+        refuse_results(tmp_path)
+    with pytest.raises(RunError, match="has finished"):
+        refuse_results(tmp_path, own=True, start_step=24, total_steps=24)
+    refuse_results(tmp_path, own=True, start_step=12, total_steps=24)  # its own, midway
+    with pytest.raises(RunError, match="no checkpoint at"):
+        open_teacher(tmp_path / "nothing", config())
+
+
+def test_write_suspects_writes_the_tables_and_grids_it_names(tmp_path):
+    """`write_suspects` of a hand-made audit: the CSV's rows are the suspects in order,
+    the JSON says the same, and both grids are PNG files."""
+    import json
+
+    from eqx_fmnist.audit import LabelAudit
+    from eqx_fmnist.runs import write_suspects
+
+    found = LabelAudit(
+        np.array([7, 2]), np.array([0, 9]), np.array([6, 7]), np.array([0.01, 0.2]), 50
+    )
+    images = np.zeros((50, 28, 28), np.uint8)
+    paths = write_suspects(tmp_path, "train", found, images, top=2)
+    assert sorted(p.name for p in paths) == sorted(
+        f"suspects_train{end}" for end in (".csv", ".json", ".png", "_by_class.png")
+    )
+    lines = (tmp_path / "suspects_train.csv").read_text().splitlines()
+    assert lines[1].startswith("7,T-shirt/top,Shirt") and lines[2].startswith("2,Ankle boot,")
+    saved = json.loads((tmp_path / "suspects_train.json").read_text())
+    assert saved["examples"] == 50 and [r["index"] for r in saved["suspects"]] == [7, 2]
+    assert saved["suspects"][1]["suggested"] == "Sneaker"
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths if p.suffix == ".png")
