@@ -573,6 +573,16 @@ def small_config(**kw):
     return TrainConfig(**(base | kw))
 
 
+def members_config(**kw):
+    """The tiny run the members' tests train (ensembles, folds, stacked states): 12 steps
+    of batch 32 in three chunks of 4, one hidden layer of 32, the recipe's schedule;
+    `kw` changes fields."""
+    from eqx_fmnist.config import TrainConfig
+
+    base = dict(steps=12, batch_size=32, hidden_sizes=(32,), log_every=4)
+    return TrainConfig(**(base | kw))
+
+
 def free_local_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago. On a machine whose sandbox
     refuses sockets (the TPU machine's: errno 97) no coordinator can listen, and the test

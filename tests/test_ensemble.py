@@ -8,14 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import F32_U, mlp_logits_atol, same_arrays
-
-
-def config(**kw):
-    from eqx_fmnist.config import TrainConfig
-
-    base = dict(steps=12, batch_size=32, hidden_sizes=(32,), log_every=4)
-    return TrainConfig(**(base | kw))
+from helpers import F32_U, members_config as config, mlp_logits_atol, same_arrays
 
 
 def params(model):

@@ -10,14 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import run_cli_here
-
-
-def config(**kw):
-    from eqx_fmnist.config import TrainConfig
-
-    base = dict(steps=12, batch_size=32, hidden_sizes=(32,), log_every=4)
-    return TrainConfig(**(base | kw))
+from helpers import members_config as config, run_cli_here
 
 
 def max_diff(a, b) -> float:

@@ -8,14 +8,7 @@ import numpy as np
 import pytest
 
 import helpers
-from helpers import same_arrays, tree_allclose
-
-
-def config(**kw):
-    from eqx_fmnist.config import TrainConfig
-
-    base = dict(steps=12, batch_size=32, hidden_sizes=(32,), log_every=4)
-    return TrainConfig(**(base | kw))
+from helpers import members_config as config, same_arrays, tree_allclose
 
 
 def test_each_initial_member_is_the_single_runs_initial_state_exactly():
