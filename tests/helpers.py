@@ -220,6 +220,15 @@ def _numpy_hidden(model, images) -> np.ndarray:
     return np.concatenate(hidden, 1)
 
 
+def at_once(f, *args, **kwargs):
+    """`f(*args, **kwargs)` as one compiled program (`eqx.filter_jit`, arrays traced, the
+    rest static): a reference or a forward pass run eagerly compiles one program per
+    operation and shape, each a compile of its own in a cold suite."""
+    import equinox as eqx
+
+    return eqx.filter_jit(f)(*args, **kwargs)
+
+
 def tree_allclose(a, b, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     """True when two PyTrees have the same structure and all leaves are close."""
     if jtu.tree_structure(a) != jtu.tree_structure(b):

@@ -2,6 +2,7 @@
 their bounds and pure in (key, step), the step's batch is the augmented gather, the
 weight average against a hand-computed one, distillation's loss and its checks."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -89,21 +90,27 @@ def test_the_step_trains_on_the_augmented_gather(small):
     batches makes the same run (it applies the state's augmentation itself)."""
     from eqx_fmnist.augment import augment
     from eqx_fmnist.batches import augment_key
-    from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.dataset import batch_indices
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import _step, train_step, train_steps
 
-    config = TrainConfig(steps=4, batch_size=32, hidden_sizes=(16,), shift=2, mirror=True)
+    from helpers import small_config
+
+    config = small_config(steps=4, shift=2, mirror=True)
     fused, _ = train_steps(init_state(config, len(small)), small, batch_size=32, num_steps=2)
     by_hand, looped = init_state(config, len(small)), init_state(config, len(small))
     key = jnp.array(np.asarray(by_hand.key))
-    for step in range(2):
-        idx = batch_indices(key, step, len(small), 32)
+
+    @eqx.filter_jit  # the hand-made step, one program (not one per operation)
+    def hand_made(state, step, data):
+        idx = batch_indices(key, step, len(data.images), 32)
         x = augment(
-            jr.fold_in(augment_key(key), step), small.images[idx], by_hand.settings.augmentation
+            jr.fold_in(augment_key(key), step), data.images[idx], state.settings.augmentation
         )
-        by_hand, _ = _step(by_hand, x, small.labels[idx])
+        return _step(state, x, data.labels[idx])[0], idx
+
+    for step in range(2):
+        by_hand, idx = hand_made(by_hand, jnp.int32(step), small)
         looped, _ = train_step(looped, small.images[idx], small.labels[idx])
     assert tree_allclose(fused.model, by_hand.model, rtol=1e-5, atol=1e-6)
     assert tree_allclose(fused.model, looped.model, rtol=1e-5, atol=1e-6)
@@ -206,13 +213,13 @@ def test_the_select_form_moves_each_image_as_numpy_does(images, bound, dtype):
 def test_moves_past_the_canvas_leave_nothing_in_either_form(images):
     from eqx_fmnist.augment import gather_moves, select_moves
 
-    n = len(images)
+    n, flip = len(images), np.zeros((len(images),), bool)
+    selected, gathered = jax.jit(select_moves), jax.jit(gather_moves)
     for d in (28, -31, 100):
-        full = jnp.full((n,), d, jnp.int32)
-        flip = jnp.zeros((n,), bool)
-        for dx, dy in ((full, full * 0), (full * 0, full)):
-            assert not np.asarray(select_moves(jnp.asarray(images), dx, dy, flip)).any()
-            assert not np.asarray(gather_moves(jnp.asarray(images), dx, dy, flip)).any()
+        full, none = np.full((n,), d, np.int32), np.zeros((n,), np.int32)
+        for dx, dy in ((full, none), (none, full)):
+            assert not np.asarray(selected(images, dx, dy, flip)).any()
+            assert not np.asarray(gathered(images, dx, dy, flip)).any()
 
 
 def test_the_moves_lower_to_a_gather_on_a_cpu_and_to_selects_elsewhere(images):

@@ -24,10 +24,16 @@ def test_a_steps_batch_is_its_indices_rows_and_moves(small):
 
     config = helpers.small_config(shift=2, mirror=True)
     state = init_state(config, len(small))
-    x, y, rows = step_batch(state, jnp.int32(7), small, 32, None, None)
-    idx = batch_indices(state.key, 7, len(small), 32)
-    key = jr.fold_in(augment_key(state.key), 7)
-    want = augment(key, small.images[idx], state.settings.augmentation)
+    x, y, rows = helpers.at_once(
+        lambda s, d: step_batch(s, jnp.int32(7), d, 32, None, None), state, small
+    )
+
+    def by_hand(state, data):
+        idx = batch_indices(state.key, 7, len(data.images), 32)
+        key = jr.fold_in(augment_key(state.key), 7)
+        return augment(key, data.images[idx], state.settings.augmentation), idx
+
+    want, idx = helpers.at_once(by_hand, state, small)
     np.testing.assert_array_equal(np.asarray(x), np.asarray(want))
     np.testing.assert_array_equal(np.asarray(y), np.asarray(small.labels[idx]))
     assert rows is None and data_platform(small) == jax.default_backend()

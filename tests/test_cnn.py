@@ -12,7 +12,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from helpers import classes_agree, float32_widening, numpy_gelu, run_cli_here, same_arrays
+from helpers import at_once, classes_agree, float32_widening, numpy_gelu, run_cli_here, same_arrays
 
 
 def numpy_cnn(model, images):
@@ -40,14 +40,15 @@ def numpy_cnn(model, images):
 def test_the_cnn_computes_its_convolutions_as_written_out(channels):
     from eqx_fmnist.model import CNN, count_params
 
-    model = CNN(channels, (16,), key=jr.key(0))
-    x = jr.uniform(jr.key(1), (6, 784))
+    model = at_once(lambda key: CNN(channels, (16,), key=key), jr.key(0))
+    x = np.random.default_rng(1).uniform(size=(6, 784)).astype(np.float32)
     side = {1: 14, 2: 7, 3: 4}[len(channels)]
     convs = sum(9 * a * b + b for a, b in zip((1, *channels), channels, strict=False))
     assert count_params(model) == convs + channels[-1] * side**2 * 16 + 16 + 16 * 10 + 10
     atol = 2e-5 * float32_widening()  # IEEE float32 here; a TPU's is looser
-    np.testing.assert_allclose(jax.vmap(model)(x), numpy_cnn(model, x), atol=atol)
-    np.testing.assert_allclose(model.forward_batch(x), numpy_cnn(model, x), atol=atol)
+    vmapped, batched = at_once(lambda m, x: (jax.vmap(m)(x), m.forward_batch(x)), model, x)
+    np.testing.assert_allclose(vmapped, numpy_cnn(model, x), atol=atol)
+    np.testing.assert_allclose(batched, numpy_cnn(model, x), atol=atol)
     std = float(model.kernels[0].std())  # He-normal: sqrt(2 / (9 * 1))
     assert abs(std - np.sqrt(2 / 9)) < 0.35 * np.sqrt(2 / 9)
 
@@ -70,13 +71,12 @@ def test_each_form_of_the_convolution_is_the_convolution_and_its_gradient(form):
     taps = {(i, j): padded[:, i : i + 8 : 2, j : j + 8 : 2] for i in range(3) for j in range(3)}
     want = sum(t @ kernel[i, j] for (i, j), t in taps.items())
     size = sum(np.abs(t) @ np.abs(kernel[i, j]) for (i, j), t in taps.items())
-    f32 = jnp.float32
-    got = conv_stride2(jnp.asarray(y, f32), jnp.asarray(kernel, f32), form=form)
+    y32, kernel32 = y.astype(np.float32), kernel.astype(np.float32)
+    got = at_once(lambda y, k: conv_stride2(y, k, form=form), y32, kernel32)
     u = F32_U * float32_widening()
     np.testing.assert_array_less(np.abs(np.asarray(got) - want), SAFETY * np.sqrt(37) * u * size)
-    grad = jax.grad(lambda k: jnp.sum(conv_stride2(jnp.asarray(y, f32), k, form=form) * w))(
-        jnp.asarray(kernel, f32)
-    )
+    weighted = jax.grad(lambda k, y: jnp.sum(conv_stride2(y, k, form=form) * w))
+    grad = at_once(weighted, kernel32, y32)
     want = np.stack(
         [np.stack([np.einsum("bhwc,bhwo->co", taps[i, j], w) for j in range(3)]) for i in range(3)]
     )
@@ -138,13 +138,13 @@ def test_the_cnn_in_bfloat16_accumulates_in_float32():
     from eqx_fmnist.model import CNN
     from eqx_fmnist.precision import Policy
 
-    model = CNN((4, 8), (16,), key=jr.key(0))
-    x = jr.uniform(jr.key(1), (8, 784))
+    model = at_once(lambda key: CNN((4, 8), (16,), key=key), jr.key(0))
+    x = np.random.default_rng(1).uniform(size=(8, 784)).astype(np.float32)
     policy = Policy.from_string("p=f32,c=bf16,o=f32")
-    low = model.forward_batch(x, policy=policy)
+    low = at_once(lambda m, x: m.forward_batch(x, policy=policy), model, x)
     assert low.dtype == jnp.float32
     np.testing.assert_allclose(low, numpy_cnn(model, x), atol=0.05)
-    grads = eqx.filter_grad(lambda m: m.forward_batch(x, policy=policy).sum())(model)
+    grads = at_once(eqx.filter_grad(lambda m, x: m.forward_batch(x, policy=policy).sum()), model, x)
     assert all(g.dtype == jnp.float32 for g in grads.kernels)
 
 

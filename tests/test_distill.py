@@ -1,5 +1,6 @@
 """Distillation: a teacher's soft targets, the loss's formula, and the teachers refused."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -31,10 +32,13 @@ def test_a_teacher_of_another_shape_teaches_and_one_of_other_classes_is_refused(
     from eqx_fmnist.distill import Teacher
     from eqx_fmnist.model import MLP
 
-    wide = MLP(hidden_sizes=(8,), key=jr.PRNGKey(0))
-    x = jr.uniform(jr.PRNGKey(1), (4, 784))
-    log_p = Teacher.for_student(wide, TrainConfig()).log_probs(x)
-    np.testing.assert_allclose(log_p, jax.nn.log_softmax(jax.vmap(wide)(x)), atol=1e-6)
+    from helpers import at_once
+
+    wide = at_once(lambda key: MLP(hidden_sizes=(8,), key=key), jr.PRNGKey(0))
+    x = np.random.default_rng(1).uniform(size=(4, 784)).astype(np.float32)
+    teacher = Teacher.for_student(wide, TrainConfig())
+    log_p, logits = at_once(lambda t, m, x: (t.log_probs(x), jax.vmap(m)(x)), teacher, wide, x)
+    np.testing.assert_allclose(log_p, jax.nn.log_softmax(logits), atol=1e-6)
     with pytest.raises(ValueError, match="maps 784 inputs to 5 classes"):
         Teacher(MLP(hidden_sizes=(8,), out_size=5, key=jr.PRNGKey(0)))
 
@@ -52,20 +56,27 @@ def test_the_distillation_loss_is_its_formula(small):
     from eqx_fmnist.precision import FLOAT32, NoOpLossScale
     from eqx_fmnist.step import _loss
 
+    from helpers import at_once
+
     t, w = 2.0, 0.7
-    student = ef.MLP(hidden_sizes=(16,), key=jr.PRNGKey(0))
+    student = at_once(lambda key: ef.MLP(hidden_sizes=(16,), key=key), jr.PRNGKey(0))
     configs = [ef.TrainConfig(hidden_sizes=(16,), batch_size=32, seed=s) for s in (1, 2)]
     stack = ef.init_members(configs, len(small)).model
     teacher = Teacher(stack, temperature=t, weight=w)
     x, y = ef.normalize(small.images[:64]), small.labels[:64]
-    soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
-    _, (loss, _) = _loss(student, x, y, FLOAT32, jnp.float32(0.0), NoOpLossScale(), soft)
+
+    def student_loss(student, teacher, x, y):
+        soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
+        _, (loss, _) = _loss(student, x, y, FLOAT32, jnp.float32(0.0), NoOpLossScale(), soft)
+        return loss, jax.vmap(student)(x)
+
+    loss, logits = at_once(student_loss, student, teacher, x, y)
 
     def log_softmax(z):
         z = z - z.max(1, keepdims=True)
         return z - np.log(np.exp(z).sum(1, keepdims=True))
 
-    s = np.asarray(jax.vmap(student)(x), np.float64)
+    s = np.asarray(logits, np.float64)
     members = [
         np.asarray(ef.predict_logits(ef.select_members(stack, i), small.images[:64]), np.float64)
         for i in range(2)
@@ -86,6 +97,7 @@ def test_a_teachers_table_holds_its_answers_on_every_view(small):
 
     from helpers import moved_numpy
 
+    live_log_probs = eqx.filter_jit(lambda t, x: t.log_probs(ef.normalize(x)))
     configs = [ef.TrainConfig(hidden_sizes=(16,), batch_size=32, seed=s) for s in (1, 2)]
     teacher = Teacher(ef.init_members(configs, len(small)).model, temperature=2.0)
     augmentation = Augmentation(shift=1, mirror=True)
@@ -95,7 +107,7 @@ def test_a_teachers_table_holds_its_answers_on_every_view(small):
     for v in (0, 7, 17):
         dx, dy, mirror = table.views[v]
         moved = jnp.asarray(moved_numpy(np.asarray(images), dx, dy, mirror))
-        live = teacher.log_probs(ef.normalize(moved))
+        live = live_log_probs(teacher, moved)
         np.testing.assert_allclose(
             table.log_probs[:, v].astype(jnp.float32), live, rtol=1e-2, atol=1e-2
         )
@@ -197,6 +209,8 @@ def test_a_mixup_step_learns_the_teachers_answers_and_the_labels_on_the_mix(real
     from eqx_fmnist.distill import Teacher
     from eqx_fmnist.step import _step
 
+    from helpers import at_once
+
     t, w, smoothing = 2.0, 0.6, 0.1
     config = ef.TrainConfig(
         hidden_sizes=(16,),
@@ -214,16 +228,19 @@ def test_a_mixup_step_learns_the_teachers_answers_and_the_labels_on_the_mix(real
     # A confident teacher (its logits 20 times larger), whose answers move with its input.
     teacher = eqx.tree_at(lambda m: m.layers[-1].weight, teacher, teacher.layers[-1].weight * 20)
     x, y = train.images[:64], train.labels[:64]
-    mixed, share = map(np.asarray, step_inputs(state, x))
-    _, metrics = _step(state, x, y, teacher=Teacher.for_student(teacher, config))
+    mixed, share = map(np.asarray, at_once(step_inputs, state, x))
+    taught = Teacher.for_student(teacher, config)
+    _, metrics = at_once(lambda s, x, y, t: _step(s, x, y, teacher=t), state, x, y, taught)
+    both = eqx.filter_jit(lambda s, t, x: (jax.vmap(s)(x), jax.vmap(t)(x)))
 
     def log_softmax(z):
         z = z - z.max(1, keepdims=True)
         return z - np.log(np.exp(z).sum(1, keepdims=True))
 
     def loss(images, share):
-        s = np.asarray(jax.vmap(state.model)(jnp.asarray(images)), np.float64)
-        target = np.exp(log_softmax(np.asarray(jax.vmap(teacher)(jnp.asarray(images))) / t))
+        student_logits, teacher_logits = both(state.model, teacher, jnp.asarray(images))
+        s = np.asarray(student_logits, np.float64)
+        target = np.exp(log_softmax(np.asarray(teacher_logits) / t))
         soft = -(target * log_softmax(s / t)).sum(1).mean() * t**2
         log_p, labels = log_softmax(s), np.asarray(y)
 

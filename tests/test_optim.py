@@ -26,7 +26,7 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import train_step
 
-    from helpers import f32_sum_atol, synthetic_arrays
+    from helpers import at_once, f32_sum_atol, synthetic_arrays
 
     config = TrainConfig(
         steps=20,
@@ -69,15 +69,23 @@ def test_the_one_optimiser_path_is_optax_adamw_with_its_schedule(schedule, grad_
             logits = jax.vmap(eqx.combine(p, static))(normalize(x))
             return cross_entropy(logits, y)
 
-        per_example = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(
-            params, data.images[:, None], data.labels[:, None]
+        per_example = at_once(
+            jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)),
+            params,
+            data.images[:, None],
+            data.labels[:, None],
         )
         rounding = jax.tree.map(lambda g: f32_sum_atol(16 * 64, np.abs(g).mean(0)), per_example)
         reach = jax.tree.map(np.zeros_like, rounding)
-        for t in range(steps):
+
+        @eqx.filter_jit  # one program for Optax's step, not one per operation
+        def plain_step(params, opt):
             with optax_promotion():
                 u, opt = tx.update(jax.grad(loss)(params), opt, params)
-            params = optax.apply_updates(params, u)
+            return optax.apply_updates(params, u), opt
+
+        for t in range(steps):
+            params, opt = plain_step(params, opt)
             rate, correction = float(plain_rate(c)(t)), 1 - 0.999 ** (t + 1)
             nu = optax.tree_utils.tree_get(opt, "nu")
             reach = jax.tree.map(

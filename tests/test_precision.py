@@ -90,7 +90,7 @@ def test_training_dtypes_follow_the_policy(compute):
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import _loss, train_step
 
-    from helpers import synthetic_arrays
+    from helpers import at_once, synthetic_arrays
 
     a = synthetic_arrays(n_train=64)
     ds = ArrayDataset(a["train_images"], a["train_labels"])
@@ -99,12 +99,19 @@ def test_training_dtypes_follow_the_policy(compute):
     )
     state = init_state(config, len(ds))
     x, y = ds.images[:32], ds.labels[:32]
-    logits = jax.vmap(lambda v: state.model(v.astype(jnp.float32) / 255.0, policy=state.policy))(x)
+
+    def forward_and_gradients(state, x, y):
+        logits = jax.vmap(
+            lambda v: state.model(v.astype(jnp.float32) / 255.0, policy=state.policy)
+        )(x)
+        grads = eqx.filter_grad(
+            lambda m: _loss(m, normalize(x), y, state.policy, 0.0, state.loss_scale)[0],
+            has_aux=False,
+        )(state.model)
+        return logits, grads
+
+    logits, grads = at_once(forward_and_gradients, state, x, y)
     assert logits.dtype == jnp.dtype(compute)
-    grads = eqx.filter_grad(
-        lambda m: _loss(m, normalize(x), y, state.policy, 0.0, state.loss_scale)[0],
-        has_aux=False,
-    )(state.model)
     assert {g.dtype for g in jtu.tree_leaves(grads)} == {jnp.dtype("float32")}
     new, _ = train_step(state, x, y)
     floats = [
@@ -196,17 +203,23 @@ def test_dense_multiplies_in_the_compute_dtype_forward_and_backward(compute):
 
     import eqx_fmnist as ef
 
+    from helpers import at_once
+
     policy = ef.Policy("float32", compute, "float32")
 
-    def rounded(a):
-        return np.asarray(jnp.asarray(a, compute).astype(jnp.float32), np.float64)
+    def rounded(a):  # numpy's rounding to the compute dtype (ml_dtypes for bfloat16)
+        return np.asarray(a, np.float32).astype(jnp.dtype(compute)).astype(np.float64)
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((32, 20)).astype(np.float32)
     w = rng.standard_normal((7, 20)).astype(np.float32)
     g = rng.standard_normal((32, 7)).astype(np.float32)
-    out, pull = jax.vjp(policy.dense, jnp.asarray(x), jnp.asarray(w))
-    dx, dw = pull(jnp.asarray(g))
+
+    def forward_and_back(x, w, g):
+        out, pull = jax.vjp(policy.dense, x, w)
+        return out, *pull(g)
+
+    out, dx, dw = at_once(forward_and_back, x, w, g)
     assert out.dtype == dx.dtype == dw.dtype == jnp.float32
 
     def close(got, a, b):
@@ -230,12 +243,17 @@ def test_the_batch_forward_is_the_vmapped_model_exactly_in_float32():
     import eqx_fmnist as ef
     from eqx_fmnist.precision import FLOAT32, MIXED_BF16
 
-    model = ef.MLP(key=jr.key(0))
-    x = jr.uniform(jr.key(1), (16, 784))
-    vmapped = jax.vmap(model)(x)
-    assert np.array_equal(model.forward_batch(x, policy=FLOAT32), vmapped)
-    bf16 = model.forward_batch(x, policy=MIXED_BF16)
-    per_example = jax.vmap(lambda e: model(e, policy=MIXED_BF16))(x)
+    from helpers import at_once
+
+    model = at_once(lambda key: ef.MLP(key=key), jr.key(0))
+    x = np.random.default_rng(1).uniform(size=(16, 784)).astype(np.float32)
+    # Each its own program (one program might share the two computations' work).
+    vmapped = at_once(lambda m, x: jax.vmap(m)(x), model, x)
+    assert np.array_equal(
+        at_once(lambda m, x: m.forward_batch(x, policy=FLOAT32), model, x), vmapped
+    )
+    bf16 = at_once(lambda m, x: m.forward_batch(x, policy=MIXED_BF16), model, x)
+    per_example = at_once(lambda m, x: jax.vmap(lambda e: m(e, policy=MIXED_BF16))(x), model, x)
     np.testing.assert_allclose(bf16, per_example, atol=1e-4)
     assert not np.array_equal(bf16, vmapped)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import helpers
-from helpers import f32_sum_atol, feistel_order, tree_allclose
+from helpers import at_once, f32_sum_atol, feistel_order, tree_allclose
 
 
 def small_config(**kw):
@@ -29,22 +29,29 @@ def test_train_step_does_one_adamw_step_by_hand(small):
     state = init_state(config, len(small))
     model0 = state.model
     x, y = small.images[:32], small.labels[:32]
-    grads = eqx.filter_grad(lambda m: cross_entropy(jax.vmap(m)(normalize(x)), y))(model0)
+
+    def gradients(m, x, y):
+        """The batch's gradient, and each example's (for the rounding below)."""
+        whole = eqx.filter_grad(lambda m: cross_entropy(jax.vmap(m)(normalize(x)), y))(m)
+        each = eqx.filter_vmap(
+            eqx.filter_grad(lambda m, xi, yi: cross_entropy(m(normalize(xi))[None], yi[None])),
+            in_axes=(None, 0, 0),
+        )(m, x, y)
+        return whole, each
+
+    grads, per_example = at_once(gradients, model0, x, y)
     # AdamW's first step: m = (1-b1) g, v = (1-b2) g^2, bias-corrected: update = g/|g|.
     eps = 1e-8
 
     def expected(p, g):
-        return p - 0.01 * (g / (jnp.abs(g) + eps) + 0.01 * p)
+        p, g = np.asarray(p, np.float64), np.asarray(g, np.float64)
+        return p - 0.01 * (g / (np.abs(g) + eps) + 0.01 * p)
 
     want = jax.tree.map(expected, eqx.filter(model0, eqx.is_inexact_array), grads)
     # g / |g| is steep where |g| is near eps: a gradient entry rounded differently by the
     # two programs moves its update by lr * eps / (|g| + eps)^2 times that rounding. The
     # rounding of each entry: a sum over the batch of per-example terms (f32_sum_atol on
     # their magnitudes, with the backward pass's own sums folded into k).
-    per_example = eqx.filter_vmap(
-        eqx.filter_grad(lambda m, xi, yi: cross_entropy(m(normalize(xi))[None], yi[None])),
-        in_axes=(None, 0, 0),
-    )(model0, x, y)
     magnitude = jax.tree.map(lambda g: np.abs(np.asarray(g)).mean(0), per_example)
     new, metrics = train_step(state, x, y)  # donates `state` (and `model0`)
     got = eqx.filter(new.model, eqx.is_inexact_array)
