@@ -8,8 +8,9 @@ xdist workers send their totals to the controller, which prints one section at t
 the run beside `--durations`: programs compiled and their seconds, programs loaded from
 the persistent cache, time spent tracing and lowering, the ten tests that compiled the
 most, the programs that cost the most to compile (by name: `jit(_steps)` is a training
-chunk), and each process's resident memory at the end. `EQX_FMNIST_COMPILE_DUMP=FILE`
-also writes every process's raw tallies (one JSON line each) for a closer look.
+chunk), the lines of the tests that asked for the most programs (an operation run
+eagerly compiles one of its own for each shape it meets), and each process's resident
+memory at the end. `EQX_FMNIST_COMPILE_DUMP=FILE` also writes every process's raw tallies (one JSON line each) for a closer look.
 
 Subprocesses the tests start (the CLI in a process of its own, the two-process tests)
 compile in their own interpreters; their time shows in `--durations`, not here.
@@ -18,6 +19,7 @@ compile in their own interpreters; their time shows in `--durations`, not here.
 import json
 import os
 import resource
+import sys
 from collections import defaultdict
 
 import jax
@@ -28,6 +30,21 @@ _LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 _HIT = "/jax/compilation_cache/cache_hits"
 
 OUTSIDE = "(outside any test: collection, session fixtures' teardown)"
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+_OWN = {os.path.join(_TESTS, name) for name in ("conftest.py", "compile_report.py")}
+
+
+def _test_line() -> str:
+    """Where in the tests the program being compiled was asked for: the innermost frame
+    in a test file or a test helper (`test_x.py:LINE`), or `(library)` for a program a
+    library thread compiled on its own."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_TESTS) and name not in _OWN:
+            return f"{os.path.relpath(name, _TESTS)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "(library)"
 
 
 class Tally:
@@ -38,6 +55,7 @@ class Tally:
         self.tests: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.programs: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
         self.by_test: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.lines: dict[str, int] = defaultdict(int)
         self._hit = False
 
     def on_event(self, event: str, **kwargs) -> None:
@@ -56,6 +74,7 @@ class Tally:
                 program[0] += 1
                 program[1] += duration
                 self.by_test[self.current][name] += 1
+                self.lines[_test_line()] += 1
             self._hit = False
         elif event in (_TRACE, _LOWER):
             row["trace_s"] += duration
@@ -73,6 +92,7 @@ class Tally:
                 "tests": {k: dict(v) for k, v in self.tests.items()},
                 "programs": dict(self.programs),
                 "by_test": {k: dict(v) for k, v in self.by_test.items()},
+                "lines": dict(self.lines),
                 "rss": rss,
                 "peak": peak,
             }
@@ -81,23 +101,27 @@ class Tally:
 
 def merge(payloads: list[str]):
     """Every process's per-test rows in one table, its programs in another (name:
-    `[count, seconds]`), and each process's (rss, peak)."""
+    `[count, seconds]`), the lines of the tests that asked for them (line: count), and
+    each process's (rss, peak)."""
     tests: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     programs: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    lines: dict[str, int] = defaultdict(int)
     memory = []
     for text in payloads:
         data = json.loads(text)
         memory.append((data["rss"], data["peak"]))
+        for line, count in data.get("lines", {}).items():
+            lines[line] += count
         for name, row in data["tests"].items():
             for field, value in row.items():
                 tests[name][field] += value
         for name, (count, seconds) in data["programs"].items():
             programs[name][0] += count
             programs[name][1] += seconds
-    return tests, programs, memory
+    return tests, programs, lines, memory
 
 
-def write_report(write_line, tests, programs, memory, top: int = 10) -> None:
+def write_report(write_line, tests, programs, lines, memory, top: int = 10) -> None:
     total = defaultdict(float)
     for row in tests.values():
         for field, value in row.items():
@@ -116,6 +140,9 @@ def write_report(write_line, tests, programs, memory, top: int = 10) -> None:
     write_line("the programs that cost the most to compile (seconds, times compiled):")
     for name, (count, seconds) in costly:
         write_line(f"  {seconds:7.1f} s {int(count):4d}  {name}")
+    write_line("the lines of the tests that compiled the most programs (programs):")
+    for line, count in sorted(lines.items(), key=lambda kv: -kv[1])[:top]:
+        write_line(f"  {count:4d}  {line}")
     for i, (rss, peak) in enumerate(memory):
         write_line(
             f"process {i}: {rss / 2**30:.2f} GiB resident at the end (peak {peak / 2**30:.2f} GiB)"

@@ -283,9 +283,9 @@ def pytest_terminal_summary(terminalreporter, config):
     if os.environ.get("EQX_FMNIST_COMPILE_DUMP"):
         with open(os.environ["EQX_FMNIST_COMPILE_DUMP"], "w") as f:
             f.write("\n".join(payloads))
-    tests, programs, memory = compile_report.merge(payloads)
+    tests, programs, lines, memory = compile_report.merge(payloads)
     terminalreporter.section("compile report")
-    compile_report.write_report(terminalreporter.write_line, tests, programs, memory)
+    compile_report.write_report(terminalreporter.write_line, tests, programs, lines, memory)
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         return

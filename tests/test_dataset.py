@@ -62,8 +62,8 @@ def test_epoch_permutation_visits_every_index_once(real_datasets):
     np.testing.assert_array_equal(np.sort(idx.ravel()), np.arange(60_000))
     # With a batch that does not divide 60,000 the remainder is dropped, nothing repeats,
     # and another epoch's key gives another order.
-    idx512 = np.asarray(epoch_indices(jr.key(0), len(train), 512))
-    other = np.asarray(epoch_indices(jr.key(1), len(train), 512))
+    indices = jax.jit(epoch_indices, static_argnums=(1, 2))
+    idx512, other = (np.asarray(indices(jr.key(k), len(train), 512)) for k in (0, 1))
     assert idx512.shape == (117, 512) and len(np.unique(idx512)) == 117 * 512
     assert not np.array_equal(idx512, other)
 
@@ -80,7 +80,8 @@ def test_permute_is_a_bijection_that_matches_its_definition(n):
     # Elementwise: any subset of positions, in any shape, maps as the whole range does.
     positions = np.arange(n)[::-1][: 2 * (n // 2)].reshape(2, -1)
     np.testing.assert_array_equal(
-        np.asarray(permute(key, jnp.asarray(positions), n)), got[positions]
+        np.asarray(jax.jit(permute, static_argnums=2)(key, jnp.asarray(positions), n)),
+        got[positions],
     )
 
 
@@ -91,14 +92,14 @@ def test_permute_mixes_like_a_random_permutation():
 
     n, batch = 60_000, 512
     labels = np.repeat(np.arange(10), n // 10)
+    indices = jax.jit(epoch_indices, static_argnums=(1, 2))
     for seed in range(3):
-        idx = np.asarray(epoch_indices(jr.key(seed), n, batch))
+        idx = np.asarray(indices(jr.key(seed), n, batch))
         counts = np.stack([np.bincount(labels[b], minlength=10) for b in idx])
         chi2 = ((counts - batch / 10) ** 2 / (batch / 10)).sum(axis=1)
         assert 7.0 < chi2.mean() < 11.0, chi2.mean()  # identity order: ~4,600
         assert abs(np.corrcoef(np.arange(idx.size), idx.ravel())[0, 1]) < 0.02
-    first = np.asarray(epoch_indices(jr.key(0), n, batch))
-    other = np.asarray(epoch_indices(jr.key(1), n, batch))
+    first, other = (np.asarray(indices(jr.key(k), n, batch)) for k in (0, 1))
     assert (first == other).mean() < 0.01  # another key, another order
 
 
@@ -106,8 +107,9 @@ def test_batch_indices_is_the_steps_slice_of_its_epoch():
     from eqx_fmnist.dataset import batch_indices, epoch_indices
 
     key, n, batch = jr.key(7), 1000, 64  # 15 steps per epoch
+    indices = jax.jit(lambda key, epoch: epoch_indices(jr.fold_in(key, epoch), n, batch))
     for step in (0, 1, 14, 15, 16, 44, 45):
-        epoch = np.asarray(epoch_indices(jr.fold_in(key, step // 15), n, batch))
+        epoch = np.asarray(indices(key, step // 15))
         got = np.asarray(jax.jit(batch_indices, static_argnums=(2, 3))(key, step, n, batch))
         np.testing.assert_array_equal(got, epoch[step % 15])
 
