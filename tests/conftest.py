@@ -219,15 +219,31 @@ def codelab_run(real_splits):
     return fit(TrainConfig.codelab(steps=100, log_every=100), real_splits)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def small():
-    """A small synthetic training set: 256 examples, 8 steps of 32 per epoch."""
+    """The small world's data: 256 synthetic examples, 8 steps of 32 per epoch (read-only:
+    an `ArrayDataset` is immutable)."""
     from eqx_fmnist.dataset import ArrayDataset
 
     from helpers import synthetic_arrays
 
     a = synthetic_arrays(n_train=256)
     return ArrayDataset(a["train_images"], a["train_labels"])
+
+
+@pytest.fixture(scope="session")
+def small_cv_run(small, tmp_path_factory):
+    """The small world's cross-validation, finished once for the session (read-only):
+    `small_config()` in two folds of `small`, trained and written by `Training`."""
+    import eqx_fmnist as ef
+    from eqx_fmnist.runs import Training
+
+    from helpers import fashion_mnist_of, small_config
+
+    out = tmp_path_factory.mktemp("small-cv") / "cv"
+    folds = ef.ensemble.Folds(2)
+    Training.new(out, small_config(), members=folds, data=fashion_mnist_of(small)).run()
+    return out
 
 
 _TALLY = compile_report.Tally()

@@ -440,18 +440,11 @@ def use_a_slice(data, monkeypatch, n_train: int, n_test: int):
     """From now on, every way the package loads Fashion-MNIST (`ef.load_fashion_mnist`,
     the command line, `runs.run_splits`) returns the first `n_train` training and `n_test`
     test images of `data`: a page or a script run in its quick form. Returns the slice."""
-    import dataclasses
     import sys
 
     from eqx_fmnist.data.load import load_fashion_mnist
 
-    small = dataclasses.replace(
-        data,
-        train_images=data.train_images[:n_train],
-        train_labels=data.train_labels[:n_train],
-        test_images=data.test_images[:n_test],
-        test_labels=data.test_labels[:n_test],
-    )
+    small = real_slice(data, n_train, n_test)
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] == "eqx_fmnist" and vars(module).get("load_fashion_mnist") is (
             load_fashion_mnist
@@ -574,22 +567,51 @@ def calibrate_on_training_images(model, real_data, **kwargs):
 
 
 def small_config(**kw):
-    """The tiny run many tests train: 16 steps of batch 32, one hidden layer of 32, a
-    constant learning rate; `kw` changes fields."""
+    """The small world's run, which a test trains unless its point needs another shape
+    (and then its docstring says why): the tiny MLP (one hidden layer of 32) for 16
+    steps of batch 32 at a constant learning rate, in chunks of 8 steps (an epoch of the
+    `small` data set: one chunk program for the whole run); `kw` changes fields. The
+    small world's members are this run's (`ef.ensemble.Seeds(2)`, `Folds`, a grid), and
+    its CNN is `small_config(**SMALL_CNN)`."""
     from eqx_fmnist.config import TrainConfig
 
-    base = dict(steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant")
+    base = dict(steps=16, batch_size=32, hidden_sizes=(32,), schedule="constant", log_every=8)
     return TrainConfig(**(base | kw))
 
 
-def members_config(**kw):
-    """The tiny run the members' tests train (ensembles, folds, stacked states): 12 steps
-    of batch 32 in three chunks of 4, one hidden layer of 32, the recipe's schedule;
+SMALL_CNN = {"model": "cnn", "channels": (4, 8)}
+"""The small world's CNN: two convolutions (4 and 8 channels) under `small_config`'s
+head of 32."""
+
+
+def run_config(**kw):
+    """The small world's run logged every two steps, for 24: the run folders' tests stop,
+    resume and checkpoint between intervals, and read the history each interval writes;
     `kw` changes fields."""
-    from eqx_fmnist.config import TrainConfig
+    return small_config(**({"steps": 24, "log_every": 2} | kw))
 
-    base = dict(steps=12, batch_size=32, hidden_sizes=(32,), log_every=4)
-    return TrainConfig(**(base | kw))
+
+def fashion_mnist_of(dataset):
+    """`dataset` (an `ArrayDataset` of flat images) as the `FashionMNIST` a run folder
+    trains on: its images are both the training and the test set."""
+    from eqx_fmnist.data import FashionMNIST
+
+    images = np.asarray(dataset.images).reshape(-1, 28, 28)
+    labels = np.asarray(dataset.labels).astype(np.uint8)
+    return FashionMNIST(images, labels, images, labels, source=Path("synthetic"))
+
+
+def real_slice(data, n_train: int = 2048, n_test: int = 500):
+    """The first `n_train` training and `n_test` test images of the real `data`."""
+    import dataclasses
+
+    return dataclasses.replace(
+        data,
+        train_images=data.train_images[:n_train],
+        train_labels=data.train_labels[:n_train],
+        test_images=data.test_images[:n_test],
+        test_labels=data.test_labels[:n_test],
+    )
 
 
 def free_local_port() -> int:

@@ -142,8 +142,9 @@ def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_feat
     from eqx_fmnist.calibration import fit_temperature
     from eqx_fmnist.trust import features, fit_trust
 
-    config = ef.TrainConfig(steps=8, batch_size=32, hidden_sizes=(16,))
-    members = ef.fit_ensemble(config, ef.Splits(small), seeds=2)
+    from helpers import small_config
+
+    members = ef.fit_ensemble(small_config(), ef.Splits(small), seeds=2)
     train, held = small.split(64, key=__import__("jax").random.PRNGKey(0))
     cal = ef.calibrate(members.model, train, held)
     probs = np.stack(
@@ -154,7 +155,7 @@ def test_an_ensemble_is_calibrated_on_its_mean_probability_and_each_members_feat
     )
     log_mean = np.log(probs.mean(0))
     assert cal.temperature == pytest.approx(fit_temperature(log_mean, held.labels), rel=1e-4)
-    assert cal.trust.means.shape == (2, 10, 16) and cal.held_out == 64
+    assert cal.trust.means.shape == (2, 10, 32) and cal.held_out == 64
     alone = [fit_trust(ef.select_members(members.model, i), train, held) for i in range(2)]
     x = np.asarray(ef.normalize(train.images), np.float64)
     for i in range(2):

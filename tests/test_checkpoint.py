@@ -2,21 +2,7 @@ import json
 
 import pytest
 
-from helpers import synthetic_arrays, tree_allclose
-
-
-@pytest.fixture
-def small():
-    from eqx_fmnist.dataset import ArrayDataset
-
-    a = synthetic_arrays(n_train=256)
-    return ArrayDataset(a["train_images"], a["train_labels"])
-
-
-def config(**kw):
-    from eqx_fmnist.config import TrainConfig
-
-    return TrainConfig(**(dict(steps=16, batch_size=32, hidden_sizes=(32,)) | kw))
+from helpers import small_config as config, tree_allclose
 
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data

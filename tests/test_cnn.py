@@ -152,13 +152,13 @@ def test_a_cnn_trains_members_and_resumes_exactly_from_its_checkpoint(small, tmp
     import eqx_fmnist as ef
     from eqx_fmnist.checkpoint import load_checkpoint, save_checkpoint
 
-    from helpers import small_config
+    from helpers import SMALL_CNN, small_config
 
-    config = small_config(model="cnn", channels=(4, 8), steps=8, log_every=4)
+    config = small_config(**SMALL_CNN)
     splits = ef.Splits(small, None)
     whole = ef.fit(config, splits, members=ef.ensemble.Seeds(2))
     assert whole.num_members == 2 and isinstance(whole.model, ef.CNN)
-    half = ef.fit(config.with_changes(steps=4), splits, members=ef.ensemble.Seeds(2))
+    half = ef.fit(config.with_changes(steps=8), splits, members=ef.ensemble.Seeds(2))
     path = save_checkpoint(
         tmp_path / "c.eqx", half.state, config, num_train=len(small), members=half.configs
     )
@@ -259,9 +259,9 @@ def test_exports_of_the_mlps_layers_refuse_a_cnn_and_stablehlo_carries_it(
     import eqx_fmnist as ef
     from eqx_fmnist.export import ExportError, export_model, load_artifact
 
-    from helpers import small_config
+    from helpers import SMALL_CNN, small_config
 
-    config = small_config(model="cnn", channels=(4, 8), steps=4)
+    config = small_config(**SMALL_CNN)
     result = ef.fit(config, ef.Splits(small, None))
     images = test_images[:256]
     for format in ("safetensors", "html"):

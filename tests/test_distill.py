@@ -7,16 +7,17 @@ import jax.random as jr
 import numpy as np
 import pytest
 
+from helpers import small_config
+
 
 def test_a_student_that_is_its_teacher_gets_no_gradient(small):
     """At weight 1 the loss is the cross-entropy against the teacher's probabilities,
     whose gradient vanishes where the student's probabilities are the teacher's."""
-    from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.distill import Teacher
     from eqx_fmnist.state import init_state, select_members
     from eqx_fmnist.step import train_steps
 
-    config = TrainConfig(steps=2, batch_size=32, hidden_sizes=(16,), distill_temperature=2.0)
+    config = small_config(steps=2, distill_temperature=2.0)
     state = init_state(config, len(small))
     twin = jax.tree.map(lambda a: a[None], state.model)  # the same model, as a stack of one
     teacher = Teacher.for_student(select_members(twin, [0, 0]), config)
@@ -60,7 +61,7 @@ def test_the_distillation_loss_is_its_formula(small):
 
     t, w = 2.0, 0.7
     student = at_once(lambda key: ef.MLP(hidden_sizes=(16,), key=key), jr.PRNGKey(0))
-    configs = [ef.TrainConfig(hidden_sizes=(16,), batch_size=32, seed=s) for s in (1, 2)]
+    configs = [small_config(seed=s) for s in (1, 2)]
     stack = ef.init_members(configs, len(small)).model
     teacher = Teacher(stack, temperature=t, weight=w)
     x, y = ef.normalize(small.images[:64]), small.labels[:64]
@@ -98,7 +99,7 @@ def test_a_teachers_table_holds_its_answers_on_every_view(small):
     from helpers import moved_numpy
 
     live_log_probs = eqx.filter_jit(lambda t, x: t.log_probs(ef.normalize(x)))
-    configs = [ef.TrainConfig(hidden_sizes=(16,), batch_size=32, seed=s) for s in (1, 2)]
+    configs = [small_config(seed=s) for s in (1, 2)]
     teacher = Teacher(ef.init_members(configs, len(small)).model, temperature=2.0)
     augmentation = Augmentation(shift=1, mirror=True)
     images = small.images[:50]
@@ -142,9 +143,7 @@ def test_a_table_step_trains_as_the_live_teacher_does(small):
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import train_steps
 
-    config = ef.TrainConfig(
-        steps=4, batch_size=32, hidden_sizes=(16,), shift=2, mirror=True, distill_temperature=2.0
-    )
+    config = small_config(steps=4, shift=2, mirror=True, distill_temperature=2.0)
     stack = ef.init_members([config.with_changes(seed=s) for s in (5, 6)], len(small)).model
     teacher = Teacher.for_student(stack, config)
     table = teacher.table(small.images, augmentation_of(config))
@@ -212,9 +211,7 @@ def test_a_mixup_step_learns_the_teachers_answers_and_the_labels_on_the_mix(real
     from helpers import at_once
 
     t, w, smoothing = 2.0, 0.6, 0.1
-    config = ef.TrainConfig(
-        hidden_sizes=(16,),
-        batch_size=64,
+    config = small_config(
         shift=0,
         mirror=False,
         mixup=0.5,
@@ -227,7 +224,7 @@ def test_a_mixup_step_learns_the_teachers_answers_and_the_labels_on_the_mix(real
     teacher = ef.MLP(hidden_sizes=(24,), key=jr.PRNGKey(5))
     # A confident teacher (its logits 20 times larger), whose answers move with its input.
     teacher = eqx.tree_at(lambda m: m.layers[-1].weight, teacher, teacher.layers[-1].weight * 20)
-    x, y = train.images[:64], train.labels[:64]
+    x, y = train.images[:32], train.labels[:32]
     mixed, share = map(np.asarray, at_once(step_inputs, state, x))
     taught = Teacher.for_student(teacher, config)
     _, metrics = at_once(lambda s, x, y, t: _step(s, x, y, teacher=t), state, x, y, taught)
@@ -245,14 +242,14 @@ def test_a_mixup_step_learns_the_teachers_answers_and_the_labels_on_the_mix(real
         log_p, labels = log_softmax(s), np.asarray(y)
 
         def ce(lab):
-            return -(1 - smoothing) * log_p[np.arange(64), lab] - smoothing * log_p.mean(1)
+            return -(1 - smoothing) * log_p[np.arange(32), lab] - smoothing * log_p.mean(1)
 
         return w * soft + (1 - w) * np.mean(share * ce(labels) + (1 - share) * ce(labels[::-1]))
 
     got = float(metrics["loss"])
     np.testing.assert_allclose(got, loss(mixed, share), rtol=1e-5)
     assert abs(got - loss(np.asarray(ef.normalize(x)), share)) > 1e-3  # not the unmixed
-    assert abs(got - loss(mixed, np.ones(64))) > 1e-3  # the labels mixed too
+    assert abs(got - loss(mixed, np.ones(32))) > 1e-3  # the labels mixed too
     assert (np.abs(share - 0.5) < 0.3).any()  # some images really mixed, not all one side
 
 

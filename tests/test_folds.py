@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import members_config as config, run_cli_here
+from helpers import run_cli_here, small_config as config
 
 
 def max_diff(a, b) -> float:

@@ -85,18 +85,15 @@ def test_training_dtypes_follow_the_policy(compute):
     import jax
     import jax.tree_util as jtu
 
-    from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.dataset import ArrayDataset, normalize
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import _loss, train_step
 
-    from helpers import at_once, synthetic_arrays
+    from helpers import at_once, small_config, synthetic_arrays
 
     a = synthetic_arrays(n_train=64)
     ds = ArrayDataset(a["train_images"], a["train_labels"])
-    config = TrainConfig(
-        steps=2, batch_size=32, hidden_sizes=(16,), precision=f"p=f32,c={compute},o={compute}"
-    )
+    config = small_config(steps=2, precision=f"p=f32,c={compute},o={compute}")
     state = init_state(config, len(ds))
     x, y = ds.images[:32], ds.labels[:32]
 
@@ -332,7 +329,9 @@ def test_a_state_built_directly_with_a_weight_average_trains(small):
     from eqx_fmnist.optim import make_optimizer
     from eqx_fmnist.state import TrainState
 
-    config = ef.TrainConfig(steps=4, batch_size=32, hidden_sizes=(16,), ema_decay=0.9)
+    from helpers import small_config
+
+    config = small_config(steps=4, ema_decay=0.9)
     numbers = {
         k: jnp.float32(v)
         for k, v in {"learning_rate": 3e-3, "weight_decay": 0.0, "label_smoothing": 0.0}.items()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import helpers
-from helpers import members_config as config, same_arrays, tree_allclose
+from helpers import same_arrays, small_config as config, tree_allclose
 
 
 def test_each_initial_member_is_the_single_runs_initial_state_exactly():
@@ -107,13 +107,12 @@ def test_per_member_runs_a_function_on_each_member_of_a_stack_or_on_one_model():
 
 @pytest.mark.slow  # cold: compiles several programs or trains on the real data
 def test_the_weight_average_is_the_hand_computed_ema(small):
-    from eqx_fmnist.config import TrainConfig
     from eqx_fmnist.state import init_state
     from eqx_fmnist.step import train_step, train_steps
 
     # ema_decay 0.2: the warm-up (1 + t) / (10 + t) rules steps 0 and 1, the cap 0.2
     # steps 2 to 4 (with 0.5 the cap never bound in 5 steps).
-    config = TrainConfig(steps=5, batch_size=32, hidden_sizes=(16,), ema_decay=0.2)
+    config = helpers.small_config(steps=5, ema_decay=0.2)
     state = init_state(config, len(small))
     params = lambda m: [np.asarray(p) for p in jax.tree.leaves(eqx.filter(m, eqx.is_inexact_array))]  # noqa: E731
     average = params(state.model)

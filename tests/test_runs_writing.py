@@ -1,0 +1,269 @@
+"""`runs.writing`: `RunFolder`, a run's write side: one history line per logging interval,
+checkpoints on a cadence of their own, requested stops saved and resumed exactly, the
+lock, folders in use or holding results refused, TensorBoard's scalars, exactly what a
+run wrote removed on `overwrite`, and `refuse_results`."""
+
+import json
+
+import pytest
+
+from helpers import fashion_mnist_of, run_config as config
+
+
+def saves(monkeypatch):
+    import eqx_fmnist.runs.writing as runs
+
+    saved, real = [], runs.save_checkpoint
+
+    def spy(path, state, config, **kwargs):
+        saved.append(int(state.step))
+        return real(path, state, config, **kwargs)
+
+    monkeypatch.setattr(runs, "save_checkpoint", spy)
+    return saved
+
+
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
+def test_logging_every_two_steps_checkpoints_on_its_own_cadence(small, tmp_path, monkeypatch):
+    from eqx_fmnist.checkpoint import load_checkpoint
+    from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.runs import CheckpointEvery, RunFolder, read_history
+    from eqx_fmnist.train import fit
+
+    saved = saves(monkeypatch)
+    c = config()
+    with RunFolder(
+        tmp_path / "a", c, num_train=256, checkpoint_every=CheckpointEvery(steps=10)
+    ) as run:
+        fit(c, Splits(small, small), callback=run.callback)
+    assert [h["step"] for h in read_history(tmp_path / "a")] == list(range(2, 25, 2))
+    assert saved == [10, 20]  # the first interval ends at or past each 10 steps
+    with RunFolder(tmp_path / "b", c, num_train=256) as run:  # every 60 s: none due
+        result = fit(c, Splits(small, small), callback=run.callback)
+        run.finish(result, fashion_mnist_of(small), _report(result, small))
+    assert saved[2:] == [24]  # only the end
+    assert load_checkpoint(tmp_path / "b" / "checkpoint.eqx").step == 24
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["steps"] == 24
+
+
+def _report(result, test):
+    """The test report `RunFolder.finish` writes, of `result` on the dataset `test`."""
+    from eqx_fmnist.runs import run_report
+
+    return run_report(result.model, result.policy, test.images, test.labels)
+
+
+def test_a_requested_stop_saves_and_the_resume_is_exact(small, tmp_path):
+    from eqx_fmnist.checkpoint import load_checkpoint
+    from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.runs import Interrupted, RunFolder, read_history
+    from eqx_fmnist.train import fit
+
+    from helpers import tree_allclose
+
+    c = config()
+    straight = fit(c, Splits(small, small))
+    folder = tmp_path / "cut"
+
+    def stop_after_step_8(record, state):
+        if record["step"] == 8:
+            run.request_stop("asked by the test")
+
+    with RunFolder(folder, c, num_train=256) as run:
+        with pytest.raises(Interrupted, match="asked by the test") as info:
+            fit(c, Splits(small, small), callback=[stop_after_step_8, run.callback])
+    assert info.value.step == 8 and not (folder / ".eqx-fmnist.lock").exists()
+    ckpt = load_checkpoint(folder / "checkpoint.eqx")
+    assert ckpt.step == 8
+    with RunFolder(folder, c, num_train=256, start_step=ckpt.step) as run:
+        resumed = fit(c, Splits(small, small), state=ckpt.state, callback=run.callback)
+    assert tree_allclose(resumed.model, straight.model, rtol=0, atol=0)
+    assert [h["step"] for h in read_history(folder)] == list(range(2, 25, 2))
+
+
+def test_a_folder_in_use_or_with_results_is_refused(small, tmp_path):
+    from eqx_fmnist.runs import RunError, RunFolder
+
+    c = config()
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "summary.json").write_text("{}")
+    with pytest.raises(RunError, match="already holds results"):
+        RunFolder(tmp_path / "done", c, num_train=256)
+    with RunFolder(tmp_path / "busy", c, num_train=256):
+        with pytest.raises(RunError, match="another run"):
+            with RunFolder(tmp_path / "busy", c, num_train=256, overwrite=True):
+                pass
+
+
+def test_a_start_that_failed_leaves_a_folder_the_corrected_command_reuses(tmp_path):
+    """A folder with only the config and an empty history holds no results; a start
+    that would fail is refused before anything is written."""
+    from eqx_fmnist.runs import RunError, RunFolder
+
+    c = config()
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "config.json").write_text("{}")
+    (half / "history.jsonl").write_text("")
+    with RunFolder(half, c, num_train=256):
+        pass
+    assert (half / "config.json").read_text().startswith("{\n")  # the corrected run's
+    for bad, match in (
+        (config(devices=64, batch_size=64), "asked for 64 devices"),
+        (config(hidden_sizes=(2**16, 2**16)), "the model needs about"),
+    ):
+        with pytest.raises(RunError, match=match):
+            RunFolder(tmp_path / "never", bad, num_train=256)
+        assert not (tmp_path / "never").exists()
+
+
+def test_a_finished_run_is_not_resumed_and_a_resume_overwrites_no_other_run(tmp_path):
+    """A resume of a run whose summary is written is refused (`overwrite` finishes it
+    again); a resume written to another folder refuses that folder's results, and
+    with `overwrite` carries over the resumed run's history, not the folder's."""
+    import json
+
+    from eqx_fmnist.runs import RunError, RunFolder, read_history
+
+    c = config()  # 24 steps
+    done, other = tmp_path / "done", tmp_path / "other"
+    for folder, steps in ((done, (8, 16, 24)), (other, (2, 4))):
+        folder.mkdir()
+        (folder / "summary.json").write_text("{}")
+        lines = "".join(json.dumps({"step": s, "loss": 1.0, "accuracy": 0.5}) + "\n" for s in steps)
+        (folder / "history.jsonl").write_text(lines)
+    with pytest.raises(RunError, match="has finished .step 24 of 24."):
+        RunFolder(done, c, num_train=256, start_step=24)
+    with RunFolder(done, c, num_train=256, start_step=24, overwrite=True):
+        pass
+    with RunFolder(done, c, num_train=256, start_step=16):  # a stop before the end
+        pass
+    with pytest.raises(RunError, match="already holds results"):
+        RunFolder(other, c, num_train=256, start_step=16, resume_from=done)
+    with RunFolder(other, c, num_train=256, start_step=16, resume_from=done, overwrite=True):
+        pass
+    assert [h["step"] for h in read_history(other)] == [8, 16]
+
+
+def test_tensorboard_scalars_and_hyperparameters(small, tmp_path):
+    pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
+    from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.runs import RunFolder
+    from eqx_fmnist.train import fit
+
+    c = config(steps=4)
+    with RunFolder(tmp_path / "tb", c, num_train=256, tensorboard=True) as run:
+        result = fit(c, Splits(small, small), callback=run.callback)
+        run.finish(result, fashion_mnist_of(small), _report(result, small))
+    events = list((tmp_path / "tb" / "tensorboard").rglob("events.out.tfevents.*"))
+    assert events and sum(p.stat().st_size for p in events) > 0
+    blob = b"".join(p.read_bytes() for p in events)
+    assert b"train/loss" in blob and b"hparam/test_accuracy" in blob and b"learning_rate" in blob
+
+
+@pytest.mark.slow  # cold: compiles several programs or trains on the real data
+def test_tensorboard_shows_each_member_of_an_ensemble(small, tmp_path):
+    pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
+    from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.ensemble import Seeds
+    from eqx_fmnist.runs import RunFolder
+    from eqx_fmnist.train import fit
+
+    c, seeds = config(steps=4), Seeds((0, 1))
+    with RunFolder(tmp_path, c, num_train=256, tensorboard=True, members=seeds) as run:
+        fit(c, Splits(small, small), members=seeds, callback=run.callback)
+    blob = b"".join(p.read_bytes() for p in (tmp_path / "tensorboard").rglob("events.*"))
+    assert b"train/loss" in blob and b"members/0/loss" in blob and b"members/1/accuracy" in blob
+
+
+def test_overwrite_removes_exactly_what_a_run_wrote(tmp_path):
+    """`clear_run` (what `--overwrite` removes) goes by exact names: a user's `model.py`,
+    `suspects_to_check.txt`, notes in `tensorboard/` and a `teacher/` folder holding only
+    a README stay; the run's files, its event files and traces, exports, audits and the
+    run a teacher folder holds go, and folders left empty with them."""
+    from eqx_fmnist.runs import LOCK_NAME
+    from eqx_fmnist.runs.layout import clear_run
+
+    ours = [
+        "config.json",
+        "history.jsonl",
+        "checkpoint.eqx",
+        "summary.json",
+        "calibration.safetensors",
+        "confusion_matrix.png",
+        "suspects_train.csv",
+        "suspects_test_by_class.png",
+        "model.onnx",
+        "model.onnx.manifest.json",
+        "tensorboard/events.out.tfevents.1.host",
+        "profile/plugins/profile/2026_12_07/host.xplane.pb",
+        "profile/plugins/profile/2026_12_07/perfetto_trace.json.gz",
+    ]
+    theirs = ["model.py", "suspects_to_check.txt", "tensorboard/notes.md", "notes.txt"]
+    run = tmp_path / "run"
+    for name in [*ours, *theirs]:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(name)
+    (run / "teacher").mkdir()
+    (run / "teacher" / "README").write_text("a folder of mine")
+    removed = clear_run(run, lock=LOCK_NAME)
+    assert sorted(p.relative_to(run).as_posix() for p in removed) == sorted(ours)
+    left = sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file())
+    assert left == sorted([*theirs, "teacher/README"])
+    assert not (run / "profile").exists()  # left empty: gone
+    # A teacher folder that holds a run the library wrote goes with it, lock and all.
+    for name in ("checkpoint.eqx", "summary.json", LOCK_NAME, "examples.png"):
+        (run / "teacher" / name).write_text(name)
+    (run / "teacher" / "README").unlink()
+    clear_run(run, lock=LOCK_NAME)
+    assert not (run / "teacher").exists()
+    (run / "teacher").mkdir()
+    for name in ("checkpoint.eqx", "summary.json"):
+        (run / "teacher" / name).write_text(name)
+    clear_run(run, keep=run / "teacher", lock=LOCK_NAME)
+    assert (run / "teacher" / "checkpoint.eqx").is_file()  # a teacher trained first: kept
+
+
+def test_a_command_that_writes_into_a_run_holds_its_lock_and_reads_it_again(small, tmp_path):
+    """`Run.locked` (export, evaluate's figures, audit): refused while a run trains in
+    the folder, and refused when the folder's run was replaced after it was read (an
+    export would pair the old model with the new run's folder)."""
+    import equinox as eqx
+
+    from eqx_fmnist.checkpoint import save_checkpoint
+    from eqx_fmnist.fileio import FolderLock
+    from eqx_fmnist.runs import LOCK_NAME, Run, RunError
+    from eqx_fmnist.state import init_state
+
+    c = config()
+    state = init_state(c, len(small))
+    save_checkpoint(tmp_path / "checkpoint.eqx", state, c, num_train=256)
+    run = Run.open(tmp_path)
+    (tmp_path / ".checkpoint.eqx.x1.part").write_bytes(b"a killed writer's")
+    with run.locked():
+        assert not (tmp_path / ".checkpoint.eqx.x1.part").exists()
+    with FolderLock(tmp_path / LOCK_NAME), pytest.raises(RunError, match="is writing to"):
+        with run.locked():
+            pass
+    other = eqx.tree_at(lambda s: s.step, state, state.step + 1)
+    save_checkpoint(tmp_path / "checkpoint.eqx", other, c, num_train=256)
+    with pytest.raises(RunError, match="holds another run than the one read"):
+        with run.locked():
+            pass
+
+
+def test_refuse_results_and_open_teacher_name_what_is_wrong(small, tmp_path):
+    """`refuse_results`: a folder with another run's summary is refused, an empty one
+    taken, a finished run's own resume refused; `open_teacher`: a folder that holds no
+    run is one `RunError` naming it."""
+    from eqx_fmnist.runs import RunError, open_teacher, refuse_results
+
+    refuse_results(tmp_path)  # nothing there: a run may start
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(RunError, match=r"already holds results \(summary\.json\)"):
+        refuse_results(tmp_path)
+    with pytest.raises(RunError, match="has finished"):
+        refuse_results(tmp_path, own=True, start_step=24, total_steps=24)
+    refuse_results(tmp_path, own=True, start_step=12, total_steps=24)  # its own, midway
+    with pytest.raises(RunError, match="no checkpoint at"):
+        open_teacher(tmp_path / "nothing", config())
