@@ -11,7 +11,7 @@ import pytest
 
 def test_a_sweep_ranks_each_point_on_numpys_validation_accuracy(small, tmp_path):
     import eqx_fmnist as ef
-    from eqx_fmnist.runs import Run, Training
+    from eqx_fmnist.runs import Training
 
     from helpers import fashion_mnist_of, numpy_reference, small_config
 
@@ -23,7 +23,7 @@ def test_a_sweep_ranks_each_point_on_numpys_validation_accuracy(small, tmp_path)
     table = json.loads((tmp_path / "s" / "sweep.json").read_text())
     valid = job.splits.validation
     images, labels = np.asarray(valid.images), np.asarray(valid.labels)
-    stack = Run.open(tmp_path / "s").model
+    stack = ef.load_checkpoint(tmp_path / "s" / "checkpoint.eqx").state.model  # every point
     means = []
     for i, point in enumerate(table["points"]):
         member = ef.select_members(stack, i)
