@@ -98,6 +98,12 @@ def calibration_metrics(
     )
 
 
+@jax.jit
+def _scaled_probabilities(logits: Array, temperature: Array | float) -> Array:
+    """`softmax(logits / T)` in float32, as one compiled program."""
+    return jax.nn.softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+
+
 def dataset_logits(
     model: Model,
     dataset: ArrayDataset,
@@ -229,7 +235,7 @@ def calibrate(
     )
     temperature = fit_temperature(logits, labels, mask)
     n = len(held_out)
-    probs = np.asarray(jax.nn.softmax(logits[:n].astype(jnp.float32) / temperature, axis=-1))
+    probs = np.asarray(_scaled_probabilities(logits, temperature))[:n]
     sets = fit_sets(probs, np.asarray(labels[:n]), coverage=coverage, per_class=per_class)
     trust = fit_trust(model, train, held_out, policy=policy, moves=moves)
     return Calibration(temperature, trust, n, sets, tuple(tta) if tta else None)

@@ -8,6 +8,7 @@ number of steps can run as one `lax.scan` with no per-call set-up. Pixels become
 inside the compiled step, by [`normalize`][eqx_fmnist.dataset.normalize].
 """
 
+import functools
 import math
 
 import equinox as eqx
@@ -138,8 +139,7 @@ class ArrayDataset(eqx.Module):
 
     def take(self, indices: Int[Array | np.ndarray, " k"]) -> "ArrayDataset":
         """The examples at `indices`, as a new dataset on the same device."""
-        indices = jnp.asarray(indices)
-        return ArrayDataset(self.images[indices], self.labels[indices])
+        return ArrayDataset(*_rows(self.images, self.labels, jnp.asarray(indices)))
 
     def split(self, n_valid: int, *, key: PRNGKeyArray) -> tuple["ArrayDataset", "ArrayDataset"]:
         """Split off a random validation set.
@@ -155,8 +155,21 @@ class ArrayDataset(eqx.Module):
         """
         if not 0 < n_valid < len(self):
             raise ValueError(f"`n_valid` must be in 1..{len(self) - 1}, but got {n_valid}.")
-        perm = jr.permutation(key, len(self))
-        return self.take(perm[n_valid:]), self.take(perm[:n_valid])
+        kept, held_out = _split_order(key, len(self), n_valid)
+        return self.take(kept), self.take(held_out)
+
+
+# Compiled whole: run eagerly, each operation of an index (bounds, gather, slices) would
+# be a program of its own, compiled for each shape it meets.
+@jax.jit
+def _rows(images: Array, labels: Array, indices: Array) -> tuple[Array, Array]:
+    return images[indices], labels[indices]
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _split_order(key: PRNGKeyArray, n: int, n_valid: int) -> tuple[Array, Array]:
+    perm = jr.permutation(key, n)
+    return perm[n_valid:], perm[:n_valid]
 
 
 def to_datasets(data: FashionMNIST, *, device=None) -> tuple[ArrayDataset, ArrayDataset]:

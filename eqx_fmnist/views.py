@@ -3,8 +3,10 @@ is, mirrored, moved a pixel) and the fixed moves that robustness scores, all mad
 the same moves as training's augmentation
 ([`move_batch`][eqx_fmnist.augment.move_batch])."""
 
+import functools
 from typing import Literal
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Shaped
 
@@ -47,8 +49,15 @@ def move_images(
     """Every image mirrored left-right (if `mirror`), then moved `dx` pixels right and
     `dy` down (negative: left, up), the uncovered pixels zero: the fixed moves of
     robustness evaluation (plain numbers, or traced ones inside a compiled program)."""
-    n = images.shape[0]
-    full = jnp.full((n,), 1, jnp.int32)
     # Plain numbers bound the select form's work; traced ones may be any move.
     bound = max(abs(dx), abs(dy)) if isinstance(dx, int) and isinstance(dy, int) else SIDE
+    return _moved(images, jnp.asarray(dx, jnp.int32), jnp.asarray(dy, jnp.int32), mirror, bound)
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _moved(images: Array, dx: Array, dy: Array, mirror, bound: int) -> Array:
+    """`move_images` compiled whole (eagerly, each of the move's operations would be a
+    program of its own)."""
+    n = images.shape[0]
+    full = jnp.ones((n,), jnp.int32)
     return move_batch(images, full * dx, full * dy, jnp.full((n,), mirror), bound=bound)
