@@ -142,17 +142,8 @@ class ArrayDataset(eqx.Module):
         return ArrayDataset(*_rows(self.images, self.labels, jnp.asarray(indices)))
 
     def split(self, n_valid: int, *, key: PRNGKeyArray) -> tuple["ArrayDataset", "ArrayDataset"]:
-        """Split off a random validation set.
-
-        **Arguments:**
-
-        - `n_valid`: how many examples go to the validation set.
-        - `key`: the PRNG key that picks them.
-
-        **Returns:**
-
-        `(train, valid)`, with `len(self) - n_valid` and `n_valid` examples.
-        """
+        """Split off a random validation set of `n_valid` examples, which `key` picks:
+        `(train, valid)`, with `len(self) - n_valid` and `n_valid` examples."""
         if not 0 < n_valid < len(self):
             raise ValueError(f"`n_valid` must be in 1..{len(self) - 1}, but got {n_valid}.")
         kept, held_out = _split_order(key, len(self), n_valid)

@@ -467,8 +467,11 @@ def test_the_read_side_of_runs_never_imports_the_write_side(module):
 
 
 def test_every_module_has_a_test_file_of_its_own():
-    """`eqx_fmnist/x.py` (or the subpackage `x/`) is tested in `tests/test_x.py`, as
-    Optax pairs `transform.py` with `transform_test.py`: where to look is never a guess."""
-    tests = Path(__file__).parent
-    missing = [m for m in LAYERS if not (tests / f"test_{m}.py").is_file()]
-    assert not missing, f"no tests/test_<module>.py for {missing}"
+    """`eqx_fmnist/x.py` (or the subpackage `x/`) is tested in `tests/test_x.py`, and each
+    module `m` of `runs/` in `tests/test_runs_m.py`, as Optax pairs `transform.py` with
+    `transform_test.py`: where to look is never a guess."""
+    tests, by_module = Path(__file__).parent, ["runs"]
+    wanted = [f"test_{m}.py" for m in LAYERS if m not in by_module]
+    wanted += [f"test_{d}_{p.stem}.py" for d in by_module for p in (PACKAGE / d).glob("[!_]*.py")]
+    missing = [name for name in wanted if not (tests / name).is_file()]
+    assert not missing, f"missing: {missing}"

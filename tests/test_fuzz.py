@@ -412,14 +412,19 @@ READ_BACK["history.jsonl"] = "resume"
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory, real_data):
-    from helpers import run_cli_here
+    """A tiny calibrated run stopped after its last checkpoint (resumable), trained, as
+    every command of this module's tests reads it, on a slice of the real data (2,048
+    training and 500 test images: each of the 120 commands evaluates its test images)."""
+    from helpers import run_cli_here, use_a_slice
 
-    out = tmp_path_factory.mktemp("fuzzed") / "run"
-    tiny = ["--steps", 4, "--log-every", 2, "--hidden", 8, "--calibrate", 2000]
-    done = run_cli_here("train", *tiny, "--out", out, "--data-dir", real_data.source)
-    assert done.returncode == 0, done.stderr
-    (out / "summary.json").unlink()  # stopped after its last checkpoint: resumable
-    return out
+    with pytest.MonkeyPatch.context() as patch:
+        use_a_slice(real_data, patch, 2048, 500)
+        out = tmp_path_factory.mktemp("fuzzed") / "run"
+        tiny = ["--steps", 4, "--log-every", 2, "--hidden", 8, "--calibrate", 500]
+        done = run_cli_here("train", *tiny, "--out", out, "--data-dir", real_data.source)
+        assert done.returncode == 0, done.stderr
+        (out / "summary.json").unlink()  # stopped after its last checkpoint: resumable
+        yield out
 
 
 def _json_part(raw: bytes, name: str, data) -> tuple[int, int]:
@@ -468,7 +473,6 @@ def _files(folder) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.optimized  # 40 runs of the same few programs: their running time counts
 @pytest.mark.parametrize("name", sorted(READ_BACK))
 @at_the_cli
 @given(data=st.data())

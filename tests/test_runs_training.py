@@ -248,26 +248,6 @@ def test_a_run_of_something_else_than_a_config_or_members_is_refused_first(
     assert not (tmp_path / "r").exists()  # nothing written
 
 
-def test_holding_out_too_many_images_and_an_unknown_view_are_one_line_each(small, tmp_path):
-    """A calibration split that leaves fewer images than a batch is refused naming the
-    flags that hold images out (not `batch_size`); a view name that is not one is refused
-    naming the choices (not a `KeyError`)."""
-    from eqx_fmnist.checkpoint import save_checkpoint
-    from eqx_fmnist.runs import Run, run_splits
-    from eqx_fmnist.state import init_state
-
-    with pytest.raises(
-        ValueError, match=r"leaves 6 to train on, fewer than a batch of 32: .*--calibrate"
-    ):
-        run_splits(config(calibration_size=250), fashion_mnist_of(small))
-    c = config()
-    save_checkpoint(tmp_path / "checkpoint.eqx", init_state(c, len(small)), c, num_train=256)
-    with pytest.raises(
-        ValueError, match=r"`tta` must be one of none, mirror, shifts, but got 'flip'"
-    ):
-        Run.open(tmp_path).views("flip")
-
-
 def test_a_resume_keeps_its_checkpoint_cadence_and_drops_a_torn_last_history_line(
     small, tmp_path, caplog
 ):
