@@ -86,16 +86,25 @@ os.environ["PYTHONWARNINGS"] = ",".join(
 )
 
 
+# How much memory a worker may hold before its compiled programs are let go.
+_KEEP_PROGRAMS_BYTES = 3 * 2**30
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _release_compiled_programs():
-    """Each module's compiled programs are let go when it ends: a worker that kept every
-    program of the suite grew past 5 GB. A later module that needs one again loads it
-    from the persistent cache in milliseconds."""
+    """A module's compiled programs are kept for the next module (the small world's
+    programs are the same in many: kept, they are neither traced nor loaded again) until
+    the worker holds 3 GiB, when they are let go: a worker that kept every program of
+    the suite grew past 5 GB. A later module that needs one again traces it and loads
+    it from the persistent cache."""
     yield
     import gc
 
-    jax.clear_caches()
-    gc.collect()
+    with open("/proc/self/statm") as f:
+        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    if resident > _KEEP_PROGRAMS_BYTES:
+        jax.clear_caches()
+        gc.collect()
 
 
 # One white pixel: what a figure's PNG holds where no test looks at the picture.
@@ -229,6 +238,17 @@ def small():
 
     a = synthetic_arrays(n_train=256)
     return ArrayDataset(a["train_images"], a["train_labels"])
+
+
+@pytest.fixture(scope="session")
+def small_run(small):
+    """The small world's model, trained once for the session (read-only): the
+    `TrainResult` of `fit(small_config(), Splits(small, small))`."""
+    import eqx_fmnist as ef
+
+    from helpers import small_config
+
+    return ef.fit(small_config(), ef.Splits(small, small))
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ def test_the_trust_score_is_the_smallest_mahalanobis_distance():
     np.testing.assert_allclose(trust.scores(feats), want, rtol=1e-9)
 
 
-def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
+def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small, small_run):
     """`moves=trust_moves(config)`: one class mean per move, of the hidden activations of
     the training images moved in numpy and pushed through a numpy forward pass, and one
     covariance pooled over the residuals of every move."""
@@ -28,8 +28,9 @@ def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
     import eqx_fmnist as ef
     from eqx_fmnist.trust import fit_trust
 
-    config = ef.TrainConfig(steps=8, batch_size=32, hidden_sizes=(16,), shift=1)
-    moves = ef.trust_moves(config)
+    from helpers import small_config
+
+    moves = ef.trust_moves(small_config(shift=1))
     assert moves == (
         (0, 0, False),
         (0, 0, True),
@@ -38,10 +39,10 @@ def test_trust_fitted_on_moved_images_has_a_mean_per_class_and_move(small):
         (0, 1, False),
         (0, -1, False),
     )
-    model = ef.fit(config, ef.Splits(small)).model
+    model = small_run.model
     train, held = small.split(64, key=jr.PRNGKey(0))
     trust = fit_trust(model, train, held, moves=moves)
-    assert trust.means.shape == (60, 16)
+    assert trust.means.shape == (60, 32)
     w = np.asarray(model.layers[0].weight, np.float64)
     b = np.asarray(model.layers[0].bias, np.float64)
     y, x = np.asarray(train.labels), np.asarray(train.images)
