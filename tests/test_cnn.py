@@ -241,16 +241,46 @@ def test_a_model_of_your_own_is_refused_where_it_cannot_train(small):
 
 
 def test_a_cnn_teaches_the_mlp(small):
+    """The student's first loss is distillation's formula against the CNN's answers (a
+    float64 numpy forward pass of each): weight * T^2 * CE(the teacher's softened
+    probability, the student's) + (1 - weight) * the labels' smoothed cross-entropy,
+    on the first batch, at the student's initial weights; the plain run's is not."""
     import eqx_fmnist as ef
+    from eqx_fmnist.dataset import batch_indices
 
-    from helpers import small_config
+    from helpers import SMALL_CNN, numpy_reference, small_config
 
     splits = ef.Splits(small, None)
-    teacher = ef.fit(small_config(model="cnn", channels=(4,), steps=4), splits).model
-    config = small_config(steps=4, distill_weight=0.5, distill_temperature=2.0)
+    teacher = ef.fit(small_config(**SMALL_CNN), splits).model
+    t, w, smoothing = 2.0, 0.5, 0.1
+    config = small_config(
+        steps=1,
+        log_every=1,
+        shift=0,
+        mirror=False,
+        label_smoothing=smoothing,
+        distill_weight=w,
+        distill_temperature=t,
+    )
     student = ef.fit(config, splits, teacher=teacher)
     plain = ef.fit(config, splits)
-    assert isinstance(student.model, ef.MLP) and not same_arrays(student.model, plain.model)
+    start = ef.init_state(config, len(small))
+    rows = np.asarray(batch_indices(start.key, 0, len(small), config.batch_size))
+    x, y = np.asarray(small.images)[rows], np.asarray(small.labels)[rows]
+
+    def log_softmax(z):
+        z = z - z.max(1, keepdims=True)
+        return z - np.log(np.exp(z).sum(1, keepdims=True))
+
+    s = numpy_reference(start.model, x)["logits"]
+    target = np.exp(log_softmax(numpy_cnn(teacher, x / 255.0) / t))
+    soft = -(target * log_softmax(s / t)).sum(1).mean() * t**2
+    log_p = log_softmax(s)
+    hard = (-(1 - smoothing) * log_p[np.arange(len(y)), y] - smoothing * log_p.mean(1)).mean()
+    want = w * soft + (1 - w) * hard
+    assert isinstance(student.model, ef.MLP)
+    assert student.history[0]["loss"] == pytest.approx(want, rel=1e-5)
+    assert abs(plain.history[0]["loss"] - want) > 1e-3
 
 
 def test_exports_of_the_mlps_layers_refuse_a_cnn_and_stablehlo_carries_it(
