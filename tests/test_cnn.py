@@ -312,6 +312,7 @@ def test_exports_of_the_mlps_layers_refuse_a_cnn_and_stablehlo_carries_it(
     assert not any(tmp_path.glob("m.*"))
 
 
+@pytest.mark.slow  # trains, evaluates and exports at the command line
 def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(
     real_data, tmp_path, monkeypatch
 ):
@@ -338,6 +339,7 @@ def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # trains a CNN teacher, then its student, at the command line
 def test_train_distilled_trains_its_cnn_teacher_first_then_the_mlp(
     real_data, tmp_path, monkeypatch
 ):

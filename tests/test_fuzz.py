@@ -95,6 +95,7 @@ def image_files():
     return files
 
 
+@pytest.mark.slow  # prepares 4 x EXAMPLES mutated images
 @settings(max_examples=4 * EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_a_mutated_image_of_any_format_prepares_or_is_one_line(image_files, tmp_path_factory, data):

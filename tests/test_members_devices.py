@@ -108,6 +108,7 @@ def test_members_that_do_not_divide_over_the_devices_are_one_line():
     assert "(e.g. 4, 8)" in line
 
 
+@pytest.mark.slow  # trains members on shared batches and each alone
 def test_members_on_shared_batches_train_on_their_first_members_batches(small):
     """Member `i` of a run with `shared_batches` is the lone run of seed `i` whose batches
     (order and moves) are drawn from seed 0's key: built here by hand, one model."""

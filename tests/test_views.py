@@ -231,18 +231,22 @@ def test_a_bfloat16_export_computes_the_views(precision, images, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(tmp_path, real_data):
+def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(
+    tmp_path, real_data, monkeypatch
+):
     """`train --tta mirror`: the summary's test accuracy is numpy's mirror-averaged
     accuracy of the saved weights, the calibration holds the views, `evaluate`,
-    `export` and `predict` default to them and refuse others (exit 2, nothing written)."""
+    `export` and `predict` default to them and refuse others (exit 2, nothing written).
+    On a slice of the real data (4,096 training and 1,000 test images)."""
     from PIL import Image
 
     import eqx_fmnist as ef
     from eqx_fmnist.calibration import Calibration
     from eqx_fmnist.views import TTA_MIRROR
 
-    from helpers import run_cli_here
+    from helpers import run_cli_here, use_a_slice
 
+    data = use_a_slice(real_data, monkeypatch, 4096, 1000)
     out = tmp_path / "run"
     result = run_cli_here(
         "train",
@@ -251,7 +255,7 @@ def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(tmp
         "--hidden",
         "16",
         "--calibrate",
-        "2000",
+        "1000",
         "--tta",
         "mirror",
         "--out",
@@ -263,14 +267,16 @@ def test_a_run_trained_with_tta_is_evaluated_calibrated_and_exported_with_it(tmp
     assert json.loads((out / "config.json").read_text())["tta"] == "mirror"
     assert Calibration.load(out / "calibration.safetensors").tta == TTA_MIRROR
     model = ef.load_checkpoint(out / "checkpoint.eqx").state.eval_model
-    x, y = real_data.test_images.reshape(10_000, -1), real_data.test_labels.astype(int)
+    x, y = data.test_images.reshape(1000, -1), data.test_labels.astype(int)
     p = np.mean([_probs64(model, _moved(x, 0, 0, v)) for v in (0, 1)], axis=0)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["test_accuracy"] == pytest.approx((p.argmax(1) == y).mean(), abs=3e-4)
+    assert summary["test_accuracy"] == pytest.approx(
+        (p.argmax(1) == y).mean(), abs=1.1e-3
+    )  # a near tie: one image
     # the mirror of the mirror view is the image: the same images right (the summary's
-    # test accuracy is float32's sum of 10,000, the robustness counts them exactly)
+    # test accuracy is float32's sum of 1,000, the robustness counts them exactly)
     mirrored, test = summary["robustness"]["mirrored"], summary["test_accuracy"]
-    assert round(mirrored * 10_000) == round(test * 10_000)
+    assert round(mirrored * 1000) == round(test * 1000)
     data = ("--data-dir", real_data.source)
     shown = run_cli_here("evaluate", out, "--out", tmp_path / "figs", *data)
     assert shown.returncode == 0 and "averaged over 2 views (mirror)" in shown.stdout
