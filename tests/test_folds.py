@@ -139,8 +139,12 @@ def test_a_member_never_learns_a_class_it_never_saw(real_data):
 
 
 @pytest.mark.slow
-def test_cv_then_audit_on_the_command_line(real_data, tmp_path):
+def test_cv_then_audit_on_the_command_line(real_data, tmp_path, monkeypatch):
+    """On a slice of the real data (6,000 training and 1,000 test images)."""
     pytest.importorskip("cleanlab")
+    from helpers import use_a_slice
+
+    sliced = use_a_slice(real_data, monkeypatch, 6000, 1000)
     data = ("--data-dir", real_data.source)
     refused = run_cli_here("cv", "--folds", "1", "--out", tmp_path / "no", *data)
     assert refused.returncode == 2 and "at least 2 folds" in refused.stderr
@@ -163,8 +167,8 @@ def test_cv_then_audit_on_the_command_line(real_data, tmp_path):
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / "cv.json").read_text())
     oof = np.load(out / "out_of_fold.npz")
-    assert oof["probabilities"].shape == (60_000, 10)
-    assert np.array_equal(oof["labels"], real_data.train_labels)
+    assert oof["probabilities"].shape == (6000, 10)
+    assert np.array_equal(oof["labels"], sliced.train_labels)
     for i, accuracy in enumerate(summary["fold_accuracy"]):  # numpy on the saved rows
         rows = oof["fold"] == i
         right = oof["probabilities"][rows].argmax(1) == oof["labels"][rows]
