@@ -164,16 +164,19 @@ def predict_proba(
     one) divides the logits first
     ([`scaled_softmax`][eqx_fmnist.evaluation.scaled_softmax])."""
     logits = predict_logits(model, images, policy=policy, batch_size=batch_size, tta=tta)
-    return scaled_softmax(logits, temperature)
+    return _scaled_softmax(logits, temperature)
 
 
 def scaled_softmax(
-    logits: Float[Array, "*n classes"], temperature: float = 1.0
+    logits: Float[Array, "*n classes"], temperature: float | Float[Array, ""] = 1.0
 ) -> Float[Array, "*n classes"]:
     """`softmax(logits / temperature)` in float32: the probabilities the library and its
     StableHLO artifact return (on the host, and in the numpy artifacts:
     [`numpy_softmax`][eqx_fmnist.evaluation.numpy_softmax])."""
     return jax.nn.softmax(logits.astype(jnp.float32) / jnp.float32(temperature), axis=-1)
+
+
+_scaled_softmax = jax.jit(scaled_softmax)  # one program, not one per operation
 
 
 def numpy_softmax(
@@ -196,7 +199,11 @@ def member_probabilities(
 ) -> Float[Array, "members n classes"]:
     """Each member's softmax probabilities (float32), for a stack of members; one
     model counts as a stack of one."""
-    images = as_images(images)
+    return _member_probabilities(model, as_images(images), policy, batch_size)
+
+
+@eqx.filter_jit  # one program (eagerly, each of its operations would be one)
+def _member_probabilities(model: Model, images, policy: Policy, batch_size: int):
     logits = _member_logits(model, images, policy, batch_size)
     return jax.nn.softmax(logits[:, : images.shape[0]].astype(jnp.float32), axis=-1)
 

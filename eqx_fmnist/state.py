@@ -342,7 +342,14 @@ def select_members(tree: PyTree, index: int | Sequence[int]) -> PyTree:
     [`top_members`][eqx_fmnist.ensemble.grid.SweepResult.top_members])."""
     take = index if isinstance(index, int) else np.asarray(index)
     arrays, static = eqx.partition(tree, eqx.is_array)
+    if all(isinstance(x, jax.Array) for x in jtu.tree_leaves(arrays)):  # one program
+        return eqx.combine(_members_at(arrays, jnp.asarray(take, jnp.int32)), static)
     return eqx.combine(jtu.tree_map(lambda x: x[take], arrays), static)
+
+
+@jax.jit
+def _members_at(arrays: PyTree, take: Int[Array, "*k"]) -> PyTree:
+    return jtu.tree_map(lambda x: x[take], arrays)
 
 
 def state_bytes(config: TrainConfig, num_train: int) -> int:

@@ -6,7 +6,6 @@ probabilities of every training image come from the one member that never saw it
 import dataclasses
 from collections.abc import Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
 from ..config import TrainConfig
@@ -118,7 +117,7 @@ def cross_validate(
         probs[fold] = np.asarray(
             predict_proba(
                 select_members(result.model, i),
-                splits.train.images[jnp.asarray(fold)],
+                splits.train.take(fold).images,
                 policy=result.policy,
                 tta=config.views,
             )
