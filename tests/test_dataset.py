@@ -73,7 +73,7 @@ def test_permute_is_a_bijection_that_matches_its_definition(n):
     from eqx_fmnist.dataset import FEISTEL_ROUNDS, permute
 
     key = jr.fold_in(jr.key(3), n)
-    got = np.asarray(jax.jit(permute, static_argnums=2)(key, jnp.arange(n), n))
+    got = np.asarray(jax.jit(permute, static_argnums=2)(key, np.arange(n, dtype=np.int32), n))
     np.testing.assert_array_equal(np.sort(got), np.arange(n))
     round_keys = np.asarray(jr.bits(key, (FEISTEL_ROUNDS,), jnp.uint32))
     np.testing.assert_array_equal(got, feistel_order(round_keys, n))

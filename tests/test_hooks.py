@@ -14,7 +14,10 @@ def _numpy_scores(model, dataset):
     """Loss and accuracy of `model` on `dataset`, from its logits in numpy (float64)."""
     from eqx_fmnist.dataset import normalize
 
-    logits = np.asarray(jax.vmap(model)(normalize(dataset.images)), np.float64)
+    from helpers import at_once
+
+    logits = at_once(lambda m, x: jax.vmap(m)(normalize(x)), model, dataset.images)
+    logits = np.asarray(logits, np.float64)
     labels = np.asarray(dataset.labels)
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
