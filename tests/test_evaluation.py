@@ -72,7 +72,9 @@ def test_one_evaluation_for_a_model_and_for_a_stack_of_members(small):
     ensemble, the mean of their probabilities (numpy here)."""
     import eqx_fmnist as ef
 
-    configs = [ef.TrainConfig(steps=4, hidden_sizes=(16,), seed=s) for s in (0, 1, 2)]
+    from helpers import small_config
+
+    configs = [small_config(seed=s) for s in (0, 1, 2)]
     stack = ef.init_members(configs, len(small)).model
     result = ef.evaluate(stack, small, batch_size=100)  # a ragged last batch
     assert len(result.members) == 3 and result.count == len(small)

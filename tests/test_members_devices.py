@@ -119,6 +119,8 @@ def test_members_on_shared_batches_train_on_their_first_members_batches(small):
 
     from helpers import tree_allclose
 
+    # Its own shape: `ALONE_ATOL` is the members' largest difference from lone runs
+    # measured for this one.
     config = ef.TrainConfig(steps=4, batch_size=32, hidden_sizes=(8,), shift=2, mirror=True)
     shared = config.with_changes(shared_batches=True)
     seeds = [shared.with_changes(seed=s) for s in range(3)]
@@ -143,7 +145,9 @@ def test_shared_batches_with_rows_of_their_own_are_refused(small):
     import eqx_fmnist as ef
     from eqx_fmnist.ensemble import Folds
 
-    config = ef.TrainConfig(steps=2, batch_size=32, hidden_sizes=(8,), shared_batches=True)
+    from helpers import small_config
+
+    config = small_config(shared_batches=True)
     with pytest.raises(ValueError, match="cannot share their batches: drop shared_batches"):
         ef.fit(config, ef.Splits(small, small), members=Folds(2))
 

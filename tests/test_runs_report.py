@@ -21,9 +21,9 @@ def test_the_report_program_scores_each_member_and_the_ensemble_as_numpy_does(sm
     from eqx_fmnist.robustness import robustness_moves
     from eqx_fmnist.runs import report_program
 
-    from helpers import moved_numpy, numpy_reference
+    from helpers import moved_numpy, numpy_reference, small_config
 
-    configs = [ef.TrainConfig(steps=4, hidden_sizes=(16,), seed=s) for s in (0, 1, 2)]
+    configs = [small_config(seed=s) for s in (0, 1, 2)]
     stack = ef.init_members(configs, len(small)).model
     images, labels = np.asarray(small.images)[:100], np.asarray(small.labels)[:100]
     moves = robustness_moves()
