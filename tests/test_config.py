@@ -79,6 +79,7 @@ def test_choices_come_from_the_literal_types():
         ("batch_size", "512", "an int"),
         ("batch_size", 5.0, "an int"),
         ("learning_rate", "fast", "a number"),
+        ("learning_rate", 10**400, "a number"),  # an int no float holds
         ("schedule", "linear", "one of 'constant', 'cosine', 'warmup_cosine'"),
         ("hidden_sizes", [256, "x"], "a list of ints"),
         ("grad_clip", [1], "a number or null"),

@@ -62,6 +62,11 @@ def test_select_members_keeps_the_stack_or_takes_one():
     assert tree_allclose(select_members(two, 1).model, select_members(stacked, 1).model)
     assert jnp.array_equal(two.key[1], stacked.key[1])
     assert same_arrays(select_members(stacked, 2), init_state(config(seed=2), 256))
+    # numpy leaves (weights read back into numpy) are taken in numpy, not moved to JAX
+    weights = jax.tree.map(np.asarray, eqx.filter(stacked.model, eqx.is_array))
+    taken = select_members(weights, [2, 0])
+    for got, whole in zip(jax.tree.leaves(taken), jax.tree.leaves(weights), strict=True):
+        assert type(got) is np.ndarray and np.array_equal(got, whole[[2, 0]])
 
 
 def test_a_state_needs_its_numbers_and_says_how_many_members_it_holds():
