@@ -21,7 +21,6 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer
@@ -29,7 +28,7 @@ from jaxtyping import Array, Bool, Float, Int, Integer
 from .checks import COVERAGE
 from .conformal import ConformalSets, fit_sets
 from .dataset import ArrayDataset
-from .evaluation import padded_logits
+from .evaluation import padded_logits, scaled_softmax
 from .fileio import atomic_write, digest
 from .model import Model
 from .precision import FLOAT32, Policy
@@ -96,12 +95,6 @@ def calibration_metrics(
     return CalibrationResult(
         float(nll), float(brier), ece, accuracy, count, float(temperature), b_count, b_acc, b_mean
     )
-
-
-@jax.jit
-def _scaled_probabilities(logits: Array, temperature: Array | float) -> Array:
-    """`softmax(logits / T)` in float32, as one compiled program."""
-    return jax.nn.softmax(logits.astype(jnp.float32) / temperature, axis=-1)
 
 
 def dataset_logits(
@@ -235,7 +228,7 @@ def calibrate(
     )
     temperature = fit_temperature(logits, labels, mask)
     n = len(held_out)
-    probs = np.asarray(_scaled_probabilities(logits, temperature))[:n]
+    probs = np.asarray(scaled_softmax(logits, temperature))[:n]
     sets = fit_sets(probs, np.asarray(labels[:n]), coverage=coverage, per_class=per_class)
     trust = fit_trust(model, train, held_out, policy=policy, moves=moves)
     return Calibration(temperature, trust, n, sets, tuple(tta) if tta else None)

@@ -164,9 +164,10 @@ def predict_proba(
     one) divides the logits first
     ([`scaled_softmax`][eqx_fmnist.evaluation.scaled_softmax])."""
     logits = predict_logits(model, images, policy=policy, batch_size=batch_size, tta=tta)
-    return _scaled_softmax(logits, temperature)
+    return scaled_softmax(logits, temperature)
 
 
+@jax.jit  # one program (eagerly, each of its operations would be one)
 def scaled_softmax(
     logits: Float[Array, "*n classes"], temperature: float | Float[Array, ""] = 1.0
 ) -> Float[Array, "*n classes"]:
@@ -174,9 +175,6 @@ def scaled_softmax(
     StableHLO artifact return (on the host, and in the numpy artifacts:
     [`numpy_softmax`][eqx_fmnist.evaluation.numpy_softmax])."""
     return jax.nn.softmax(logits.astype(jnp.float32) / jnp.float32(temperature), axis=-1)
-
-
-_scaled_softmax = jax.jit(scaled_softmax)  # one program, not one per operation
 
 
 def numpy_softmax(
