@@ -1,7 +1,6 @@
 """Shared test helpers: IDX writers, synthetic data, tree comparison."""
 
 import contextlib
-import gzip
 import hashlib
 import http.server
 import threading
@@ -23,12 +22,6 @@ def idx_bytes(array: np.ndarray) -> bytes:
     return header + array.tobytes()
 
 
-def write_idx(path: Path, array: np.ndarray, *, gz: bool = True) -> Path:
-    raw = idx_bytes(array)
-    path.write_bytes(gzip.compress(raw) if gz else raw)
-    return path
-
-
 def synthetic_arrays(n_train: int = 60, n_test: int = 20, seed: int = 0) -> dict[str, np.ndarray]:
     """Small random images and balanced labels, keyed like `eqx_fmnist.data.FILES`."""
     rng = np.random.default_rng(seed)
@@ -38,15 +31,6 @@ def synthetic_arrays(n_train: int = 60, n_test: int = 20, seed: int = 0) -> dict
         "test_images": rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
         "test_labels": (np.arange(n_test) % 10).astype(np.uint8),
     }
-
-
-def write_fmnist_dir(folder: Path, arrays: dict[str, np.ndarray], *, gz: bool = True) -> Path:
-    from eqx_fmnist.data import FILES
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for key, spec in FILES.items():
-        write_idx(folder / (spec.name + (".gz" if gz else "")), arrays[key], gz=gz)
-    return folder
 
 
 def specs_for(arrays: dict[str, np.ndarray], gz_blobs: dict[str, bytes]):
@@ -373,16 +357,6 @@ def run_cli_here(*args):
             status = e.code
     pass_on_signals(taken)
     return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
-
-
-def run_cli_beside_children(*args):
-    """`eqx-fmnist ARGS` on the backend a child process computes on: in this process on
-    a CPU (`run_cli_here`, cheaper), in a child where this process holds an accelerator
-    (the suite's children run on the CPU, conftest.py). For a result compared bit for bit
-    with a child's: the same program on two backends rounds differently."""
-    if jax.default_backend() == "cpu":
-        return run_cli_here(*args)
-    return run_cli(*args)
 
 
 @contextlib.contextmanager

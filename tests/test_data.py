@@ -11,9 +11,23 @@ from helpers import (
     serve_locally,
     specs_for,
     synthetic_arrays,
-    write_fmnist_dir,
-    write_idx,
 )
+
+
+def write_idx(path: Path, array: np.ndarray, *, gz: bool = True) -> Path:
+    raw = idx_bytes(array)
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    return path
+
+
+def write_fmnist_dir(folder: Path, arrays: dict[str, np.ndarray], *, gz: bool = True) -> Path:
+    from eqx_fmnist.data import FILES
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, spec in FILES.items():
+        write_idx(folder / (spec.name + (".gz" if gz else "")), arrays[key], gz=gz)
+    return folder
+
 
 # ----------------------------------------------------------------------------- parsing
 
