@@ -13,7 +13,7 @@ import pytest
 from helpers import (
     classes_agree,
     mlp_logits_atol,
-    numpy_gelu,
+    numpy_reference,
     probabilities_atol,
     run_cli,
     run_cli_here,
@@ -21,13 +21,8 @@ from helpers import (
 
 
 def numpy_logits(model, images):
-    """A reference forward pass written here from the model's definition."""
-    x = images.astype(np.float64) / 255.0
-    for i, layer in enumerate(model.layers):
-        x = x @ np.asarray(layer.weight, np.float64).T + np.asarray(layer.bias, np.float64)
-        if i < len(model.layers) - 1:
-            x = numpy_gelu(x)
-    return x
+    """A reference forward pass, float64 numpy (`helpers.numpy_reference`)."""
+    return numpy_reference(model, images)["logits"]
 
 
 def test_a_stablehlo_export_matches_on_every_test_image(trained, test_images, tmp_path):

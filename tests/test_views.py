@@ -13,19 +13,13 @@ from helpers import (
     classes_agree,
     mlp_logits_atol,
     moved_numpy,
-    numpy_gelu,
     numpy_reference,
 )
 
 
 def _probs64(model, x):
     """Softmax of the MLP's logits in float64 numpy, for `uint8` rows of `x`."""
-    h = x.astype(np.float64) / 255
-    for i, layer in enumerate(model.layers):
-        h = h @ np.asarray(layer.weight, np.float64).T + np.asarray(layer.bias, np.float64)
-        h = numpy_gelu(h) if i < len(model.layers) - 1 else h
-    e = np.exp(h - h.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    return numpy_reference(model, x)["probabilities"]
 
 
 _moved = moved_numpy
