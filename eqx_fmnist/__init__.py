@@ -7,6 +7,7 @@ from . import (
     attributions as attributions,
     audit as audit,
     augment as augment,
+    build as build,
     cache as cache,
     calibration as calibration,
     checkpoint as checkpoint,
@@ -36,6 +37,7 @@ from .answers import Answer as Answer, answer as answer
 from .attributions import Explanation as Explanation, explain as explain
 from .audit import LabelAudit as LabelAudit, audit_labels as audit_labels
 from .augment import Augmentation as Augmentation
+from .build import Examples as Examples, ModelSource as ModelSource, build_model as build_model
 from .cache import (
     compile_cache_dir as compile_cache_dir,
     enable_compile_cache as enable_compile_cache,
@@ -91,11 +93,17 @@ from .evaluation import (
     predict_proba as predict_proba,
 )
 from .intervals import History as History, NonFiniteError as NonFiniteError
-from .losses import accuracy as accuracy, cross_entropy as cross_entropy
+from .losses import (
+    Loss as Loss,
+    accuracy as accuracy,
+    cross_entropy as cross_entropy,
+    recipe_loss as recipe_loss,
+)
 from .model import (
     CNN as CNN,
     MLP as MLP,
     Model as Model,
+    Stack as Stack,
     combine as combine,
     count_params as count_params,
     ensemble_log_probs as ensemble_log_probs,
@@ -116,7 +124,6 @@ from .robustness import Robustness as Robustness, evaluate_robustness as evaluat
 from .runs import RunFolder as RunFolder
 from .state import (
     TrainState as TrainState,
-    build_model as build_model,
     init_members as init_members,
     init_state as init_state,
     select_members as select_members,

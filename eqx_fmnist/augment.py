@@ -299,8 +299,8 @@ def random_choices(
 
 
 def augment(
-    key: PRNGKeyArray, images: Shaped[Array, "batch 784"], augmentation: Augmentation
-) -> Shaped[Array, "batch 784"]:
+    key: PRNGKeyArray, images: Shaped[Array, "batch features"], augmentation: Augmentation
+) -> Shaped[Array, "batch features"]:
     """A randomly moved, mirrored and erased copy of a batch, as
     `augmentation` says; the batch itself when it says nothing.
 

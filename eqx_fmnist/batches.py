@@ -59,16 +59,18 @@ PREPARED_BYTES = 64 * 2**20
 block of steps on an accelerator (see [`block_steps`][eqx_fmnist.batches.block_steps])."""
 
 
-def block_steps(num_steps: int, batch_size: int, members: int, platform: str) -> int:
+def block_steps(
+    num_steps: int, batch_size: int, members: int, platform: str, features: int = SIDE * SIDE
+) -> int:
     """How many steps of a chunk have their batches prepared at once: `1` on a CPU
     (each step gathers and moves its own batch, while it is in cache); on an
     accelerator, where every small operation of a step costs microseconds of launch
     whatever its size, the largest divisor of `num_steps` whose batches (`members` x
-    `batch_size` x 784 bytes each) fit in [`PREPARED_BYTES`][eqx_fmnist.batches.PREPARED_BYTES].
+    `batch_size` x `features` bytes each) fit in [`PREPARED_BYTES`][eqx_fmnist.batches.PREPARED_BYTES].
     The steps, their batches and their results are the same either way."""
     if platform == "cpu":
         return 1
-    most = max(1, PREPARED_BYTES // (members * batch_size * SIDE * SIDE))
+    most = max(1, PREPARED_BYTES // (members * batch_size * features))
     return max(d for d in range(1, min(most, num_steps) + 1) if num_steps % d == 0)
 
 
@@ -86,8 +88,8 @@ MIX_STREAM = 0x6D6978
 
 
 def mix_batch(
-    key, x: Float[Array, "batch 784"], concentration: float
-) -> tuple[Float[Array, "batch 784"], Float[Array, " batch"]]:
+    key, x: Float[Array, "batch features"], concentration: float
+) -> tuple[Float[Array, "batch features"], Float[Array, " batch"]]:
     """Mixup (Zhang et al. 2018) of normalised images: image `b` becomes
     `share[b] * x[b] + (1 - share[b]) * x[n - 1 - b]` (its partner: the batch reversed,
     whose order is random already), `share ~ Beta(concentration, concentration)` per
@@ -96,9 +98,20 @@ def mix_batch(
     return share[:, None] * x + (1.0 - share[:, None]) * x[::-1], share
 
 
+MODEL_STREAM = 0x6D6F64
+"""Folded into a step's augmentation key for the key a model (or a loss of your own)
+is given: `Dropout`'s draws, apart from the moves' and mixup's."""
+
+
+def model_key(st: TrainState):
+    """The key the step's loss is called with (`loss(model, x, y, *, key)`): a pure
+    function of the run's key and the global step, as every other draw of a step."""
+    return jr.fold_in(jr.fold_in(augment_key(st.key), st.step), MODEL_STREAM)
+
+
 def step_inputs(
-    st: TrainState, x: Shaped[Array, "batch 784"]
-) -> tuple[Float[Array, "batch 784"], Float[Array, " batch"] | None]:
+    st: TrainState, x: Shaped[Array, "batch features"]
+) -> tuple[Float[Array, "batch features"], Float[Array, " batch"] | None]:
     """A step's batch as the model and a teacher see it: normalised, and, with the
     state's `mixup`, mixed in pairs (`mix_batch`, keyed by the state's key and step),
     with each image's share (`None` without mixing)."""

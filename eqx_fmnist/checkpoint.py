@@ -39,11 +39,12 @@ import jax
 import jax.tree_util as jtu
 import optax
 
+from .build import FASHION, Examples, ModelSource
 from .config import TrainConfig
 from .fileio import atomic_write, digest
 from .model import CNN, MLP, Model
 from .parallel import to_local
-from .state import PER_MEMBER, ModelSource, TrainState, init_members, init_state
+from .state import PER_MEMBER, TrainState, init_members, init_state
 from .train import TrainResult
 
 MAGIC = b"EQX-FMNIST-CHECKPOINT\n"
@@ -121,6 +122,7 @@ def save_checkpoint(
     members: Sequence[TrainConfig] | None = None,
     choice: Mapping[str, Any] | None = None,
     run_folder: Mapping[str, Any] | None = None,
+    examples: Examples = FASHION,
 ) -> Path:
     """Write `state` and `config` to `path` atomically.
 
@@ -141,6 +143,11 @@ def save_checkpoint(
         to `None`.
     - `run_folder`: the run folder's own choices (its checkpoint cadence), so that a
         resume keeps them. Defaults to `None`.
+    - `examples`: the training data's [`Examples`][eqx_fmnist.state.Examples] (what the
+        library's model was built for). Defaults to Fashion-MNIST's.
+
+    A model or an optimiser of your own is named in the header (`model_class`,
+    `optimizer: "own"`): loading it needs the same model and optimiser again.
 
     In a multi-process run every process calls it at the same step, because members
     split over processes are gathered first (a collective); keep process 0's file (the
@@ -165,7 +172,7 @@ def save_checkpoint(
         "step": state.global_step,
         "config": config.to_dict(),
         "num_train": int(num_train),
-        **_own_model(state.model),
+        **_own_parts(state, examples),
         **({} if members is None else {"members": [_member_fields(c) for c in members]}),
         **({} if choice is None else {"members_choice": dict(choice)}),
         **({} if run_folder is None else {"run_folder": dict(run_folder)}),
@@ -198,16 +205,28 @@ def save_result(path: str | os.PathLike, result: TrainResult) -> Path:
     """
     members = result.configs if result.num_members is not None else None
     return save_checkpoint(
-        path, to_local(result.state), result.config, num_train=result.num_train, members=members
+        path,
+        to_local(result.state),
+        result.config,
+        num_train=result.num_train,
+        members=members,
+        examples=result.examples,
     )
 
 
-def _own_model(model) -> dict[str, str]:
-    """The header's `model_class` for a model of your own (the config names the
-    library's): what loading it needs."""
-    if isinstance(model, MLP | CNN):
-        return {}
-    return {"model_class": f"{type(model).__module__}.{type(model).__qualname__}"}
+def _own_parts(state: TrainState, examples: Examples) -> dict[str, Any]:
+    """What the header records of the parts a run was given instead of the recipe's:
+    a model of your own's class (`model_class`), that the optimiser is your own, and
+    the data's features and classes where they are not Fashion-MNIST's."""
+    own: dict[str, Any] = {}
+    model = state.model
+    if not isinstance(model, MLP | CNN):
+        own["model_class"] = f"{type(model).__module__}.{type(model).__qualname__}"
+    if state.settings.schedule is None:
+        own["optimizer"] = "own"
+    if examples != FASHION:
+        own["examples"] = dataclasses.asdict(examples)
+    return own
 
 
 def _member_fields(config: TrainConfig) -> dict[str, Any]:
@@ -326,6 +345,7 @@ def load_checkpoint(
     *,
     expect: TrainConfig | None = None,
     model: ModelSource = None,
+    optimizer: optax.GradientTransformation | None = None,
 ) -> Checkpoint:
     """Load a checkpoint written by [`save_checkpoint`][eqx_fmnist.checkpoint.save_checkpoint].
 
@@ -338,6 +358,9 @@ def load_checkpoint(
         model or constructor, which gives the structure the saved arrays fill (the
         header names its class, `model_class`). Defaults to `None`: the library's model
         the saved config names.
+    - `optimizer`: for a run trained with an optimiser of your own (`fit(...,
+        optimizer=...)`), the same Optax transformation: it gives the structure of the
+        saved optimiser state and trains the state on. Defaults to `None`: the recipe's.
 
     **Returns:**
 
@@ -364,28 +387,50 @@ def load_checkpoint(
         raise CheckpointError(f"{path}: the saved config cannot be read ({e}).") from e
     if expect is not None:
         check_compatible(config, expect)
+    parts = _parts_given(path, header, model, optimizer)
+    try:
+        if version == 1:
+            state = _from_format_1(payload, config, members, num_train, path)
+        else:  # format 2 holds the same arrays as 3 without a weight average (None)
+            if members is None:
+                skeleton = eqx.filter_eval_shape(init_state, config, num_train, **parts)
+            else:
+                skeleton = eqx.filter_eval_shape(init_members, members, num_train, **parts)
+            state = eqx.tree_deserialise_leaves(io.BytesIO(payload), skeleton)
+    except CheckpointError:
+        raise
+    except Exception as e:  # equinox raises several types for a mismatched tree
+        raise CheckpointError(
+            f"{path}: the saved arrays do not fit a model and optimiser built from its "
+            f"config ({e})."
+        ) from e
+    return Checkpoint(state, config, num_train, header, members)
+
+
+def _parts_given(path, header: dict[str, Any], model, optimizer) -> dict[str, Any]:
+    """What the state is rebuilt from besides its config: the `model` and `optimizer`
+    given (refused unless the header says the run had its own), and the examples the
+    header records. `CheckpointError` names what to give."""
     own = header.get("model_class")
     if own is not None and model is None:
         raise CheckpointError(
             f"{path} holds a model of your own, {own}: load it with "
             f"load_checkpoint(path, model=...) given its class or constructor."
         )
-    try:
-        if version == 1:
-            state = _from_format_1(payload, config, members, num_train, path)
-        else:  # format 2 holds the same arrays as 3 without a weight average (None)
-            if members is None:
-                skeleton = eqx.filter_eval_shape(init_state, config, num_train, model=model)
-            else:
-                skeleton = eqx.filter_eval_shape(init_members, members, num_train)
-            state = eqx.tree_deserialise_leaves(io.BytesIO(payload), skeleton)
-    except CheckpointError:
-        raise
-    except Exception as e:  # equinox raises several types for a mismatched tree
+    if header.get("optimizer") == "own" and optimizer is None:
         raise CheckpointError(
-            f"{path}: the saved arrays do not fit a model built from its config ({e})."
-        ) from e
-    return Checkpoint(state, config, num_train, header, members)
+            f"{path} was trained with an optimiser of your own: load it with "
+            "load_checkpoint(path, optimizer=...) given the same Optax transformation."
+        )
+    if header.get("optimizer") != "own" and optimizer is not None:
+        raise CheckpointError(
+            f"{path} was trained with the recipe's optimiser: load it without `optimizer`."
+        )
+    try:
+        examples = Examples(**header.get("examples", {}))
+    except TypeError as e:
+        raise CheckpointError(f"{path}: the saved examples cannot be read ({e}).") from e
+    return {"model": model, "optimizer": optimizer, "examples": examples}
 
 
 def _adam_state(opt_state) -> optax.ScaleByAdamState:

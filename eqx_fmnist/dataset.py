@@ -6,6 +6,9 @@ computes its own batch's indices on the device with a keyed bijection
 ([`permute`][eqx_fmnist.dataset.permute]) and gathers just those rows, so that any
 number of steps can run as one `lax.scan` with no per-call set-up. Pixels become `float32` in `[0, 1]`
 inside the compiled step, by [`normalize`][eqx_fmnist.dataset.normalize].
+
+The module is kept whole: the examples on the device, their checks, the splits and the
+batch order that reads them.
 """
 
 import functools
@@ -16,17 +19,17 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, Integer, PRNGKeyArray, Shaped, UInt8, UInt32
+from jaxtyping import Array, Bool, Float, Int, Integer, PRNGKeyArray, Shaped, UInt32
 
-from .fashion import IMAGE_SIZE, NUM_CLASSES, FashionMNIST
+from .fashion import IMAGE_SHAPE, IMAGE_SIZE, NUM_CLASSES, FashionMNIST
 
 
-def normalize(images: Shaped[Array, "*batch 784"]) -> Float[Array, "*batch 784"]:
+def normalize(images: Shaped[Array, "*batch features"]) -> Float[Array, "*batch features"]:
     """Scale `uint8` pixels to `float32` in `[0, 1]`; float input is returned unchanged.
 
     **Arguments:**
 
-    - `images`: pixels of shape `(..., 784)`.
+    - `images`: pixels of shape `(..., features)` (`(..., 784)` for Fashion-MNIST).
 
     **Returns:**
 
@@ -81,52 +84,71 @@ def as_images(
 
 
 class ArrayDataset(eqx.Module):
-    """A split of Fashion-MNIST held as device arrays: flat `uint8` pixels and labels."""
+    """A split held as device arrays: each example's inputs as one flat row (`uint8`
+    pixels or floats), its integer label, the examples' shape and the number of
+    classes."""
 
-    images: UInt8[Array, "n 784"]
+    images: Shaped[Array, "n features"]
     labels: Int[Array, " n"]
+    shape: tuple[int, ...] = eqx.field(static=True)
+    num_classes: int = eqx.field(static=True)
 
     def __init__(
         self,
         images: Shaped[Array | np.ndarray, "n ..."],
         labels: Integer[Array | np.ndarray, " n"],
         *,
+        num_classes: int = NUM_CLASSES,
         device=None,
     ):
         """**Arguments:**
 
-        - `images`: `uint8` images of shape `(n, 28, 28)` or `(n, 784)`.
-        - `labels`: integer labels of shape `(n,)`, each in `0..9`.
+        - `images`: `n` examples of any shape, `(n, *shape)`: `uint8` pixels (scaled to
+            `[0, 1]` inside the compiled step) or floats (taken as they are). Fashion-MNIST's
+            are `(n, 28, 28)` (or `(n, 784)`). Each is held as one flat row of
+            `features` values, which is what a model is given.
+        - `labels`: integer labels of shape `(n,)`, each in `0..num_classes-1` (checked,
+            from numpy or JAX arrays alike).
+        - `num_classes`: how many classes the labels name (a model's logits). Defaults
+            to `10`.
         - `device`: a `jax.Device` or `jax.sharding.Sharding` to place the arrays on.
             Defaults to JAX's default device.
         """
-        images = np.asarray(images) if isinstance(images, np.ndarray) else images
-        if images.dtype != np.uint8:
+        if not hasattr(images, "shape") or len(images.shape) < 2:
+            raise ValueError(
+                f"`images` must be an array of n examples, shape (n, ...), but got "
+                f"{getattr(images, 'shape', type(images).__name__)}."
+            )
+        if images.dtype != np.uint8 and not jnp.issubdtype(images.dtype, jnp.floating):
             raise TypeError(
-                f"`images` must be uint8 pixels (0..255), but got dtype {images.dtype}. "
-                "Scale floats back with `(x * 255).round().astype(np.uint8)`."
+                f"`images` must be uint8 pixels (0..255) or floats, but got dtype "
+                f"{images.dtype}: cast integers with `.astype(np.uint8)` (0..255) or to "
+                "float32."
+            )
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(
+                f"`num_classes` must be an int of at least 2, but got {num_classes!r}."
             )
         n = images.shape[0]
-        if math.prod(images.shape[1:]) != IMAGE_SIZE:
-            raise ValueError(
-                f"`images` must have shape (n, 28, 28) or (n, 784), but got {images.shape}."
-            )
-        if labels.shape != (n,):
-            raise ValueError(f"`labels` must have shape ({n},), but got {labels.shape}.")
-        if isinstance(labels, np.ndarray) and labels.size:
-            if labels.min() < 0 or labels.max() >= NUM_CLASSES:
-                raise ValueError(
-                    f"`labels` must lie in 0..{NUM_CLASSES - 1}, but got values from "
-                    f"{labels.min()} to {labels.max()}."
-                )
+        check_labels(labels, n, num_classes)
+        shape = tuple(int(d) for d in images.shape[1:])
+        if shape == (IMAGE_SIZE,):  # Fashion-MNIST's flat rows: its images
+            shape = IMAGE_SHAPE
         # numpy's own reshape and cast on the host: no program is compiled for them
         xp = np if isinstance(images, np.ndarray) else jnp
-        self.images = jax.device_put(xp.reshape(images, (n, IMAGE_SIZE)), device)
+        self.images = jax.device_put(xp.reshape(images, (n, math.prod(shape))), device)
         xp = np if isinstance(labels, np.ndarray) else jnp
         self.labels = jax.device_put(xp.asarray(labels, dtype=np.int32), device)
+        self.shape = shape
+        self.num_classes = num_classes
 
     def __len__(self) -> int:
         return self.labels.shape[0]
+
+    @property
+    def features(self) -> int:
+        """The values of one example, flat: the length of the rows a model is given."""
+        return math.prod(self.shape)
 
     @property
     def devices(self) -> set[jax.Device]:  # pyright: ignore[reportInvalidTypeForm]
@@ -135,11 +157,11 @@ class ArrayDataset(eqx.Module):
 
     def to(self, device) -> "ArrayDataset":
         """A copy on another `jax.Device` (or under another sharding)."""
-        return ArrayDataset(self.images, self.labels, device=device)
+        return jax.device_put(self, device)
 
     def take(self, indices: Int[Array | np.ndarray, " k"]) -> "ArrayDataset":
         """The examples at `indices`, as a new dataset on the same device."""
-        return ArrayDataset(*_rows(self.images, self.labels, jnp.asarray(indices)))
+        return self._like(*_rows(self.images, self.labels, jnp.asarray(indices)))
 
     def split(self, n_valid: int, *, key: PRNGKeyArray) -> tuple["ArrayDataset", "ArrayDataset"]:
         """Split off a random validation set of `n_valid` examples, which `key` picks:
@@ -148,6 +170,39 @@ class ArrayDataset(eqx.Module):
             raise ValueError(f"`n_valid` must be in 1..{len(self) - 1}, but got {n_valid}.")
         kept, held_out = _split_order(key, len(self), n_valid)
         return self.take(kept), self.take(held_out)
+
+    def _like(self, images, labels) -> "ArrayDataset":
+        """Rows of this dataset (checked already) as a dataset of the same shape and
+        classes."""
+        return eqx.tree_at(lambda d: (d.images, d.labels), self, (images, labels))
+
+
+def check_labels(labels, n: int, num_classes: int, name: str = "labels") -> None:
+    """`TypeError` unless `labels` are integers (of numpy or JAX); `ValueError` unless
+    their shape is `(n,)` and each lies in `0..num_classes-1`, naming the first that
+    does not. A traced array (inside a compiled function) is checked for its type and
+    shape only."""
+    dtype = getattr(labels, "dtype", None)
+    if dtype is None or not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(
+            f"`{name}` must be integer class numbers, but got "
+            f"{dtype or type(labels).__name__}: cast with `.astype(np.int32)` after "
+            "checking that no label is fractional or NaN."
+        )
+    if tuple(labels.shape) != (n,):
+        raise ValueError(f"`{name}` must have shape ({n},), but got {tuple(labels.shape)}.")
+    try:
+        values = np.asarray(labels)
+    except jax.errors.ConcretizationTypeError:  # traced: unseen
+        return
+    bad = np.flatnonzero((values < 0) | (values >= num_classes))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"`{name}` must lie in 0..{num_classes - 1}, but {name}[{i}] is {values[i]} "
+            f"({bad.size:,} out of range); give num_classes= for more classes, or "
+            "renumber them from 0."
+        )
 
 
 # Compiled whole: run eagerly, each operation of an index (bounds, gather, slices) would

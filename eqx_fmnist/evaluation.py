@@ -57,7 +57,7 @@ class EvalResult:
 
 def _forward(
     model: Model,
-    images: Shaped[Array, "n 784"],
+    images: Shaped[Array, "n features"],
     policy: Policy,
     batch_size: int,
     mesh: jax.sharding.Mesh | None,
@@ -83,14 +83,16 @@ def _forward(
 
 
 def _member_logits(model: Model, images, policy: Policy, batch_size: int, mesh=None, tta=None):
-    """`_forward` of every member, on a leading axis (one model: a stack of one)."""
+    """`_forward` of every member, on a leading axis (one model: a stack of one), in
+    inference mode (`eqx.nn.inference_mode`: `Dropout` and its kin off)."""
+    model = eqx.nn.inference_mode(model)
     return per_member(_forward, model, images, policy, batch_size, mesh, tta)
 
 
 @eqx.filter_jit
 def padded_logits(
     model: Model,
-    images: Shaped[Array, "n 784"],
+    images: Shaped[Array, "n features"],
     policy: Policy,
     batch_size: int,
     mesh: jax.sharding.Mesh | None = None,

@@ -3,18 +3,17 @@
 how each is validated), the run's [`Evaluation`][eqx_fmnist.hooks.Evaluation] (its
 precision, views, batch size and mesh, called on the validation split after each
 interval) and the end-of-run [`TestProgram`][eqx_fmnist.hooks.TestProgram], a hook `fit`
-makes while its steps compile and run and calls once on the trained model. The default
+makes with its steps' programs and calls once on the trained model. The default
 scores the test set ([`test_scores`][eqx_fmnist.hooks.test_scores]); a run folder's test
 report plugs in its own program, which scores the test set and its moved views at once,
 so that `fit` and a run folder give one test score by one program.
 """
 
 import dataclasses
-import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import jax
+import numpy as np
 from jax.sharding import Mesh
 
 from .config import TrainConfig
@@ -95,14 +94,14 @@ class Evaluation:
         )
 
 
-TestRun = Callable[[Model], tuple[EvalResult, Any]]
-"""A compiled end-of-run program: `run(model)` gives the test figures and whatever else
-the program computed beside them."""
+TestRun = Callable[[Model], tuple[EvalResult, np.ndarray | None]]
+"""A compiled end-of-run program: `run(model)` gives the test figures and what else the
+program computed beside them (a run report's logits), or `None`."""
 
 
 TestProgram = Callable[[Model, ArrayDataset, Evaluation], TestRun]
 """What [`fit`][eqx_fmnist.train.fit] evaluates the test set with when training ends:
-called as `program(like, test, evaluation)` while the steps compile, with a model shaped
+called as `program(like, test, evaluation)` as the steps compile, with a model shaped
 like the trained one (`like`: its arrays are only looked at), the test set and the run's
 [`Evaluation`][eqx_fmnist.hooks.Evaluation]; returns the
 [`TestRun`][eqx_fmnist.hooks.TestRun] `fit` calls on the trained model.
@@ -116,42 +115,9 @@ def test_scores(like: Model, test: ArrayDataset, evaluation: Evaluation) -> Test
     accuracy by [`evaluate`][eqx_fmnist.evaluation.evaluate] (each member's too), and
     nothing beside them."""
 
-    def run(model: Model) -> tuple[EvalResult, Any]:
+    def run(model: Model) -> tuple[EvalResult, np.ndarray | None]:
         scores = evaluation(test, model)
         assert scores is not None  # a test set is given
         return scores, None
 
     return run
-
-
-def compiled_aside(
-    program: TestProgram, like: Model, test: ArrayDataset | None, evaluation: Evaluation
-) -> Callable[[Model], tuple[EvalResult | None, Any]]:
-    """Start making the test program in a thread of its own while the steps compile and
-    run (XLA compiles without holding Python's lock: on a TPU v5e the main job compiled
-    its steps for 10.8 s and its test report for 4.6 s, one after the other, before
-    this). Returns `tested(model)`: the program's run on the trained model, `(None,
-    None)` without a test set. Where the model is placed over a mesh or several
-    processes, or making it aside failed, the program is made on the caller's thread
-    when `tested` is called (and raises what is wrong)."""
-    if test is None:
-        return lambda model: (None, None)
-    if evaluation.mesh is not None or jax.process_count() > 1:
-        return lambda model: program(like, test, evaluation)(model)
-    made: list[TestRun | None] = [None]
-
-    def make() -> None:
-        try:
-            made[0] = program(like, test, evaluation)
-        except Exception:  # noqa: BLE001 (made again on the caller's thread, which raises)
-            made[0] = None
-
-    thread = threading.Thread(target=make, name="test-program", daemon=True)
-    thread.start()
-
-    def tested(model: Model) -> tuple[EvalResult | None, Any]:
-        thread.join()
-        run = made[0] or program(like, test, evaluation)
-        return run(model)
-
-    return tested

@@ -71,6 +71,9 @@ Callback = Callable[[History, TrainState], None]
 interval's end, while the next interval already trains on the device."""
 
 _MEANS = ("loss", "accuracy", "grad_norm", "learning_rate", "valid_loss", "valid_accuracy")
+_STEP_METRICS = ("loss", "accuracy", "grad_norm", "skipped", "learning_rate")
+"""What every step reports; a loss of your own's other `aux` scalars are recorded as their
+means over the interval, under their own names."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +105,7 @@ class Plan:
         """One record per member (one for a single run) of the interval that ended at
         global step `step`; `metrics` have shape `(members, steps)`."""
         k = metrics["loss"].shape[-1]
-        return [
+        rows = [
             History(
                 step=step,
                 epoch=step / self.steps_per_epoch,
@@ -117,6 +120,10 @@ class Plan:
             )
             for i in range(len(metrics["loss"]))
         ]
+        for i, row in enumerate(rows):  # a loss's own aux scalars, under their own names
+            own = {m: float(np.mean(metrics[m][i])) for m in metrics if m not in _STEP_METRICS}
+            typing.cast(dict, row).update(own)
+        return rows
 
 
 MEMORY_FRACTION = 0.8
@@ -208,7 +215,8 @@ def interval_record(records: list[History]) -> History:
         return records[0]
     first = records[0]
     rows = [typing.cast(dict[str, float], r) for r in records]
-    means = {k: float(np.mean([r[k] for r in rows])) for k in _MEANS if k in first}
+    extra = [k for k in first if k not in History.__annotations__]  # a loss's own aux
+    means = {k: float(np.mean([r[k] for r in rows])) for k in (*_MEANS, *extra) if k in first}
     totals = {
         "skipped": sum(r["skipped"] for r in records),
         "examples_per_sec": len(records) * first["examples_per_sec"],

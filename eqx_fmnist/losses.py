@@ -5,9 +5,24 @@ forward pass does not also round the loss. A mask marks the real examples of a p
 batch; masked-out examples count for nothing, and the mean is over real examples.
 """
 
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
+
+from .model import batch_logits
+from .precision import FLOAT32, Policy
+
+Loss: TypeAlias = Callable[..., Float[Array, ""] | tuple[Float[Array, ""], dict[str, Any]]]
+"""What [`fit`][eqx_fmnist.train.fit]'s `loss=` takes: `loss(model, x, y, *, key)` over a
+batch, `x` the batch's inputs as the model sees them (`(batch, features)`, `uint8` pixels
+already scaled to `[0, 1]`), `y` its integer labels `(batch,)`, `key` the step's own
+PRNG key; it returns a float32 scalar, or `(loss, aux)` with `aux` a dict of scalars that
+land in the history. It calls the model itself (`jax.vmap(model)(x)`), so a regulariser
+on the weights is one more term. The recipe's own is
+[`recipe_loss`][eqx_fmnist.losses.recipe_loss]."""
 
 
 def _weights(labels: Int[Array, " batch"], mask: Bool[Array, " batch"] | None):
@@ -102,3 +117,36 @@ def soft_cross_entropy(
     log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     p = jnp.exp(target_log_probs.astype(jnp.float32))
     return -(p * log_q).sum(axis=-1).mean()
+
+
+def recipe_loss(
+    model: PyTree,
+    x: Float[Array, "batch features"],
+    y: Int[Array, " batch"],
+    *,
+    key: PRNGKeyArray | None = None,
+    policy: Policy = FLOAT32,
+    label_smoothing: float | Float[Array, ""] = 0.0,
+    soft: tuple | None = None,
+    share: Float[Array, " batch"] | None = None,
+) -> tuple[Float[Array, ""], dict[str, Array]]:
+    """The recipe's loss, a [`Loss`][eqx_fmnist.losses.Loss] like any other: the
+    (label-smoothed) cross-entropy of the model's logits, and `{"accuracy": ...}` beside
+    it. The training step binds what the config and the step give it: the `policy` of
+    the forward pass, `label_smoothing`, distillation's `soft` targets `(teacher's log
+    probabilities, temperature, weight)`, and mixup's `share` of each image (the labels
+    mixed alike)."""
+    # Profiles show these operations as `forward`, and their gradients as
+    # `transpose(jvp(forward))`: the backward pass.
+    with jax.named_scope("forward"):
+        # One batch-level forward: with bf16/f16 its backward multiplies in that dtype too.
+        logits = batch_logits(model, x, policy, key=key)
+        if share is None:
+            loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
+        else:
+            loss = mixed_cross_entropy(logits, y, share, label_smoothing=label_smoothing)
+        if soft is not None:  # distillation: (teacher's log probabilities, temperature, weight)
+            target, t, w = soft
+            distilled = soft_cross_entropy(logits.astype(jnp.float32) / t, target) * t**2
+            loss = w * distilled + (1.0 - w) * loss
+        return loss, {"accuracy": accuracy(logits, y)}

@@ -1,8 +1,13 @@
 """The library's models, `eqx.Module`s that map one image to ten logits: the multilayer
 perceptron ([`MLP`][eqx_fmnist.model.MLP]) and a small convolutional network
 ([`CNN`][eqx_fmnist.model.CNN]) that sees shapes, the MLP's teacher; and the helpers that
-treat one model and a stack of members alike."""
+treat one model and a stack of members alike, a model of your own among them.
 
+The module is kept whole: the library's two models and the one way every other module
+calls a model, one or a stack, its own or yours.
+"""
+
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -312,14 +317,27 @@ def count_params(model: PyTree) -> int:
     return sum(x.size for x in jtu.tree_leaves(eqx.filter(model, eqx.is_inexact_array)))
 
 
+class Stack(eqx.Module):
+    """Members of a model of your own, stacked on a leading axis: what a run of
+    `Seeds(k)` over a model of your own evaluates, calibrates and saves. (The library's
+    `MLP` and `CNN` say how many members they stack themselves; a module of yours
+    cannot, so its stack carries the count.) [`per_member`][eqx_fmnist.model.per_member]
+    unwraps it."""
+
+    members: PyTree
+    count: int = eqx.field(static=True)
+
+
 def num_members(model: PyTree) -> int | None:
     """How many members a stacked model holds (the size of its leading axis, as
     [`init_members`][eqx_fmnist.state.init_members] builds it), or `None` for one model.
 
     This is the library's one way to ask "is this a stack of members?": a state, a
     checkpoint, an export and an evaluation all ask it of their model. A model of your
-    own (not an `MLP` or a `CNN`) is always one model.
+    own is one model, unless it comes as a [`Stack`][eqx_fmnist.model.Stack].
     """
+    if isinstance(model, Stack):
+        return model.count
     mlp = model.head if isinstance(model, CNN) else model
     if not isinstance(mlp, MLP):
         return None
@@ -327,17 +345,36 @@ def num_members(model: PyTree) -> int | None:
     return None if bias.ndim == 1 else int(bias.shape[0])
 
 
-def logits_of(model: PyTree, x: Float[Array, " 784"], policy: Policy = FLOAT32) -> Array:
-    """One model's logits for one image: `model(x, policy=policy)` for the library's
+def takes_key(model: PyTree) -> bool:
+    """Whether `model(x, key=...)` is how the model is called: its `__call__` has a
+    `key` parameter (as `eqx.nn.Dropout`'s and a module holding one do)."""
+    try:
+        return callable(model) and "key" in inspect.signature(model).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+
+
+def logits_of(model: PyTree, x: Float[Array, " features"], policy: Policy = FLOAT32) -> Array:
+    """One model's logits for one example: `model(x, policy=policy)` for the library's
     models, `model(x)` for one of your own (which computes in float32)."""
     return model(x, policy=policy) if isinstance(model, MLP | CNN) else model(x)
 
 
-def batch_logits(model: PyTree, x: Float[Array, "batch 784"], policy: Policy = FLOAT32) -> Array:
+def batch_logits(
+    model: PyTree,
+    x: Float[Array, "batch features"],
+    policy: Policy = FLOAT32,
+    *,
+    key: PRNGKeyArray | None = None,
+) -> Array:
     """One model's logits for a batch, as training computes them: the library's models'
-    `forward_batch`, `jax.vmap(model)` for one of your own."""
+    `forward_batch`; `jax.vmap(model)` for one of your own, with a key of its own for
+    each example where the model takes `key=` (`key` split over the batch)."""
     if isinstance(model, MLP | CNN):
         return model.forward_batch(x, policy=policy)
+    if key is not None and takes_key(model):
+        keys = jr.split(key, x.shape[0])
+        return jax.vmap(lambda e, k: model(e, key=k))(x, keys)
     return jax.vmap(model)(x)
 
 
@@ -351,6 +388,8 @@ def per_member(fn: Callable[..., PyTree], model: PyTree, *args) -> PyTree:
     """
     if num_members(model) is None:
         return jtu.tree_map(lambda x: x[None], fn(model, *args))
+    if isinstance(model, Stack):
+        model = model.members
     return eqx.filter_vmap(lambda m: fn(m, *args))(model)
 
 

@@ -1,11 +1,16 @@
 """The learning-rate schedule and the optimiser a [`TrainConfig`][eqx_fmnist.config.TrainConfig]
-asks for: one optimiser path, AdamW with its learning rate and weight decay injected as
-arrays (`optax.inject_hyperparams`), for one run and for every member of a sweep alike."""
+asks for: the recipe's AdamW with its learning rate and weight decay injected as arrays
+(`optax.inject_hyperparams`), for one run and for every member of a sweep alike, the
+default of `fit(optimizer=)`; and the one way a step applies any Optax transformation
+([`apply_optimizer`][eqx_fmnist.optim.apply_optimizer]), the recipe's or yours."""
 
+import equinox as eqx
+import jax.numpy as jnp
 import jax.tree_util as jtu
 import optax
 
 from .config import TrainConfig
+from .precision import astype, optax_promotion
 
 
 def make_schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
@@ -55,6 +60,45 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     return optax.inject_hyperparams(adamw)(
         learning_rate=config.learning_rate, weight_decay=config.weight_decay
     )
+
+
+def cast_like(tree, like):
+    """`tree` with each array leaf in the dtype of the matching leaf of `like`.
+
+    Optax computes its updates and moments in float32, so parameters stored in bfloat16
+    or float16 take their update rounded to their own dtype, and the optimiser state
+    keeps the dtypes it was initialised with: a compiled loop's carry keeps its types.
+    """
+    return jtu.tree_map(lambda t, ref: astype(t, ref.dtype) if eqx.is_array(t) else t, tree, like)
+
+
+def optimizer_count(opt_state, step):
+    """The optimiser's own step count where its state keeps one (a skipped step does
+    not move it), else `step`, the state's."""
+    return getattr(opt_state, "count", step)
+
+
+def apply_optimizer(settings, opt_state, hyperparams, grads, model):
+    """One update of `model` by the optimiser of a state's `settings`: `(model, opt_state,
+    rate)`. The recipe's AdamW (settings with a schedule) has this step's rate
+    (`learning_rate * schedule(count)`) and weight decay written into its injected
+    hyperparameters first; any other Optax transformation runs as it is, its schedule its
+    own. `rate`: the rate this step used, where the optimiser's state tells it (NaN where
+    it does not). Updates and the optimiser's state keep the dtypes of the parameters
+    and of the state they were made for ([`cast_like`][eqx_fmnist.optim.cast_like])."""
+    params = eqx.filter(model, eqx.is_inexact_array)
+    before = opt_state
+    with optax_promotion():
+        if settings.schedule is not None:
+            # The schedule follows the optimiser's own count (a skipped step does not move it).
+            rate = hyperparams["learning_rate"] * settings.schedule(opt_state.count)
+            injected = {"learning_rate": rate, "weight_decay": hyperparams["weight_decay"]}
+            opt_state = opt_state._replace(hyperparams=injected)
+        updates, new_opt_state = settings.optimizer.update(grads, opt_state, params)
+    told = getattr(new_opt_state, "hyperparams", {})  # as this update set them
+    rate = told.get("learning_rate", jnp.nan) if isinstance(told, dict) else jnp.nan
+    model = eqx.apply_updates(model, cast_like(updates, params))
+    return model, cast_like(new_opt_state, before), jnp.asarray(rate, jnp.float32)
 
 
 def _weights_only(params):

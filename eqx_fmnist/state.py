@@ -6,11 +6,14 @@ leading axis (`eqx.filter_vmap` over the same initialiser), which every compiled
 then runs under `eqx.filter_vmap` as one program. A stacked state is the *only*
 difference between one run and many: `fit`, evaluation, calibration, checkpoints and
 exports take either.
+
+The module is kept whole: the state, one run's or many members', how it starts and how
+members are checked and taken apart.
 """
 
 import dataclasses
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import equinox as eqx
 import jax
@@ -22,9 +25,10 @@ import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .augment import NONE, Augmentation, augmentation_of
+from .build import FASHION, Examples, ModelSource, build_model, check_model
 from .config import BatchedHyperparameter, TrainConfig
 from .hardware import warn_if_slower
-from .model import CNN, MLP, Model, num_members
+from .model import Model, Stack, num_members
 from .optim import make_optimizer, make_schedule
 from .parallel import check_members_divide
 from .precision import FLOAT32, DynamicLossScale, LossScale, NoOpLossScale, Policy
@@ -35,9 +39,11 @@ class Settings:
     """What a state's compiled step is made of besides its arrays, as one static value
     (part of the compiled program, not an input of it).
 
-    **Fields:** `optimizer` (an Optax transformation from
-    [`make_optimizer`][eqx_fmnist.optim.make_optimizer]), `schedule` (the learning
-    rate's multiplier by the optimiser's step count), `policy` (the precision policy),
+    **Fields:** `optimizer` (any Optax transformation; the recipe's from
+    [`make_optimizer`][eqx_fmnist.optim.make_optimizer]), `schedule` (for the recipe's,
+    the learning rate's multiplier by the optimiser's step count, written into its
+    injected hyperparameters each step; `None`: the optimiser's schedule is its own),
+    `policy` (the precision policy),
     `skip_nonfinite` (skip a step whose loss or gradients are not finite),
     `augmentation` (what each step does to its batch), `ema_decay` (of the weight
     average; `0`: none) and `shared_batches` (members train on their first member's
@@ -45,7 +51,7 @@ class Settings:
     """
 
     optimizer: optax.GradientTransformation
-    schedule: optax.Schedule
+    schedule: optax.Schedule | None
     policy: Policy = FLOAT32
     skip_nonfinite: bool = False
     augmentation: Augmentation = NONE
@@ -91,15 +97,19 @@ class TrainState(eqx.Module):
         """**Arguments:**
 
         - `model`: the model; its inexact arrays are the trained parameters.
-        - `optimizer`: an Optax transformation made by
-            [`make_optimizer`][eqx_fmnist.optim.make_optimizer] (its `learning_rate`
-            and `weight_decay` injected), initialised here on the parameters.
+        - `optimizer`: any Optax transformation, initialised here on the parameters
+            (in float32).
         - `key`: the run's PRNG key (it orders the batches).
         - `hyperparams`: `learning_rate` (the peak), `weight_decay` and
             `label_smoothing`, as float32 scalar arrays.
-        - `schedule`: the learning rate's multiplier as a function of the optimiser's
-            step count (see [`make_schedule`][eqx_fmnist.optim.make_schedule]).
-            Defaults to a constant `1`.
+        - `schedule`: for an optimiser made by
+            [`make_optimizer`][eqx_fmnist.optim.make_optimizer] (its `learning_rate`
+            and `weight_decay` injected), the learning rate's multiplier as a function
+            of the optimiser's step count (see
+            [`make_schedule`][eqx_fmnist.optim.make_schedule]): each step writes
+            `learning_rate * schedule(count)` and `weight_decay` from `hyperparams`
+            into the optimiser's state. Defaults to `None`: the optimiser runs as it is,
+            its schedule its own.
         - `policy`: the precision policy. Defaults to float32.
         - `loss_scale`: defaults to a dynamic loss scale when the policy computes in
             float16, and to no scaling otherwise.
@@ -126,7 +136,6 @@ class TrainState(eqx.Module):
             loss_scale = DynamicLossScale() if policy.needs_loss_scale else NoOpLossScale()
         self.loss_scale = loss_scale
         self.hyperparams = {k: jnp.asarray(hyperparams[k], jnp.float32) for k in HYPERPARAMS}
-        schedule = optax.constant_schedule(1.0) if schedule is None else schedule
         self.settings = Settings(
             optimizer,
             schedule,
@@ -138,7 +147,8 @@ class TrainState(eqx.Module):
         )
         # A copy, not the same buffers: every compiled path donates the state, and one
         # buffer cannot be donated twice.
-        self.average = jtu.tree_map(jnp.copy, model) if ema_decay > 0 else None
+        copy = lambda x: jnp.copy(x) if eqx.is_array(x) else x  # noqa: E731
+        self.average = jtu.tree_map(copy, model) if ema_decay > 0 else None
 
     @property
     def policy(self) -> Policy:
@@ -147,15 +157,21 @@ class TrainState(eqx.Module):
 
     @property
     def num_members(self) -> int | None:
-        """How many members the state holds, or `None` for one run's state (see
-        [`num_members`][eqx_fmnist.model.num_members])."""
-        return num_members(self.model)
+        """How many members the state holds (the length of its step counter's axis), or
+        `None` for one run's state."""
+        shape = tuple(self.step.shape)
+        return int(shape[0]) if shape else None
 
     @property
     def eval_model(self) -> Model:
         """The weights to evaluate, calibrate, export and predict with: the average when
-        the run keeps one (`ema_decay > 0`), else the trained weights."""
-        return self.model if self.average is None else self.average
+        the run keeps one (`ema_decay > 0`), else the trained weights. Members of a
+        model of your own come as a [`Stack`][eqx_fmnist.model.Stack]."""
+        model = self.model if self.average is None else self.average
+        count = self.num_members
+        if count is not None and num_members(model) is None:
+            return Stack(model, count)
+        return model
 
     @property
     def global_step(self) -> int:
@@ -172,12 +188,14 @@ HYPERPARAMS = typing.get_args(BatchedHyperparameter)
 `label_smoothing` (from [`BatchedHyperparameter`][eqx_fmnist.config.BatchedHyperparameter])."""
 
 
-ModelSource = Model | Callable[..., Model] | None
-"""What `model=` takes: a model, a constructor called as `constructor(key=key)`, or
-`None` for the config's."""
-
-
-def init_state(config: TrainConfig, num_train: int, *, model: ModelSource = None) -> TrainState:
+def init_state(
+    config: TrainConfig,
+    num_train: int,
+    *,
+    model: ModelSource = None,
+    optimizer: optax.GradientTransformation | None = None,
+    examples: Examples = FASHION,
+) -> TrainState:
     """The initial [`TrainState`][eqx_fmnist.state.TrainState] of a run.
 
     **Arguments:**
@@ -187,83 +205,48 @@ def init_state(config: TrainConfig, num_train: int, *, model: ModelSource = None
     - `model`: a model of your own, or its constructor (see
         [`build_model`][eqx_fmnist.state.build_model]). Defaults to `None`: the one
         the config names.
+    - `optimizer`: any Optax transformation, its schedule its own. Defaults to `None`:
+        the recipe's AdamW and schedule from the config
+        ([`make_optimizer`][eqx_fmnist.optim.make_optimizer]).
+    - `examples`: what the library's model is built for (the data's
+        [`Examples`][eqx_fmnist.state.Examples]). Defaults to Fashion-MNIST's.
     """
     numbers = np.array([getattr(config, k) for k in HYPERPARAMS], np.float32)
     seed = np.uint32(config.seed)
     warn_if_slower(config.policy)
-    return _init_state(config, config.total_steps(num_train), seed, numbers, model)
-
-
-def build_model(config: TrainConfig, key: PRNGKeyArray, model: ModelSource = None) -> Model:
-    """A run's initial model.
-
-    **Arguments:**
-
-    - `config`: its `model` (`"mlp"` or `"cnn"`), `hidden_sizes` and `channels`.
-    - `key`: the PRNG key for the weights.
-    - `model`: one of your own instead: an `eqx.Module` (its weights are the initial
-        ones; `key` is unused) or a constructor (a class or function) called as
-        `model(key=key)`, the way Equinox layers take their key. It must map one image
-        (`(784,)`, pixels in `[0, 1]`) to ten logits, and trains in float32. Defaults
-        to `None`: the config's.
-    """
-    if isinstance(model, eqx.Module):
-        return model
-    if model is not None:
-        return model(key=key)
-    if config.model == "cnn":
-        return CNN(config.channels, config.hidden_sizes, key=key)
-    return MLP(hidden_sizes=config.hidden_sizes, key=key)
-
-
-def check_own_model(config: TrainConfig, model: ModelSource) -> None:
-    """Raise `ValueError` unless a model of your own (`model=`) can train under
-    `config`: ten logits for an image of `(784,)`, float32, and the config's `model`
-    left at its default."""
-    if model is None:
-        return
-    if config.model != "mlp":
-        raise ValueError(
-            f"give a model of your own (model=...) or `model={config.model!r}` in the config, "
-            "not both."
-        )
-    if config.policy != FLOAT32:
-        raise ValueError(
-            f"a model of your own trains in float32, not `precision={config.precision!r}`: "
-            "the library's MLP and CNN apply a precision policy; use p=f32,c=f32,o=f32."
-        )
-    made = eqx.filter_eval_shape(build_model, config, jr.key(0), model)
-    shape = jax.eval_shape(lambda m: m(jnp.zeros((784,), jnp.float32)), made).shape
-    if shape != (10,):
-        raise ValueError(
-            f"the model maps one image of shape (784,) to logits of shape {shape}; it must "
-            "give ten logits, (10,)."
-        )
-    if config.calibration_size and not hasattr(made, "hidden"):
-        raise ValueError(
-            "calibration fits the trust flag on a model's hidden activations: give the "
-            "model a `hidden(x, *, policy)` method (a list of arrays), or train without "
-            "--calibrate."
-        )
+    total = config.total_steps(num_train)
+    return _init_state(config, total, seed, numbers, model, optimizer, examples)
 
 
 @eqx.filter_jit
-def _init_state(config: TrainConfig, total_steps: int, seed, numbers, model) -> TrainState:
+def _init_state(config, total_steps: int, seed, numbers, model, optimizer, examples) -> TrainState:
     # One compiled program (kept by the persistent compilation cache): eagerly, each of
     # the initialisers' small operations is dispatched, and compiled, on its own.
-    return _build(config, total_steps, seed, numbers, model)
+    return _build(config, total_steps, seed, numbers, model, optimizer, examples)
 
 
-def _build(config: TrainConfig, total_steps: int, seed, numbers, model=None) -> TrainState:
+def _build(
+    config: TrainConfig,
+    total_steps: int,
+    seed,
+    numbers,
+    model=None,
+    optimizer=None,
+    examples: Examples = FASHION,
+) -> TrainState:
     """One member's state; `seed` and the `numbers` (one per `HYPERPARAMS`) may be
     traced."""
     model_key, data_key = jr.split(jr.PRNGKey(seed))
+    schedule = None
+    if optimizer is None:  # the recipe's: AdamW, its rate and decay injected each step
+        optimizer = make_optimizer(config)
+        schedule = make_schedule(config, total_steps)
     return TrainState(
-        build_model(config, model_key, model),
-        make_optimizer(config),
+        build_model(config, model_key, model, examples),
+        optimizer,
         key=data_key,
         hyperparams=dict(zip(HYPERPARAMS, numbers, strict=True)),
-        schedule=make_schedule(config, total_steps),
+        schedule=schedule,
         policy=config.policy,
         skip_nonfinite=config.on_nonfinite == "skip",
         augmentation=augmentation_of(config),
@@ -279,31 +262,46 @@ BATCHED = HYPERPARAMS
 PER_MEMBER = ("seed", *BATCHED)
 
 
-def check_members(configs: Sequence[TrainConfig]) -> None:
+def check_members(configs: Sequence[TrainConfig], fixed: Sequence[str] = ()) -> None:
     """Raise `ValueError` unless `configs` can train as members of one program: at least
     one, all agreeing on every field but `seed` and the
-    [`BATCHED`][eqx_fmnist.state.BATCHED] numbers, on one device."""
+    [`BATCHED`][eqx_fmnist.state.BATCHED] numbers (and on those named in `fixed`:
+    numbers of the recipe that an optimiser or a loss of your own replaces), on one
+    device."""
     if not configs:
         raise ValueError("members: give at least one config (or seed).")
-    base = dataclasses.replace(configs[0], **{k: getattr(TrainConfig(), k) for k in PER_MEMBER})
+    free = [k for k in PER_MEMBER if k not in fixed]
+    base = dataclasses.replace(configs[0], **{k: getattr(TrainConfig(), k) for k in free})
     for i, c in enumerate(configs):
-        other = dataclasses.replace(c, **{k: getattr(TrainConfig(), k) for k in PER_MEMBER})
+        other = dataclasses.replace(c, **{k: getattr(TrainConfig(), k) for k in free})
         if other != base:
             diff = [
                 f.name
                 for f in dataclasses.fields(TrainConfig)
                 if getattr(other, f.name) != getattr(base, f.name)
             ]
+            why = (
+                "the others change the program's shapes or structure"
+                if not set(diff) & set(fixed)
+                else "an optimiser or a loss of your own replaces the recipe's numbers"
+            )
             raise ValueError(
                 f"members 0 and {i} differ in {', '.join(diff)}: members of one program may "
-                f"differ only in {', '.join(PER_MEMBER)}, because the others change the "
-                "program's shapes or structure. Train one program per value instead."
+                f"differ only in {', '.join(free)}, because {why}. Train one program per "
+                "value instead."
             )
     if configs[0].devices > 1:  # whole members on each device
         check_members_divide(len(configs), configs[0].devices)
 
 
-def init_members(configs: Sequence[TrainConfig], num_train: int) -> TrainState:
+def init_members(
+    configs: Sequence[TrainConfig],
+    num_train: int,
+    *,
+    model: ModelSource = None,
+    optimizer: optax.GradientTransformation | None = None,
+    examples: Examples = FASHION,
+) -> TrainState:
     """The initial states of several runs, stacked on a leading axis of size
     `len(configs)`.
 
@@ -318,22 +316,40 @@ def init_members(configs: Sequence[TrainConfig], num_train: int) -> TrainState:
     - `configs`: one config per member; see
         [`check_members`][eqx_fmnist.state.check_members].
     - `num_train`: training examples.
+    - `model`, `optimizer`, `examples`: as for `init_state`; a model of your own is
+        given as its constructor (each member draws its own weights from its seed).
 
     **Raises:**
 
-    `ValueError` from `check_members`.
+    `ValueError` from `check_members`, or for a model of your own given as a module.
     """
-    check_members(configs)
+    if isinstance(model, eqx.Module):
+        raise ValueError(
+            "members of a model of your own draw their own weights: give its constructor "
+            "(model=MyModel, or a function of key=), not a built module."
+        )
+    check_members(configs, _fixed(optimizer is not None))
     base = configs[0]
     seeds = np.array([c.seed for c in configs], np.uint32)  # on the host: nothing compiled
     numbers = np.array([[getattr(c, k) for k in HYPERPARAMS] for c in configs], np.float32)
     warn_if_slower(base.policy)
-    return _init_members(base, base.total_steps(num_train), seeds, numbers)
+    total = base.total_steps(num_train)
+    return _init_members(base, total, seeds, numbers, model, optimizer, examples)
+
+
+def _fixed(own_optimizer: bool, own_loss: bool = False) -> tuple[str, ...]:
+    """The recipe's numbers members must share when its optimiser or loss is replaced."""
+    return (("learning_rate", "weight_decay") if own_optimizer else ()) + (
+        ("label_smoothing",) if own_loss else ()
+    )
 
 
 @eqx.filter_jit
-def _init_members(config: TrainConfig, total_steps: int, seeds, numbers) -> TrainState:
-    return eqx.filter_vmap(lambda s, n: _build(config, total_steps, s, n))(seeds, numbers)
+def _init_members(config, total_steps: int, seeds, numbers, model, optimizer, examples):
+    def member(s, n):
+        return _build(config, total_steps, s, n, model, optimizer, examples)
+
+    return eqx.filter_vmap(member)(seeds, numbers)
 
 
 def select_members(tree: PyTree, index: int | Sequence[int]) -> PyTree:
@@ -364,33 +380,59 @@ def state_bytes(config: TrainConfig, num_train: int) -> int:
     )
 
 
+def with_optimizer(state: TrainState, optimizer: optax.GradientTransformation) -> TrainState:
+    """`state` to be trained on by `optimizer` (an Optax transformation of your own, given
+    again to continue a run: a loaded state's functions are not saved). `ValueError`
+    unless the state's optimiser state has the structure and shapes `optimizer.init`
+    gives: another optimiser's state is never fed to it."""
+    params = eqx.filter(state.model, eqx.is_inexact_array)
+    one = params if state.num_members is None else select_members(params, 0)
+    want = eqx.filter_eval_shape(optimizer.init, jtu.tree_map(lambda p: p.astype(jnp.float32), one))
+    have = state.opt_state if state.num_members is None else select_members(state.opt_state, 0)
+    shapes = lambda t: jtu.tree_map(lambda x: (tuple(x.shape), str(x.dtype)), t)  # noqa: E731
+    if jtu.tree_structure(want) != jtu.tree_structure(have) or shapes(want) != shapes(have):
+        raise ValueError(
+            "the state's optimiser state is not what `optimizer` makes: give the optimiser "
+            "the run was trained with (the same Optax transformation and settings)."
+        )
+    settings = dataclasses.replace(state.settings, optimizer=optimizer, schedule=None)
+    return eqx.tree_at(lambda s: s.settings, state, settings)
+
+
 def starting_state(
     configs: tuple[TrainConfig, ...],
     stacked: bool,
     state: TrainState | None,
     num_train: int,
+    *,
     model: ModelSource = None,
+    optimizer: optax.GradientTransformation | None = None,
+    own_loss: bool = False,
+    examples: Examples = FASHION,
 ) -> TrainState:
     """The state [`fit`][eqx_fmnist.train.fit] starts from: `state` (checked to hold as
-    many members as there are `configs`, or one run when not `stacked`), or a new one:
-    [`init_members`][eqx_fmnist.state.init_members] when `stacked`, else
-    [`init_state`][eqx_fmnist.state.init_state] of the one config (and `model`, a model
-    of your own: [`check_own_model`][eqx_fmnist.state.check_own_model])."""
-    if model is not None and (stacked or state is not None):
-        given = "members" if stacked else "a state"
+    many members as there are `configs`, or one run when not `stacked`; given
+    `optimizer`, checked to be its state: [`with_optimizer`][eqx_fmnist.state.with_optimizer]),
+    or a new one: [`init_members`][eqx_fmnist.state.init_members] when `stacked`, else
+    [`init_state`][eqx_fmnist.state.init_state] of the one config, with `model`,
+    `optimizer` and `examples` (checked: [`check_model`][eqx_fmnist.state.check_model])."""
+    if model is not None and state is not None:
         raise ValueError(
-            f"give a model of your own (model=...) or {given}, not both: a model of your "
-            "own trains as one run from its first step (a state already holds its model)."
+            "give a model of your own (model=...) or a state, not both: a state already "
+            "holds its model."
         )
-    check_own_model(configs[0], model)
+    check_model(configs[0], model, examples)
     if state is None and stacked:
-        return init_members(configs, num_train)
+        check_members(configs, _fixed(optimizer is not None, own_loss))
+        return init_members(configs, num_train, model=model, optimizer=optimizer, examples=examples)
     if state is None:
-        return init_state(configs[0], num_train, model=model)
+        return init_state(
+            configs[0], num_train, model=model, optimizer=optimizer, examples=examples
+        )
     if state.num_members != (len(configs) if stacked else None):
         raise ValueError(
             f"`state` holds {state.num_members or 'one run, not'} members, but "
             f"{len(configs) if stacked else 'one config'} was given; pass the configs it "
             "was trained with (a checkpoint's `members`)."
         )
-    return state
+    return state if optimizer is None else with_optimizer(state, optimizer)

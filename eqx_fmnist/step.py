@@ -39,92 +39,85 @@ from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Int, Shaped
 
 from .augment import augment
-from .batches import augment_key, step_batch, step_inputs
+from .batches import augment_key, model_key, step_batch, step_inputs
 from .chunk import Chunk
 from .dataset import ArrayDataset, steps_per_epoch
 from .distill import Teacher, TeacherTable
-from .losses import accuracy, cross_entropy, mixed_cross_entropy, soft_cross_entropy
-from .model import batch_logits
+from .losses import Loss, recipe_loss
+from .optim import apply_optimizer, cast_like, optimizer_count
 from .parallel import MEMBERS, batch_sharding, replicated
-from .precision import NoOpLossScale, all_finite, astype, optax_promotion
+from .precision import NoOpLossScale, all_finite, optax_promotion
 from .state import TrainState
 
 
-def _loss(model, x, y, policy, label_smoothing, loss_scale, soft=None, share=None):
-    """The scaled loss of normalised images `x`, and `(loss, accuracy)`; `soft` is
-    distillation's `(teacher's log probabilities, temperature, weight)`, `share` each
-    image's share of a mixup pair (the labels mixed alike)."""
-    # Profiles show these operations as `forward`, and their gradients as
-    # `transpose(jvp(forward))`: the backward pass.
-    with jax.named_scope("forward"):
-        # One batch-level forward: with bf16/f16 its backward multiplies in that dtype too.
-        logits = batch_logits(model, x, policy)
-        if share is None:
-            loss = cross_entropy(logits, y, label_smoothing=label_smoothing)
-        else:
-            loss = mixed_cross_entropy(logits, y, share, label_smoothing=label_smoothing)
-        if soft is not None:  # distillation: (teacher's log probabilities, temperature, weight)
-            target, t, w = soft
-            distilled = soft_cross_entropy(logits.astype(jnp.float32) / t, target) * t**2
-            loss = w * distilled + (1.0 - w) * loss
-        return loss_scale.scale(loss), (loss, accuracy(logits, y))
-
-
-def _cast_like(tree, like):
-    """`tree` with each array leaf in the dtype of the matching leaf of `like`.
-
-    Optax computes its updates and moments in float32, so parameters stored in bfloat16
-    or float16 take their update rounded to their own dtype, and the optimiser state
-    keeps the dtypes it was initialised with: a compiled loop's carry keeps its types.
-    """
-    return jtu.tree_map(lambda t, ref: astype(t, ref.dtype) if eqx.is_array(t) else t, tree, like)
-
-
-def _averaged(state: TrainState, model):
+def _averaged(state: TrainState, model, count):
     """The weight average after this step: `average + (1 - d) (model - average)`, with
     the decay `d = min(ema_decay, (1 + t) / (10 + t))` warming up over the first steps
     (t: the optimiser's count) so that early weights do not linger."""
     if state.average is None:
         return None
-    t = state.opt_state.count.astype(jnp.float32)
+    t = count.astype(jnp.float32)
     decay = jnp.minimum(state.settings.ema_decay, (1.0 + t) / (10.0 + t))
     new = eqx.filter(model, eqx.is_inexact_array)
     old = eqx.filter(state.average, eqx.is_inexact_array)
     with optax_promotion():
-        averaged = _cast_like(optax.incremental_update(new, old, 1.0 - decay), old)
+        averaged = cast_like(optax.incremental_update(new, old, 1.0 - decay), old)
     return eqx.combine(averaged, state.average)
 
 
-def _step(
-    state: TrainState, x, y, teacher: Teacher | None = None, targets=None
-) -> tuple[TrainState, dict[str, Array]]:
-    """One optimiser step: the pure function every compiled path is made of. `x` are
-    the batch's pixels as gathered (and augmented); a teacher adds its soft targets, or
-    `targets` gives them read from a table: `(log probabilities, temperature, weight)`."""
-    grad_fn = eqx.filter_value_and_grad(_loss, has_aux=True)
-    hp = state.hyperparams
+def _objective(state: TrainState, x, y, loss: Loss | None, teacher, targets):
+    """The step's loss function of the model, and its inputs: `loss` (a user's) as it
+    is; else the recipe's, bound to the state's policy and label smoothing, mixup's
+    share of each image and distillation's soft targets (a live teacher's, or `targets`
+    read from its table)."""
     x, share = step_inputs(state, x)  # a teacher answers on the same (mixed) images
+    if loss is not None:
+        return loss, x
     soft = targets
     if teacher is not None:
         with jax.named_scope("teacher"):
             soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
-    hard = (hp["label_smoothing"], state.loss_scale, soft, share)
-    (_, (loss, acc)), grads = grad_fn(state.model, x, y, state.policy, *hard)
+    bound = functools.partial(
+        recipe_loss,
+        policy=state.policy,
+        label_smoothing=state.hyperparams["label_smoothing"],
+        soft=soft,
+        share=share,
+    )
+    return bound, x
+
+
+def _step(
+    state: TrainState,
+    x,
+    y,
+    teacher: Teacher | None = None,
+    targets=None,
+    loss: Loss | None = None,
+) -> tuple[TrainState, dict[str, Array]]:
+    """One optimiser step: the pure function every compiled path is made of. `x` are
+    the batch's pixels as gathered (and augmented); `loss` a user's
+    [`Loss`][eqx_fmnist.losses.Loss] (else the recipe's); a teacher adds its soft
+    targets, or `targets` gives them read from a table: `(log probabilities,
+    temperature, weight)`."""
+    objective, x = _objective(state, x, y, loss, teacher, targets)
+    key = model_key(state)
+
+    def scaled(model):
+        out = objective(model, x, y, key=key)
+        value, aux = out if isinstance(out, tuple) else (out, {})
+        return state.loss_scale.scale(value), (value, aux)
+
+    grad_fn = eqx.filter_value_and_grad(scaled, has_aux=True)
+    (_, (value, aux)), grads = grad_fn(state.model)
     with jax.named_scope("optimizer"):
         # The optimiser works in float32 (its moments are, see TrainState): a float16
         # gradient squared underflows, and unscaling by 1/32768 is a subnormal multiply.
         grads = jtu.tree_map(lambda g: g.astype(jnp.float32), grads)
         grads = state.loss_scale.unscale(grads)
-        params = eqx.filter(state.model, eqx.is_inexact_array)
-        with optax_promotion():
-            # The rate of this step, written into the injected hyperparameters: the
-            # schedule follows the optimiser's own count (a skipped step does not move it).
-            rate = hp["learning_rate"] * state.settings.schedule(state.opt_state.count)
-            injected = {"learning_rate": rate, "weight_decay": hp["weight_decay"]}
-            opt_state = state.opt_state._replace(hyperparams=injected)
-            updates, new_opt_state = state.settings.optimizer.update(grads, opt_state, params)
-        opt_state = _cast_like(new_opt_state, state.opt_state)
-        model = eqx.apply_updates(state.model, _cast_like(updates, params))
+        model, opt_state, rate = apply_optimizer(
+            state.settings, state.opt_state, state.hyperparams, grads, state.model
+        )
     if isinstance(state.loss_scale, NoOpLossScale) and not state.settings.skip_nonfinite:
         finite = jnp.array(True)
     else:
@@ -132,14 +125,13 @@ def _step(
         # parameters and optimiser state; the loss scale, if any, shrinks.
         finite = all_finite(grads)
         if state.settings.skip_nonfinite:
-            finite = finite & jnp.isfinite(loss)
-        model, opt_state = jtu.tree_map(
-            lambda new, old: jnp.where(finite, new, old),
-            (model, opt_state),
-            (state.model, state.opt_state),
-        )
+            finite = finite & jnp.isfinite(value)
+        new, static = eqx.partition((model, opt_state), eqx.is_array)
+        old = eqx.filter((state.model, state.opt_state), eqx.is_array)
+        kept = jtu.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
+        model, opt_state = eqx.combine(kept, static)
     with jax.named_scope("average"):
-        average = _averaged(state, model)
+        average = _averaged(state, model, optimizer_count(state.opt_state, state.step))
     new_state = eqx.tree_at(
         lambda s: (s.model, s.opt_state, s.step, s.loss_scale, s.average),
         state,
@@ -147,18 +139,19 @@ def _step(
         is_leaf=lambda x: x is None,
     )
     metrics = {
-        "loss": loss,
-        "accuracy": acc,
+        "loss": jnp.asarray(value, jnp.float32),
+        "accuracy": jnp.asarray(jnp.nan, jnp.float32),
+        **{k: jnp.asarray(v, jnp.float32) for k, v in aux.items()},
         "grad_norm": optax.tree.norm(grads),
         "skipped": ~finite,
-        "learning_rate": rate.astype(jnp.float32),
+        "learning_rate": rate,
     }
     return new_state, metrics
 
 
-def _step_on_batch(batch, state):
+def _step_on_batch(batch, state, loss=None):
     x, y = batch
-    return _step(state, _augmented(state, x), y)
+    return _step(state, _augmented(state, x), y, loss=loss)
 
 
 # Traces are counted (not limited) so that tests can pin "compiled once".
@@ -168,16 +161,21 @@ _train_step_jit = eqx.filter_jit(_step_traced, donate="all-except-first")
 
 def train_step(
     state: TrainState,
-    x: Shaped[Array, "batch 784"],
+    x: Shaped[Array, "batch features"],
     y: Int[Array, " batch"],
+    *,
+    loss: Loss | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
-    """One compiled AdamW step on one batch.
+    """One compiled optimiser step on one batch.
 
     **Arguments:**
 
     - `state`: the current state. Its buffers are donated: do not use it afterwards.
-    - `x`: images of shape `(batch, 784)`, `uint8` pixels or floats in `[0, 1]`.
+    - `x`: images of shape `(batch, features)` (`(batch, 784)` for Fashion-MNIST),
+        `uint8` pixels or floats.
     - `y`: labels of shape `(batch,)`.
+    - `loss`: a [`Loss`][eqx_fmnist.losses.Loss] of your own. Defaults to `None`: the
+        recipe's ([`recipe_loss`][eqx_fmnist.losses.recipe_loss]).
 
     The state's augmentation (its config's `shift`, `mirror`, `erase`) is applied to
     `x` first, with the same key a fused step would use, so a loop of `train_step` over
@@ -187,9 +185,11 @@ def train_step(
 
     **Returns:**
 
-    `(new_state, metrics)`, where `metrics` holds scalar arrays `loss`, `accuracy`,
-    `grad_norm`, `skipped` (a float16 step skipped for non-finite gradients) and
-    `learning_rate` (the rate this step used).
+    `(new_state, metrics)`, where `metrics` holds scalar arrays `loss`, `accuracy` (NaN
+    where a loss of your own does not return one in its `aux`), the `aux`'s other
+    scalars, `grad_norm`, `skipped` (a float16 step skipped for non-finite gradients)
+    and `learning_rate` (the rate this step used; NaN where an optimiser of your own
+    does not say).
 
     !!! warning
 
@@ -197,7 +197,7 @@ def train_step(
         training, use [`train_steps`][eqx_fmnist.step.train_steps], which runs many
         steps in one compiled call.
     """
-    return _train_step_jit((x, y), state)
+    return _train_step_jit((x, y), state, loss)
 
 
 # --------------------------------------------------------------------------- fused steps
@@ -207,6 +207,20 @@ def _augmented(st: TrainState, x):
     """The batch `x` moved, mirrored or erased as the state's augmentation says, by the
     key of the state's step."""
     return augment(jr.fold_in(augment_key(st.key), st.step), x, st.settings.augmentation)
+
+
+def _scan(f, state: TrainState, xs):
+    """`jax.lax.scan(f, state, xs)` for a state whose model holds more than arrays (an
+    activation function, `Dropout`'s `inference` flag): only its arrays are carried,
+    the rest is combined back inside the body (`eqx.partition` / `eqx.combine`)."""
+    arrays, static = eqx.partition(state, eqx.is_array)
+
+    def body(carry, x):
+        new, out = f(eqx.combine(carry, static), x)
+        return eqx.filter(new, eqx.is_array), out
+
+    arrays, out = jax.lax.scan(body, arrays, xs)
+    return eqx.combine(arrays, static), out
 
 
 def _steps(chunk: Chunk, state: TrainState, shared=None):
@@ -227,7 +241,7 @@ def _steps(chunk: Chunk, state: TrainState, shared=None):
             x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
             y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
         targets = None if table is None else (rows, table.temperature, table.weight)
-        return _step(st, x, y, live, targets)
+        return _step(st, x, y, live, targets, chunk.loss)
 
     def batches(st, first, count):  # steps first .. first + count - 1, in one pass
         key = None
@@ -245,10 +259,18 @@ def _steps(chunk: Chunk, state: TrainState, shared=None):
         # The block's batches in one vectorised pass (the same bits as one by one; on a
         # CPU a block is one step), then its steps.
         first = st.step if shared is None else i * block
-        return jax.lax.scan(one, st, batches(st, first, block))
+        return _scan(one, st, batches(st, first, block))
 
+    if not chunk.scanned:  # the steps written out, one after the other (see Chunk)
+        outs = []
+        for i in range(chunk.num_steps):
+            first = state.step if shared is None else jnp.int32(i)
+            batch = jtu.tree_map(lambda b: b[0], batches(state, first, 1))
+            state, out = one(state, batch)
+            outs.append(out)
+        return state, jtu.tree_map(lambda *m: jnp.stack(m), *outs)
     blocks = jnp.arange(chunk.num_steps // block, dtype=jnp.int32)
-    state, metrics = jax.lax.scan(steps_of_block, state, blocks)
+    state, metrics = _scan(steps_of_block, state, blocks)
     return state, jtu.tree_map(lambda m: m.reshape(chunk.num_steps, *m.shape[2:]), metrics)
 
 
@@ -316,6 +338,7 @@ def train_steps(
     mesh: jax.sharding.Mesh | None = None,
     teacher: Teacher | TeacherTable | None = None,
     subsets: Int[Array, "members m"] | None = None,
+    loss: Loss | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """`num_steps` training steps in one compiled call: the library's fast path.
 
@@ -340,6 +363,11 @@ def train_steps(
     - `subsets`: for a stacked state, the rows of `dataset` each member trains on
         ([`Subsets.train`][eqx_fmnist.subsets.Subsets]): member `i`'s batches are its
         own keyed order over `subsets[i]`. Defaults to `None`: all of them.
+    - `loss`: a [`Loss`][eqx_fmnist.losses.Loss] of your own, `loss(model, x, y, *,
+        key)`. Defaults to `None`: the recipe's.
+
+    On a CPU, a model whose forward pass calls XLA's convolution runs its steps a few
+    per compiled call instead (see [`Chunk`][eqx_fmnist.chunk.Chunk]).
 
     A stacked `state` (from [`init_members`][eqx_fmnist.state.init_members]) runs every
     member's own steps on its own batches, all in one program (`eqx.filter_vmap` of the
@@ -358,8 +386,21 @@ def train_steps(
         mesh=mesh,
         teacher=teacher,
         subsets=subsets,
+        loss=loss,
     )
-    return _chunk_fn(chunk)(chunk, state, _shared(state, mesh))
+    return _run(_chunk_fn(chunk), chunk, state)
+
+
+def _run(program, chunk: Chunk, state: TrainState):
+    """The chunk's `calls` calls of `program` (one, unless its steps are written out a
+    few at a time), their metrics joined along the steps."""
+    outs = []
+    for _ in range(chunk.calls):
+        state, metrics = program(chunk, state, _shared(state, chunk.mesh))
+        outs.append(metrics)
+    if len(outs) == 1:
+        return state, outs[0]
+    return state, jtu.tree_map(lambda *m: jnp.concatenate(m, axis=-1), *outs)
 
 
 def _shared(state: TrainState, mesh=None):
@@ -387,6 +428,7 @@ def compile_steps(
     mesh: jax.sharding.Mesh | None = None,
     teacher: Teacher | TeacherTable | None = None,
     subsets: Int[Array, "members m"] | None = None,
+    loss: Loss | None = None,
     donate: bool = True,
 ) -> "CompiledSteps":
     """Compile [`train_steps`][eqx_fmnist.step.train_steps] ahead of time, for states
@@ -414,6 +456,7 @@ def compile_steps(
         mesh=mesh,
         teacher=teacher,
         subsets=subsets,
+        loss=loss,
     )
     program = _chunk_fn(chunk, donate)
     lowered = program.lower(chunk, state, _shared(state, mesh))  # pyright: ignore[reportFunctionMemberAccess]
@@ -435,7 +478,7 @@ class CompiledSteps:
         """Run the chunk on `state` (donated, unless compiled with `donate=False`);
         returns the new state and the metrics. The call returns once the work is queued
         on the device: the arrays it returns are ready when they are read."""
-        return self._program(self.chunk, state, _shared(state, self.chunk.mesh))
+        return _run(self._program, self.chunk, state)
 
 
 def train_epoch(

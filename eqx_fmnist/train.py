@@ -9,6 +9,9 @@ run and many: the same loop, the same [`TrainResult`][eqx_fmnist.train.TrainResu
 Splitting the data ([`split_data`][eqx_fmnist.dataset.split_data]), calibrating
 ([`calibrate`][eqx_fmnist.calibration.calibrate]), checkpoint cadence and run folders are
 the caller's ([`eqx_fmnist.runs`](runs.md), the command line).
+
+The module is kept whole: the loop, its result and the checks of its arguments, read in
+one place.
 """
 
 import dataclasses
@@ -16,23 +19,25 @@ import functools
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from .augment import augmentation_of
+from .build import FASHION, Examples, ModelSource, check_parts
 from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
 from .distill import Teacher, TeacherTable, table_pays
 from .evaluation import EvalResult
-from .hooks import Evaluation, Members, TestProgram, compiled_aside, test_scores
+from .hooks import Evaluation, Members, TestProgram, test_scores
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
+from .losses import Loss
 from .model import Model
 from .parallel import place, to_local
 from .precision import Policy
-from .state import ModelSource, TrainState, starting_state
+from .state import TrainState, starting_state
 from .step import compile_steps
 
 logger = logging.getLogger(__name__)
@@ -65,6 +70,8 @@ class TrainResult:
     - `num_train`: the training examples each member's schedule was made for (what a
         checkpoint records to rebuild the state:
         [`save_result`][eqx_fmnist.checkpoint.save_result]).
+    - `examples`: the training data's [`Examples`][eqx_fmnist.state.Examples] (its
+        features and classes, which the library's model was built for).
     """
 
     state: TrainState
@@ -73,8 +80,9 @@ class TrainResult:
     test: EvalResult | None
     validation: EvalResult | None
     seconds: dict[str, float]
-    tested: Any = None
+    tested: np.ndarray | None = None
     num_train: int = 0
+    examples: Examples = FASHION
 
     @property
     def compile_seconds(self) -> float:
@@ -127,6 +135,7 @@ def run_chunks(
     mesh: jax.sharding.Mesh | None = None,
     teacher: Teacher | TeacherTable | None = None,
     subsets: jax.Array | None = None,
+    loss: Loss | None = None,
 ) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
     """Run the plan's chunks from the state's step, one compiled call and one host read
     each, each call queued before the previous chunk's metrics are read: the device
@@ -153,6 +162,7 @@ def run_chunks(
         mesh=mesh,
         teacher=teacher,
         subsets=subsets,
+        loss=loss,
         donate=False,
     )
     compiled = {k: chunk(state, train, num_steps=k) for k in dict.fromkeys(sizes)}
@@ -248,11 +258,13 @@ def fit(
     config: TrainConfig,
     splits: Splits,
     *,
+    model: ModelSource = None,
+    optimizer: optax.GradientTransformation | None = None,
+    loss: Loss | None = None,
     members: Members | None = None,
     state: TrainState | None = None,
     callback: Callback | Sequence[Callback] | None = None,
     teacher: Model | None = None,
-    model: ModelSource = None,
     eval_batch_size: int = 1000,
     test_program: TestProgram = test_scores,
 ) -> TrainResult:
@@ -265,10 +277,36 @@ def fit(
     - `splits`: the run's [`Splits`][eqx_fmnist.dataset.Splits], the one form `fit`
         takes its data in: from [`split_data`][eqx_fmnist.dataset.split_data] (a
         `FashionMNIST` or `(train, test)`, with the config's held-out sizes), or
-        `ef.Splits(train, test)` from datasets at hand. The whole `train` set is trained
+        `ef.Splits(train, test)` from [`ArrayDataset`][eqx_fmnist.dataset.ArrayDataset]s
+        of any examples' shape and number of classes. The whole `train` set is trained
         on; the `validation` set, if any, is evaluated after every interval
         (`valid_loss`, `valid_accuracy` in the history) and at the end; `test` (or
         `None`) at the end.
+    - `model`: a model of your own to train instead of the config's: any `eqx.Module`
+        that maps one example (a flat row of the data's `features`; `(784,)` for
+        Fashion-MNIST, pixels in `[0, 1]`) to one logit per class, or its constructor,
+        called as `model(key=key)` with a key from the config's seed (see
+        [`build_model`][eqx_fmnist.state.build_model]; members need the constructor).
+        Its non-array leaves (an activation, `Dropout`'s `inference`) are kept out of
+        the compiled loop's carry; a model whose `__call__` takes `key=` gets a key of
+        its own for each example and step; evaluation runs it in inference mode
+        (`eqx.nn.inference_mode`). It trains in float32; load its checkpoint with
+        `load_checkpoint(path, model=constructor)`. Defaults to `None`: the config's
+        `model`, built for the data's shape and classes.
+    - `optimizer`: any `optax.GradientTransformation` (`optax.lion(1e-4)`,
+        `optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(schedule))`, ...), its
+        schedule its own; the config's `learning_rate`, `weight_decay`, `schedule` and
+        `grad_clip` are then unused, and members may differ only in their seeds. Give
+        it again to continue a saved run (`state=`) and to
+        [`load_checkpoint`][eqx_fmnist.checkpoint.load_checkpoint]. Defaults to `None`:
+        the recipe's AdamW ([`make_optimizer`][eqx_fmnist.optim.make_optimizer]).
+    - `loss`: a [`Loss`][eqx_fmnist.losses.Loss] of your own, `loss(model, x, y, *,
+        key) -> loss` or `-> (loss, aux)` over a batch; `aux`'s scalars land in the
+        history (`accuracy` among them, else it is NaN). The config's `label_smoothing`
+        is then unused; a teacher, mixup and a low-precision policy, which the recipe's
+        loss computes, are refused. Compiled programs are keyed by the loss: another
+        loss never runs a program traced for this one. Defaults to `None`: the recipe's
+        ([`recipe_loss`][eqx_fmnist.losses.recipe_loss]).
     - `members`: many models as one compiled program, a
         [`Members`][eqx_fmnist.hooks.Members] choice: `ef.ensemble.Seeds(5)` (one per
         seed), `Grid(values, seeds)` (a sweep's points x seeds), `Folds(k)` (member `i`
@@ -291,18 +329,11 @@ def fit(
         that maps an image to ten logits teaches: an MLP, a
         [`CNN`][eqx_fmnist.model.CNN], an ensemble. Defaults to `None`: the labels
         alone.
-    - `model`: a model of your own to train instead of the config's: an `eqx.Module`
-        that maps one image (`(784,)`, pixels in `[0, 1]`) to ten logits, or its
-        constructor, called as `model(key=key)` with a key from the config's seed (see
-        [`build_model`][eqx_fmnist.state.build_model]). It trains in float32, as one
-        run (not members); load its checkpoint with `load_checkpoint(path,
-        model=constructor)`. Defaults to `None`: the config's `model`.
     - `eval_batch_size`: batch size of the evaluations. Defaults to `1000`.
     - `test_program`: what evaluates the test set when training ends, a
-        [`TestProgram`][eqx_fmnist.hooks.TestProgram]: made while the steps compile
-        and run (in a thread of its own, on one device), called once on the trained
-        model; its test figures are `result.test`, and whatever it computed beside them
-        `result.tested`. Defaults to [`test_scores`][eqx_fmnist.hooks.test_scores]: the
+        [`TestProgram`][eqx_fmnist.hooks.TestProgram]: made (and timed) with the
+        steps' programs, called once on the trained model; its test figures are
+        `result.test`, and what it computed beside them `result.tested`. Defaults to [`test_scores`][eqx_fmnist.hooks.test_scores]: the
         test loss and accuracy.
 
     **Returns:**
@@ -313,9 +344,10 @@ def fit(
 
     [`NonFiniteError`][eqx_fmnist.intervals.NonFiniteError] (with `on_nonfinite="raise"`,
     naming the member), before the bad interval is recorded; `ValueError` for a `state`
-    past the run's end or of the wrong number of members, or splits whose held-out sets
-    are not the config's sizes; `TypeError` for data that are not `Splits`, or configs
-    given where `members` is meant.
+    past the run's end or of the wrong number of members, splits whose held-out sets
+    are not the config's sizes, a model that does not fit the data, or a loss beside
+    what only the recipe's loss computes; `TypeError` for data that are not `Splits`,
+    configs given where `members` is meant, or an optimiser that is not Optax's.
 
     !!! example
 
@@ -330,12 +362,15 @@ def fit(
     start = time.perf_counter()
     callbacks = [] if callback is None else [callback] if callable(callback) else callback
     _check_arguments(config, splits, members, callbacks)
+    check_parts(config, splits.train, optimizer, loss, teacher)
     callbacks = list(callbacks)
     configs = (config,) if members is None else members.configs(config)
     rows = None if members is None else members.rows(len(splits.train), config)
     num_train = len(splits.train) if rows is None else rows.size
     plan = plan_run(configs, num_train)  # the memory check, before anything is allocated
-    state = starting_state(configs, members is not None, state, num_train, model)
+    own = {"model": model, "optimizer": optimizer, "own_loss": loss is not None}
+    examples = Examples(splits.train.features, splits.train.num_classes)
+    state = starting_state(configs, members is not None, state, num_train, **own, examples=examples)
     soft = None if teacher is None else Teacher.for_student(teacher, config, policy=state.policy)
     if soft is not None and table_pays(config, plan.total_steps, len(splits.train)):
         soft = soft.table(splits.train.images, augmentation_of(config)) or soft
@@ -357,13 +392,19 @@ def fit(
 
     evaluation = Evaluation(state.policy, config.views, eval_batch_size, mesh)
     validated = (members or Members()).validator(evaluation, train, valid, rows)
-    # The test program is made while the steps compile and run, from the model they start
-    # from; over several processes it runs on this process's own copies.
+    # The test program is made with the steps' programs, from the model they start from;
+    # over several processes it runs on this process's own copies.
+    t = time.perf_counter()
     alone = evaluation if jax.process_count() == 1 else dataclasses.replace(evaluation, mesh=None)
-    tested = compiled_aside(test_program, to_local(state.eval_model), to_local(test), alone)
-    chunks = run_chunks(state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table)
+    tested = (
+        None if test is None else test_program(to_local(state.eval_model), to_local(test), alone)
+    )
+    seconds["compile"] += _since(t)
+    chunks = run_chunks(
+        state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table, loss=loss
+    )
     state, history, v = _intervals(chunks, plan, configs, validated, callbacks, state, seconds)
     t = time.perf_counter()
-    scores, beside = tested(to_local(state.eval_model))
+    scores, beside = (None, None) if tested is None else tested(to_local(state.eval_model))
     seconds["test"] = _since(t)
-    return TrainResult(state, configs, history, scores, v, seconds, beside, num_train)
+    return TrainResult(state, configs, history, scores, v, seconds, beside, num_train, examples)

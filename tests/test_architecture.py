@@ -43,6 +43,7 @@ LAYERS = [
     "answers",
     "config",
     "optim",
+    "build",
     "state",
     "distill",
     "batches",
@@ -73,15 +74,16 @@ ONLY = {
     "views": {"augment", "fashion"},
     "parallel": set(),
     "model": {"precision", "fashion"},
-    "losses": set(),
+    "losses": {"model", "precision"},
     "conformal": {"checks"},
     "attributions": {"data", "dataset", "model", "precision"},
     "config": {"checks", "precision", "dataset", "augment", "views"},
-    "optim": {"config"},
-    "state": {"config", "optim", "model", "precision", "augment", "hardware", "parallel"},
+    "optim": {"config", "precision"},
+    "build": {"augment", "config", "dataset", "fashion", "model", "precision"},
+    "state": {"build", "config", "optim", "model", "precision", "augment", "hardware", "parallel"},
     "distill": {"config", "fashion", "model", "precision", "augment", "views", "dataset"},
     "batches": {"state", "dataset", "augment", "distill", "fashion"},
-    "chunk": {"state", "dataset", "batches", "distill", "parallel"},
+    "chunk": {"state", "dataset", "batches", "distill", "losses", "model", "parallel"},
     "step": {
         "state",
         "dataset",
@@ -90,7 +92,7 @@ ONLY = {
         "chunk",
         "distill",
         "losses",
-        "model",
+        "optim",
         "parallel",
         "precision",
     },
@@ -380,8 +382,13 @@ def test_the_golf_checker_sees_a_boolean_string_and_shared_constants():
 # the checkpoint's header and the calibration, one lock for every writer, exact names for
 # --overwrite, files that land together, the doors, a result that saves itself: about
 # +330): 14,928 lines, held at 15,000. DESIGN.md's aim, 13,800, is not reached. Raise it
-# only with a reason in the commit.
-MAX_PACKAGE_LINES = 15_000
+# only with a reason in the commit. Bringing your own model, optimiser, loss and data
+# through `fit` (a module of what a run is built from, the optimiser's one update for any
+# Optax transformation, the recipe's loss as one function of the model, a dataset of any
+# shape and classes with its labels checked, a conv model's steps written out on a CPU)
+# added about 600, of which the test program's thread gave back 45: 15,507 lines, held at
+# 15,550 (DESIGN.md's 15,500 missed by a few lines).
+MAX_PACKAGE_LINES = 15_550
 MAX_CLI_LINES = 1_000
 
 

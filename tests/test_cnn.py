@@ -229,15 +229,17 @@ def test_a_model_of_your_own_is_refused_where_it_cannot_train(small):
     refusals = [
         (dict(precision="p=f32,c=bf16,o=f32"), {}, "trains in float32"),
         (dict(model="cnn"), {}, "not both"),
-        ({}, dict(members=ef.ensemble.Seeds(2)), "or members, not both"),
     ]
     for changes, kwargs, message in refusals:
         with pytest.raises(ValueError, match=message):
             ef.fit(small_config(**changes), splits, model=Linear784, **kwargs)
 
     wrong = eqx.nn.Linear(784, 7, key=jr.key(0))
-    with pytest.raises(ValueError, match=r"logits of shape \(7,\); it must give ten"):
+    with pytest.raises(ValueError, match=r"logits of shape \(7,\); it must give one logit"):
         ef.fit(small_config(), splits, model=wrong)
+    built = Linear784(key=jr.key(0))  # members draw their own weights: a constructor
+    with pytest.raises(ValueError, match="give its constructor"):
+        ef.fit(small_config(), splits, model=built, members=ef.ensemble.Seeds(2))
 
 
 def test_a_cnn_teaches_the_mlp(small):

@@ -39,8 +39,10 @@ def test_normalize_scales_to_unit_interval_like_numpy():
 @pytest.mark.parametrize(
     "images, labels, error, match",
     [
-        (np.zeros((3, 28, 28), np.float32), np.zeros(3, np.uint8), TypeError, "uint8"),
-        (np.zeros((3, 27, 28), np.uint8), np.zeros(3, np.uint8), ValueError, "shape"),
+        (np.zeros((3, 28, 28), np.int32), np.zeros(3, np.uint8), TypeError, "uint8"),
+        (np.zeros(3, np.uint8), np.zeros(3, np.uint8), ValueError, "shape"),
+        # The annotation catches this one first under the test suite's type checker.
+        (np.zeros((3, 28, 28), np.uint8), np.array([0.0, 1.5, 1.0]), TypeError, "labels"),
         # The annotation catches this one first under the test suite's type checker.
         (np.zeros((3, 28, 28), np.uint8), np.zeros(2, np.uint8), (ValueError, TypeError), "labels"),
         (np.zeros((3, 28, 28), np.uint8), np.array([0, 10, 1], np.uint8), ValueError, "0..9"),

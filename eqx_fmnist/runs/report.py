@@ -168,7 +168,7 @@ def run_report(
     calibration: Calibration | None = None,
     *,
     tta: tuple[Move, ...] | None = None,
-    scored: tuple[EvalResult, np.ndarray] | None = None,
+    scored: tuple[EvalResult, np.ndarray | None] | None = None,
 ) -> RunReport:
     """The [`RunReport`][eqx_fmnist.runs.report.RunReport] of `model` (or a stack of
     members) on `uint8` test images (`(n, 784)` or `(n, 28, 28)`) and their labels,
@@ -186,9 +186,10 @@ def run_report(
     test = ArrayDataset(images, labels)
     labels = np.asarray(labels)
     tta = tta if calibration is None else calibration.tta
-    if scored is None:
+    if scored is None or scored[1] is None:
         scored = report_program(model, test, Evaluation(policy, tta, 1000))(model)
     result, logits = scored
+    assert logits is not None  # the report's program computes them
     robust = Robustness.of(logits, labels)
     said = calibrated(logits[0], calibration)
     cm = confusion_matrix(labels, said.logits.argmax(axis=-1))
