@@ -62,6 +62,10 @@ SMOKE = {
         + ["--teacher-channels", "4,8"],
         "| **mean ± sd of 2** | 0 | 1 |",
     ),
+    "own_model.py": (
+        ["--epochs", "1", "--repeats", "1", "--train", "2000", "--batch", "64"],
+        "| plain per-step `eqx.filter_jit` loop |",
+    ),
     "cnn_forms.py": (
         ["--batch", "8", "--steps", "2", "--repeats", "1"],
         "| native_forward, forward and backward |",
