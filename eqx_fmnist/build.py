@@ -37,7 +37,7 @@ class Examples:
 
 
 FASHION = Examples()
-"""Fashion-MNIST's [`Examples`][eqx_fmnist.state.Examples]: 784 features, 10 classes."""
+"""Fashion-MNIST's [`Examples`][eqx_fmnist.build.Examples]: 784 features, 10 classes."""
 
 
 def build_model(
@@ -57,7 +57,7 @@ def build_model(
         `model(key=key)`, the way Equinox layers take their key. It must map one
         example (a flat row of the data's `features`) to the data's `num_classes`
         logits, and trains in float32. Defaults to `None`: the config's.
-    - `examples`: the data's [`Examples`][eqx_fmnist.state.Examples]: the library's
+    - `examples`: the data's [`Examples`][eqx_fmnist.build.Examples]: the library's
         MLP takes `features` inputs and gives `num_classes` logits. Defaults to
         Fashion-MNIST's.
     """

@@ -143,7 +143,7 @@ def save_checkpoint(
         to `None`.
     - `run_folder`: the run folder's own choices (its checkpoint cadence), so that a
         resume keeps them. Defaults to `None`.
-    - `examples`: the training data's [`Examples`][eqx_fmnist.state.Examples] (what the
+    - `examples`: the training data's [`Examples`][eqx_fmnist.build.Examples] (what the
         library's model was built for). Defaults to Fashion-MNIST's.
 
     A model or an optimiser of your own is named in the header (`model_class`,

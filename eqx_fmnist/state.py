@@ -203,13 +203,13 @@ def init_state(
     - `config`: the run's config; its seed gives the weights and the batch order.
     - `num_train`: training examples (the schedule's length depends on it).
     - `model`: a model of your own, or its constructor (see
-        [`build_model`][eqx_fmnist.state.build_model]). Defaults to `None`: the one
+        [`build_model`][eqx_fmnist.build.build_model]). Defaults to `None`: the one
         the config names.
     - `optimizer`: any Optax transformation, its schedule its own. Defaults to `None`:
         the recipe's AdamW and schedule from the config
         ([`make_optimizer`][eqx_fmnist.optim.make_optimizer]).
     - `examples`: what the library's model is built for (the data's
-        [`Examples`][eqx_fmnist.state.Examples]). Defaults to Fashion-MNIST's.
+        [`Examples`][eqx_fmnist.build.Examples]). Defaults to Fashion-MNIST's.
     """
     numbers = np.array([getattr(config, k) for k in HYPERPARAMS], np.float32)
     seed = np.uint32(config.seed)
@@ -415,7 +415,7 @@ def starting_state(
     `optimizer`, checked to be its state: [`with_optimizer`][eqx_fmnist.state.with_optimizer]),
     or a new one: [`init_members`][eqx_fmnist.state.init_members] when `stacked`, else
     [`init_state`][eqx_fmnist.state.init_state] of the one config, with `model`,
-    `optimizer` and `examples` (checked: [`check_model`][eqx_fmnist.state.check_model])."""
+    `optimizer` and `examples` (checked: [`check_model`][eqx_fmnist.build.check_model])."""
     if model is not None and state is not None:
         raise ValueError(
             "give a model of your own (model=...) or a state, not both: a state already "

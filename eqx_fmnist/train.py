@@ -70,7 +70,7 @@ class TrainResult:
     - `num_train`: the training examples each member's schedule was made for (what a
         checkpoint records to rebuild the state:
         [`save_result`][eqx_fmnist.checkpoint.save_result]).
-    - `examples`: the training data's [`Examples`][eqx_fmnist.state.Examples] (its
+    - `examples`: the training data's [`Examples`][eqx_fmnist.build.Examples] (its
         features and classes, which the library's model was built for).
     """
 
@@ -286,7 +286,7 @@ def fit(
         that maps one example (a flat row of the data's `features`; `(784,)` for
         Fashion-MNIST, pixels in `[0, 1]`) to one logit per class, or its constructor,
         called as `model(key=key)` with a key from the config's seed (see
-        [`build_model`][eqx_fmnist.state.build_model]; members need the constructor).
+        [`build_model`][eqx_fmnist.build.build_model]; members need the constructor).
         Its non-array leaves (an activation, `Dropout`'s `inference`) are kept out of
         the compiled loop's carry; a model whose `__call__` takes `key=` gets a key of
         its own for each example and step; evaluation runs it in inference mode
