@@ -54,8 +54,8 @@ def test_the_distillation_loss_is_its_formula(small):
 
     import eqx_fmnist as ef
     from eqx_fmnist.distill import Teacher
-    from eqx_fmnist.precision import FLOAT32, NoOpLossScale
-    from eqx_fmnist.step import _loss
+    from eqx_fmnist.losses import recipe_loss
+    from eqx_fmnist.precision import FLOAT32
 
     from helpers import at_once
 
@@ -68,7 +68,7 @@ def test_the_distillation_loss_is_its_formula(small):
 
     def student_loss(student, teacher, x, y):
         soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
-        _, (loss, _) = _loss(student, x, y, FLOAT32, jnp.float32(0.0), NoOpLossScale(), soft)
+        loss, _ = recipe_loss(student, x, y, policy=FLOAT32, soft=soft)
         return loss, jax.vmap(student)(x)
 
     loss, logits = at_once(student_loss, student, teacher, x, y)

@@ -86,8 +86,9 @@ def test_training_dtypes_follow_the_policy(compute):
     import jax.tree_util as jtu
 
     from eqx_fmnist.dataset import ArrayDataset, normalize
+    from eqx_fmnist.losses import recipe_loss
     from eqx_fmnist.state import init_state
-    from eqx_fmnist.step import _loss, train_step
+    from eqx_fmnist.step import train_step
 
     from helpers import at_once, small_config, synthetic_arrays
 
@@ -102,7 +103,9 @@ def test_training_dtypes_follow_the_policy(compute):
             lambda v: state.model(v.astype(jnp.float32) / 255.0, policy=state.policy)
         )(x)
         grads = eqx.filter_grad(
-            lambda m: _loss(m, normalize(x), y, state.policy, 0.0, state.loss_scale)[0],
+            lambda m: state.loss_scale.scale(
+                recipe_loss(m, normalize(x), y, policy=state.policy)[0]
+            ),
             has_aux=False,
         )(state.model)
         return logits, grads
