@@ -89,7 +89,8 @@ class Chunk(eqx.Module):
             block = block_steps(num_steps, batch_size, each, platform, dataset.features)
             if not scanned:
                 part = max(d for d in range(1, UNROLLED_STEPS + 1) if num_steps % d == 0)
-                num_steps, calls = part, num_steps // part
+                calls = num_steps // part
+                num_steps = part
         return cls(
             dataset=dataset,
             teacher=teacher,
