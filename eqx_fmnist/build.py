@@ -18,7 +18,7 @@ from .augment import augmentation_of
 from .config import TrainConfig
 from .dataset import ArrayDataset
 from .fashion import IMAGE_SHAPE, IMAGE_SIZE, NUM_CLASSES
-from .model import CNN, MLP, Model, takes_key
+from .model import CNN, MLP, Model, takes
 from .precision import FLOAT32
 
 ModelSource = Model | Callable[..., Model] | None
@@ -94,7 +94,7 @@ def check_model(config: TrainConfig, model: ModelSource, examples: Examples) -> 
         )
     made = eqx.filter_eval_shape(build_model, config, jr.key(0), model)
     x = jax.ShapeDtypeStruct((examples.features,), jnp.float32)
-    call = lambda m, x: m(x, key=jr.key(0)) if takes_key(m) else m(x)  # noqa: E731
+    call = lambda m, x: m(x, key=jr.key(0)) if takes(m, "key") else m(x)  # noqa: E731
     shape = eqx.filter_eval_shape(call, made, x).shape
     if shape != (examples.num_classes,):
         raise ValueError(

@@ -30,7 +30,7 @@ from .batches import block_steps, data_platform
 from .dataset import ArrayDataset, steps_per_epoch
 from .distill import Teacher, TeacherTable
 from .losses import Loss
-from .model import CNN, MLP, takes_key
+from .model import CNN, MLP, takes
 from .parallel import MEMBERS, check_divisible, check_members_divide
 from .state import TrainState
 
@@ -171,7 +171,7 @@ def convolves(model, features: int, stacked: bool = False) -> bool:
 def _convolves(static, tree, shapes, features: int) -> bool:
     def forward(leaves, x):
         model = eqx.combine(jtu.tree_unflatten(tree, leaves), static)
-        return model(x, key=jr.key(0)) if takes_key(model) else model(x)
+        return model(x, key=jr.key(0)) if takes(model, "key") else model(x)
 
     like = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes]
     jaxpr = jax.make_jaxpr(forward)(like, jax.ShapeDtypeStruct((features,), jnp.float32))

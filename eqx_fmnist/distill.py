@@ -98,6 +98,12 @@ class Teacher(eqx.Module):
         stacked = per_member(logits, model)
         return ensemble_log_probs(stacked.astype(jnp.float32) / self.temperature)
 
+    def soft(self, x: Float[Array, "batch features"], read=None) -> tuple:
+        """Distillation's soft targets of a step's batch, as the recipe's loss takes them:
+        `(log probabilities, temperature, weight)`, the teachers run on the batch `x`
+        (`read`, what a table's batch reads, is unused)."""
+        return self.log_probs(x), self.temperature, self.weight
+
     def table(
         self, images: Shaped[Array, "n 784"], augmentation: Augmentation, *, chunk: int = 4096
     ) -> "TeacherTable | None":
@@ -153,6 +159,13 @@ class TeacherTable(eqx.Module):
     views: tuple[tuple[int, int, bool], ...] = eqx.field(static=True)
     temperature: float = eqx.field(static=True)
     weight: float = eqx.field(static=True)
+
+    def soft(self, x, read: Float[Array, "batch classes"]) -> tuple:
+        """Distillation's soft targets of a step's batch, as
+        [`Teacher.soft`][eqx_fmnist.distill.Teacher.soft] gives them: `read`, the rows the
+        batch read from the table ([`targets`][eqx_fmnist.distill.TeacherTable.targets]),
+        with the temperature and weight; the batch `x` itself is not looked at."""
+        return read, self.temperature, self.weight
 
     def targets(
         self, rows: Int[Array, " batch"], views: Int[Array, " batch"]

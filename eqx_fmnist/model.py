@@ -345,19 +345,20 @@ def num_members(model: PyTree) -> int | None:
     return None if bias.ndim == 1 else int(bias.shape[0])
 
 
-def takes_key(model: PyTree) -> bool:
-    """Whether `model(x, key=...)` is how the model is called: its `__call__` has a
-    `key` parameter (as `eqx.nn.Dropout`'s and a module holding one do)."""
+def takes(model: PyTree, name: str) -> bool:
+    """Whether the model's `__call__` has a parameter `name`: `key` (a model that draws,
+    as `eqx.nn.Dropout` and a module holding one do) or `policy` (a model that computes
+    in a precision policy, as the library's do). Read at trace time only."""
     try:
-        return callable(model) and "key" in inspect.signature(model).parameters
+        return callable(model) and name in inspect.signature(model).parameters
     except (TypeError, ValueError):  # a builtin without a signature
         return False
 
 
 def logits_of(model: PyTree, x: Float[Array, " features"], policy: Policy = FLOAT32) -> Array:
-    """One model's logits for one example: `model(x, policy=policy)` for the library's
-    models, `model(x)` for one of your own (which computes in float32)."""
-    return model(x, policy=policy) if isinstance(model, MLP | CNN) else model(x)
+    """One model's logits for one example: `model(x, policy=policy)` for a model that
+    takes a policy (the library's), `model(x)` otherwise (one of yours, in float32)."""
+    return model(x, policy=policy) if takes(model, "policy") else model(x)
 
 
 def batch_logits(
@@ -367,12 +368,13 @@ def batch_logits(
     *,
     key: PRNGKeyArray | None = None,
 ) -> Array:
-    """One model's logits for a batch, as training computes them: the library's models'
-    `forward_batch`; `jax.vmap(model)` for one of your own, with a key of its own for
-    each example where the model takes `key=` (`key` split over the batch)."""
-    if isinstance(model, MLP | CNN):
+    """One model's logits for a batch, as training computes them: a model's own
+    `forward_batch(x, policy=...)` where it has one (the library's: one matmul per layer
+    for the batch); else `jax.vmap(model)`, with a key of its own for each example where
+    the model takes `key=` (`key` split over the batch)."""
+    if hasattr(model, "forward_batch"):
         return model.forward_batch(x, policy=policy)
-    if key is not None and takes_key(model):
+    if key is not None and takes(model, "key"):
         keys = jr.split(key, x.shape[0])
         return jax.vmap(lambda e, k: model(e, key=k))(x, keys)
     return jax.vmap(model)(x)

@@ -65,18 +65,18 @@ def _averaged(state: TrainState, model, count):
     return eqx.combine(averaged, state.average)
 
 
-def _objective(state: TrainState, x, y, loss: Loss | None, teacher, targets):
+def _objective(state: TrainState, x, y, loss: Loss | None, teacher, read):
     """The step's loss function of the model, and its inputs: `loss` (a user's) as it
     is; else the recipe's, bound to the state's policy and label smoothing, mixup's
-    share of each image and distillation's soft targets (a live teacher's, or `targets`
-    read from its table)."""
+    share of each image and distillation's soft targets (a live teacher's on the batch,
+    or a table's from what the batch `read` of it: `teacher.soft`)."""
     x, share = step_inputs(state, x)  # a teacher answers on the same (mixed) images
     if loss is not None:
         return loss, x
-    soft = targets
+    soft = None
     if teacher is not None:
         with jax.named_scope("teacher"):
-            soft = (teacher.log_probs(x), teacher.temperature, teacher.weight)
+            soft = teacher.soft(x, read)
     bound = functools.partial(
         recipe_loss,
         policy=state.policy,
@@ -91,16 +91,16 @@ def _step(
     state: TrainState,
     x,
     y,
-    teacher: Teacher | None = None,
-    targets=None,
+    teacher: Teacher | TeacherTable | None = None,
+    read=None,
     loss: Loss | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
     """One optimiser step: the pure function every compiled path is made of. `x` are
     the batch's pixels as gathered (and augmented); `loss` a user's
     [`Loss`][eqx_fmnist.losses.Loss] (else the recipe's); a teacher adds its soft
-    targets, or `targets` gives them read from a table: `(log probabilities,
-    temperature, weight)`."""
-    objective, x = _objective(state, x, y, loss, teacher, targets)
+    targets, a live one's on the batch, a table's from the rows the batch `read` of
+    it."""
+    objective, x = _objective(state, x, y, loss, teacher, read)
     key = model_key(state)
 
     def scaled(model):
@@ -230,18 +230,15 @@ def _steps(chunk: Chunk, state: TrainState, shared=None):
     teacher = chunk.teacher
     mesh = chunk.mesh
     block = chunk.block
-    table = teacher if isinstance(teacher, TeacherTable) else None
-    live = teacher if isinstance(teacher, Teacher) else None
 
     def one(st, batch):
-        x, y, rows = batch
+        x, y, read = batch  # read: a teacher's table's rows of the batch, or None
         if mesh is not None:
             # Split the batch over the devices; the state is replicated, so XLA's
             # SPMD partitioner all-reduces the gradients.
             x = jax.lax.with_sharding_constraint(x, batch_sharding(mesh, 2))
             y = jax.lax.with_sharding_constraint(y, batch_sharding(mesh, 1))
-        targets = None if table is None else (rows, table.temperature, table.weight)
-        return _step(st, x, y, live, targets, chunk.loss)
+        return _step(st, x, y, teacher, read, chunk.loss)
 
     def batches(st, first, count):  # steps first .. first + count - 1, in one pass
         key = None
