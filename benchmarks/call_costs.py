@@ -17,7 +17,6 @@ in one process, interleaved repetitions, medians.
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -72,7 +71,7 @@ def main() -> None:
     import eqx_fmnist as ef
 
     from baselines import scan_epoch_trainer
-    from harness import fit_cadence, machine_line, measure_interleaved
+    from harness import fit_cadence, machine_line, measure_interleaved, write_results
     from harness.suite import library_fused_trainer
 
     splits = ef.split_data(ef.load_fashion_mnist())
@@ -143,9 +142,7 @@ def main() -> None:
         "",
     ]
     text = "\n".join(lines)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    sys.stdout.write(text)
+    write_results(args.out, text)
 
 
 if __name__ == "__main__":

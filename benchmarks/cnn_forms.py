@@ -23,7 +23,7 @@ import jax.random as jr
 import eqx_fmnist as ef
 from eqx_fmnist.model import ConvForm, conv_stride2
 
-from harness import machine_line, measure_interleaved
+from harness import machine_line, measure_interleaved, write_results
 
 
 def maps(kernels, x, form):
@@ -95,10 +95,7 @@ def main() -> None:
             f"| {r.examples_per_sec / base:.2f}x | {r.compile_seconds:.2f} |"
         )
     text = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
-    print(f"wrote {args.out}")
+    write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import eqx_fmnist as ef
 from eqx_fmnist.export import FORMATS, ExportError, export_model
 from eqx_fmnist.views import TTA_MIRROR
 
-from harness import machine_line
+from harness import machine_line, write_results
 
 
 def scores(model, test, views) -> tuple[float, float, float]:
@@ -154,9 +154,7 @@ def main() -> None:
         *exports(students[0].model, students[0].config, data.test_images.reshape(-1, 784)),
     ]
     text = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
+    write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import eqx_fmnist as ef
 from eqx_fmnist.augment import augmentation_of
 from eqx_fmnist.distill import Teacher
 
-from harness import machine_line, measure_interleaved
+from harness import machine_line, measure_interleaved, write_results
 
 
 def main() -> None:
@@ -94,10 +94,7 @@ def main() -> None:
             f"| {plain / r.examples_per_sec:.2f}x | {r.compile_seconds:.2f} |"
         )
     text = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
-    print(f"wrote {args.out}")
+    write_results(args.out, text)
 
 
 if __name__ == "__main__":

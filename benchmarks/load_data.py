@@ -15,7 +15,7 @@ from pathlib import Path
 
 from eqx_fmnist.data import load_fashion_mnist
 
-from harness import machine_line
+from harness import machine_line, write_results
 
 TIMED = (
     "import time, sys; from eqx_fmnist.data import load_fashion_mnist; t = time.perf_counter(); "
@@ -63,9 +63,7 @@ def main() -> None:
             f"| {name} | {statistics.median(seconds):.3f} | {min(seconds):.3f}..{max(seconds):.3f} |"
         )
     text = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
+    write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import optax
 
 import eqx_fmnist as ef
 
-from harness import machine_line
+from harness import machine_line, write_results
 
 
 class ConvNet(eqx.Module):
@@ -135,10 +135,7 @@ def main() -> None:
         f"| plain per-step `eqx.filter_jit` loop | {plain_rate:,.0f} | 1.00x |",
     ]
     text = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
-    print(f"wrote {args.out}")
+    write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ it is a stand-in, not the machine.
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 FORMS = {  # name: (moves, block of prepared steps, augmented)
@@ -115,7 +114,7 @@ def main() -> None:
 
     import eqx_fmnist as ef
 
-    from harness import machine_line, main_job_rows, measure_interleaved
+    from harness import machine_line, main_job_rows, measure_interleaved, write_results
 
     splits = ef.split_data(ef.load_fashion_mnist())
     train = splits.train
@@ -200,9 +199,7 @@ def main() -> None:
         "",
     ]
     text = "\n".join(lines)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    sys.stdout.write(text)
+    write_results(args.out, text)
 
 
 if __name__ == "__main__":

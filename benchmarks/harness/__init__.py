@@ -11,7 +11,11 @@ the library replaces (the codelab's and PyTorch's, `baselines.py`) to the librar
 paths.
 """
 
-from .report import BenchmarkReport as BenchmarkReport, Cadence as Cadence
+from .report import (
+    BenchmarkReport as BenchmarkReport,
+    Cadence as Cadence,
+    write_results as write_results,
+)
 from .roofline import (
     DevicePeaks as DevicePeaks,
     Roofline as Roofline,

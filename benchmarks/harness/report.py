@@ -221,3 +221,14 @@ class BenchmarkReport:
         with atomic_write(folder / "throughput.md", "w") as f:
             f.write(self.to_markdown())
         return [folder / "throughput.md", save_figure(self.figure(), folder / "throughput.png")]
+
+
+def write_results(path: str | os.PathLike, text: str) -> Path:
+    """Write a script's results table to `path` (its folder made) and print it, with the
+    path written: the one way every script in `benchmarks/` leaves its table."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(text)
+    print(f"wrote {path}")
+    return path
