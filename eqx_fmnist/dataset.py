@@ -193,8 +193,8 @@ def check_labels(labels, n: int, num_classes: int, name: str = "labels") -> None
         raise ValueError(f"`{name}` must have shape ({n},), but got {tuple(labels.shape)}.")
     try:
         values = np.asarray(labels)
-    except jax.errors.ConcretizationTypeError:  # traced: unseen
-        return
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return  # traced inside a compiled function: unseen
     bad = np.flatnonzero((values < 0) | (values >= num_classes))
     if bad.size:
         i = int(bad[0])

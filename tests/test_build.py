@@ -253,3 +253,17 @@ def test_a_conv_model_is_written_out_on_a_cpu_and_trains_as_scanned(small, monke
     assert tree_allclose(
         eqx.filter(written, eqx.is_array), eqx.filter(scanned, eqx.is_array), rtol=1e-4, atol=1e-5
     )
+
+
+def test_traced_labels_are_checked_for_their_type_and_shape_only():
+    """Inside a compiled function the values cannot be seen: an integer array passes
+    unread, a float one is still refused."""
+    from eqx_fmnist.dataset import check_labels
+
+    def checked(labels):
+        check_labels(labels, 3, 10)
+        return labels
+
+    assert jax.jit(checked)(jnp.array([1, 2, 30])).tolist() == [1, 2, 30]
+    with pytest.raises(TypeError, match="integer class numbers"):
+        jax.jit(checked)(jnp.zeros(3))
