@@ -27,6 +27,7 @@ import jax.random as jr
 import optax
 
 import eqx_fmnist as ef
+from eqx_fmnist.precision import optax_promotion
 
 from harness import machine_line, write_results
 
@@ -66,7 +67,8 @@ def plain_loop(train: ef.ArrayDataset, batch: int, epochs: int, seed: int):
     def step(model, opt_state, x, y):
         x = x.astype(jnp.float32) / 255.0
         grads, _ = eqx.filter_grad(cross_entropy, has_aux=True)(model, x, y, key=None)
-        updates, opt_state = optimizer.update(grads, opt_state, model)
+        with optax_promotion():  # Adam's bias correction: float ** int32 count
+            updates, opt_state = optimizer.update(grads, opt_state, model)
         return eqx.apply_updates(model, updates), opt_state
 
     @jax.jit
