@@ -20,14 +20,16 @@ def _scalar(value: Any) -> bool:
     return getattr(value, "shape", None) == () and hasattr(value, "item")
 
 
-def positive_int(name: str, value: Any, *, low: int = 1, high: int | None = None) -> None:
+def positive_int(
+    name: str, value: Any, *, low: int = 1, high: int | None = None, why: str = "2**32 - 1"
+) -> None:
     """`value` is an int of at least `low` (1: positive; 0: non-negative) and at most
-    `high`, the largest a PRNG key's seed takes."""
+    `high` (the largest a PRNG key's seed takes, or another ceiling, `why` says which)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         kind = "a positive" if low else "a non-negative"
         raise ValueError(f"`{name}` must be {kind} int, but got {value!r}.")
     if high is not None and value > high:
-        raise ValueError(f"`{name}` must be at most {high:,} (2**32 - 1), but got {value!r}.")
+        raise ValueError(f"`{name}` must be at most {high:,} ({why}), but got {value!r}.")
 
 
 def number(name: str, value: Any, *, low: float, high: float = math.inf, low_open=False):

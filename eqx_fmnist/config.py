@@ -59,6 +59,11 @@ DISTILL_WEIGHT = 0.7
 DISTILL_TEMPERATURE = 2.0
 """The soft targets' temperature in `distilled()`."""
 
+MAX_STEPS = 2**31 - 1
+"""The most steps a run takes (and the ceiling of every count of steps or epochs): the
+training state counts its steps in an int32."""
+STEP_COUNTER = "the step counter is an int32"
+
 
 def _field(default: Any, help: str, *, flags: tuple[str, ...] = (), state: bool = False):
     """A config field. `help` is its one-line description (command line and docs);
@@ -227,7 +232,7 @@ class TrainConfig:
             object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
         for name in ("epochs", "steps", "warmup_steps", "log_every"):
             if getattr(self, name) is not None:
-                positive_int(name, getattr(self, name))
+                positive_int(name, getattr(self, name), high=MAX_STEPS, why=STEP_COUNTER)
         positive_int("batch_size", self.batch_size)
         number("learning_rate", self.learning_rate, low=0.0, low_open=True)
         number("weight_decay", self.weight_decay, low=0.0)

@@ -13,7 +13,7 @@ from typing import NotRequired, TypedDict
 import jax
 import numpy as np
 
-from .config import TrainConfig
+from .config import MAX_STEPS, STEP_COUNTER, TrainConfig
 from .dataset import steps_per_epoch
 from .state import PER_MEMBER, TrainState, state_bytes
 
@@ -98,8 +98,20 @@ class Plan:
             step += k
 
     def intervals(self, start: int = 0) -> int:
-        """How many logging intervals (compiled calls) remain from step `start`."""
-        return sum(1 for _ in self.chunks(start))
+        """How many logging intervals (compiled calls) remain from step `start`, counted
+        without listing them."""
+        if start >= self.total_steps:
+            return 0
+        return -(-self.total_steps // self.interval) - start // self.interval
+
+    def lengths(self, start: int = 0) -> list[int]:
+        """The distinct chunk lengths from step `start`, in the order they first come
+        (at most three: the rest of the first interval, whole intervals, the last one's
+        remainder), found without listing every interval."""
+        firsts = [start, start + self.interval - start % self.interval]
+        firsts.append(max(firsts[1], self.total_steps - self.total_steps % self.interval))
+        seen = [next(self.chunks(s)) for s in firsts if s < self.total_steps]
+        return list(dict.fromkeys(seen))
 
     def records(self, step: int, metrics: dict[str, np.ndarray], seconds: float) -> list[History]:
         """One record per member (one for a single run) of the interval that ended at
@@ -195,13 +207,20 @@ def plan_run(configs: Sequence[TrainConfig], num_train: int) -> Plan:
 
     **Raises:**
 
-    `ValueError` from `check_memory`: before anything is allocated or compiled.
+    `ValueError` from `check_memory`, or for more steps than
+    [`MAX_STEPS`][eqx_fmnist.config.MAX_STEPS]: before anything is allocated or compiled.
     """
     check_memory(configs, num_train)
     config = configs[0]
     spe = steps_per_epoch(num_train, config.batch_size)
+    total = config.total_steps(num_train)
+    if total > MAX_STEPS:
+        raise ValueError(
+            f"{config.epochs:,} epochs of {spe:,} steps are {total:,} steps, more than "
+            f"{MAX_STEPS:,} ({STEP_COUNTER}): train fewer epochs."
+        )
     return Plan(
-        total_steps=config.total_steps(num_train),
+        total_steps=total,
         steps_per_epoch=spe,
         interval=config.log_every or spe,
         batch_size=config.batch_size,

@@ -16,6 +16,7 @@ one place.
 
 import dataclasses
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -154,7 +155,6 @@ def run_chunks(
         raise ValueError(
             f"the state is at step {step}, past this config's {plan.total_steps} steps."
         )
-    sizes = list(plan.chunks(step))
     t = time.perf_counter()
     chunk = functools.partial(
         compile_steps,  # not donated: a yielded state is used while the next one trains
@@ -165,11 +165,11 @@ def run_chunks(
         loss=loss,
         donate=False,
     )
-    compiled = {k: chunk(state, train, num_steps=k) for k in dict.fromkeys(sizes)}
+    compiled = {k: chunk(state, train, num_steps=k) for k in plan.lengths(step)}
     seconds["compile"] += _since(t)
     pending = None
     last_read = time.perf_counter()
-    for k in [*sizes, None]:  # None: no more calls, the last chunk's read
+    for k in itertools.chain(plan.chunks(step), [None]):  # None: the last chunk's read
         queued = None
         if k is not None:
             t = time.perf_counter()

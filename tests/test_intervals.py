@@ -56,3 +56,34 @@ def test_skip_stops_when_the_parameters_themselves_give_a_nan(small):
     with pytest.raises(NonFiniteError, match="the parameters themselves now give") as info:
         fit(config, Splits(small, small))
     assert info.value.metric == "loss" and info.value.step % 4 == 0
+
+
+def test_a_plans_lengths_and_count_are_its_listed_chunks():
+    """`Plan.lengths` and `Plan.intervals` say what listing `Plan.chunks` would (the
+    distinct lengths in order, their count) for 2,000 random plans and starts, and a
+    plan of 2**31 - 1 steps logged every step answers at once (nothing listed)."""
+    import numpy as np
+
+    from eqx_fmnist.config import MAX_STEPS
+    from eqx_fmnist.intervals import Plan
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        total, interval = int(rng.integers(1, 300)), int(rng.integers(1, 80))
+        start = int(rng.integers(0, total + 3))
+        plan = Plan(total, 10, interval, 8)
+        listed = list(plan.chunks(start))
+        assert plan.lengths(start) == list(dict.fromkeys(listed))
+        assert plan.intervals(start) == len(listed)
+    huge = Plan(MAX_STEPS, 100, 1, 8)
+    assert huge.lengths(5) == [1] and huge.intervals(5) == MAX_STEPS - 5
+
+
+def test_more_steps_than_the_step_counter_holds_are_refused(small):
+    import eqx_fmnist as ef
+    from eqx_fmnist.config import MAX_STEPS
+
+    with pytest.raises(ValueError, match="the step counter is an int32"):
+        ef.TrainConfig(steps=MAX_STEPS + 1)
+    with pytest.raises(ValueError, match="train fewer epochs"):
+        ef.fit(ef.TrainConfig(epochs=MAX_STEPS, batch_size=32), ef.Splits(small))

@@ -57,3 +57,23 @@ def test_no_output_writes_over_a_run_or_an_existing_file(target, tmp_path):
         refuse_overwriting([path], own=run)
     refuse_overwriting([run / "model.onnx", tmp_path / "new.png"], own=run)  # allowed
     refuse_overwriting([tmp_path / "taken.png"], own=run, overwrite=True)
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_no_output_replaces_a_link_or_a_device_even_with_overwrite(tmp_path, kind):
+    """An output path that is a link or a FIFO (a device alike) is refused whatever
+    `overwrite` says, and stays as it was: a command only replaces plain files."""
+    import os
+
+    from eqx_fmnist.runs import RunError, refuse_overwriting
+
+    path = tmp_path / "model.onnx"
+    if kind == "link":
+        (tmp_path / "mine.txt").write_text("mine")
+        path.symlink_to(tmp_path / "mine.txt")
+    else:
+        os.mkfifo(path)
+    for overwrite in (False, True):
+        with pytest.raises(RunError, match="a link" if kind == "link" else "not a plain file"):
+            refuse_overwriting([path], overwrite=overwrite)
+    assert path.is_symlink() if kind == "link" else path.exists()

@@ -68,3 +68,27 @@ def test_holding_out_too_many_images_and_an_unknown_view_are_one_line_each(small
         ValueError, match=r"`tta` must be one of none, mirror, shifts, but got 'flip'"
     ):
         Run.open(tmp_path).views("flip")
+
+
+def test_an_exports_existence_check_is_made_again_under_the_lock(small, tmp_path, monkeypatch):
+    """A file that appears at the export's path after the first check (another export
+    to the same path, finishing first) is refused under the run's lock: the second
+    export never replaces the first without `overwrite`."""
+    import eqx_fmnist.runs.reading as reading
+    from eqx_fmnist.checkpoint import save_checkpoint
+    from eqx_fmnist.runs import Run, RunError
+    from eqx_fmnist.state import init_state
+
+    c = config()
+    save_checkpoint(tmp_path / "checkpoint.eqx", init_state(c, len(small)), c, num_train=256)
+    out = tmp_path / "exports" / "model.stablehlo"
+    out.parent.mkdir()
+
+    def another_export_lands_first(data):
+        out.write_text("the first export")
+        return data
+
+    monkeypatch.setattr(reading, "loaded", another_export_lands_first)
+    with pytest.raises(RunError, match="exists; replace it with --overwrite"):
+        Run.open(tmp_path).export(out, data=fashion_mnist_of(small))
+    assert out.read_text() == "the first export"

@@ -222,3 +222,52 @@ def test_overwrite_removes_exactly_what_a_run_wrote(tmp_path):
         (run / "teacher" / name).write_text(name)
     clear_run(run, keep=run / "teacher", lock=LOCK_NAME)
     assert (run / "teacher" / "checkpoint.eqx").is_file()  # a teacher trained first: kept
+
+
+@pytest.mark.parametrize("linked", ["teacher", "tensorboard", "checkpoint.eqx"])
+def test_overwrite_never_follows_a_link_and_removes_nothing(tmp_path, linked):
+    """A `teacher/` or `tensorboard/` that links to another run's (or a shared log)
+    folder, or a run file that is a link: `--overwrite` refuses in one line before any
+    file goes, and the folder linked to keeps every byte."""
+    from eqx_fmnist.runs import RunError, RunFolder
+
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("checkpoint.eqx", "summary.json", "events.out.tfevents.1.host"):
+        (other / name).write_text(name)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    (run / "config.json").write_text("{}")
+    target = other / "checkpoint.eqx" if linked == "checkpoint.eqx" else other
+    (run / linked).symlink_to(target)
+    with pytest.raises(RunError, match="link") as caught:
+        RunFolder(run, config(), num_train=256, overwrite=True)
+    assert "\n" not in str(caught.value)
+    assert sorted(p.name for p in other.iterdir()) == [
+        "checkpoint.eqx",
+        "events.out.tfevents.1.host",
+        "summary.json",
+    ]
+    assert all((other / p).read_text() == p for p in ("checkpoint.eqx", "summary.json"))
+    assert (run / "summary.json").read_text() == "{}"  # nothing of the run touched either
+
+
+def test_a_run_never_writes_into_the_teachers_folder(tmp_path):
+    """`--teacher R --out R` (or a folder inside R) is refused before anything is
+    written; a distilled run's own `teacher/` is its to write."""
+    from eqx_fmnist.runs import RunError, RunFolder
+
+    teacher = tmp_path / "teacher_run"
+    teacher.mkdir()
+    (teacher / "checkpoint.eqx").write_text("a teacher")
+    for out in (teacher, teacher / "inside"):
+        with pytest.raises(RunError, match="never writes where it reads"):
+            RunFolder(
+                out, config(), num_train=256, overwrite=True, teacher=teacher / "checkpoint.eqx"
+            )
+    assert sorted(p.name for p in teacher.iterdir()) == ["checkpoint.eqx"]
+    own = tmp_path / "student" / "teacher"
+    own.mkdir(parents=True)
+    (own / "checkpoint.eqx").write_text("its own teacher")
+    RunFolder(tmp_path / "student", config(), num_train=256, teacher=own / "checkpoint.eqx")

@@ -111,13 +111,19 @@ def holds_run(folder: Path) -> bool:
 def refuse_overwriting(
     paths: Sequence[Path], *, own: Path | None = None, overwrite: bool = False
 ) -> None:
-    """`RunError`, before anything is written, for outputs that would destroy: a file of
-    a run's `RECORD` (its checkpoint, summary, ...), anything in another run's folder
-    than `own` (the run a command reads), or, without `overwrite`, a file that exists.
-    Every command that writes files asks here first."""
+    """`RunError`, before anything is written, for outputs that would destroy: a link, a
+    device, a FIFO or anything else that is not a plain file (whatever `overwrite`
+    says: a command never replaces what it did not write), a file of a run's `RECORD`
+    (its checkpoint, summary, ...), anything in another run's folder than `own` (the run
+    a command reads), or, without `overwrite`, a file that exists. Every command that
+    writes files asks here first, and again under the lock it writes under."""
     for path in paths:
         folder = path.parent
         name = path.name
+        not_plain = path.exists() and not path.is_file() and not path.is_dir()
+        if path.is_symlink() or not_plain:
+            kind = "a link" if path.is_symlink() else "not a plain file (a device or a FIFO)"
+            raise RunError(f"{path} is {kind}; write to the path of a plain file instead.")
         if path.is_dir():
             raise RunError(f"{path} is a folder; give a file to write.")
         if holds_run(folder) and name in RECORD:
@@ -154,6 +160,7 @@ def clear_run(folder: Path, keep: Path | None = None, lock: str | None = None) -
     `keep` (a teacher trained there first, kept); `lock`, the name of a run's lock file,
     removed in a teacher's folder. A folder left empty goes; a file the library did not
     write stays, and so does its folder. The paths removed."""
+    refuse_links(folder)
     removed = [folder / n for n in RUN_FILES if (folder / n).is_file()]
     removed += [p for p in (folder / TENSORBOARD).rglob("events.out.tfevents.*") if p.is_file()]
     traces = (folder / PROFILE / "plugins" / "profile").glob("*/*")
@@ -169,6 +176,26 @@ def clear_run(folder: Path, keep: Path | None = None, lock: str | None = None) -
             (teacher / lock).unlink(missing_ok=True)
         _remove_empty(teacher)
     return removed
+
+
+def refuse_links(folder: Path) -> None:
+    """`RunError`, before anything is removed, where clearing `folder` would follow a
+    link or remove what is not a plain file: a `RUN_FILES` name that is a link, a
+    device, a FIFO or a folder, or a `teacher/`, `tensorboard/` or `profile/` that is a
+    link (to another run, or a shared log folder)."""
+    for name in RUN_FILES:
+        path = folder / name
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise RunError(
+                f"{path} is not a file this run wrote (a link, a folder or a device): "
+                "--overwrite removes nothing there; move it away, or choose another --out."
+            )
+    for name in ("teacher", TENSORBOARD, PROFILE):
+        if (folder / name).is_symlink():
+            raise RunError(
+                f"{folder / name} is a link: --overwrite never follows one (it would remove "
+                "another folder's files); remove the link, or choose another --out."
+            )
 
 
 def _remove_empty(folder: Path) -> None:

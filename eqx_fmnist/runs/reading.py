@@ -273,7 +273,8 @@ class Run:
         out = self.folder / f"model{suffix}" if out is None else Path(out)
         refuse_overwriting([out, manifest_path(out)], own=self.folder, overwrite=overwrite)
         data = loaded(data)
-        with self.locked():
+        with self.locked():  # checked again where it counts: under the lock
+            refuse_overwriting([out, manifest_path(out)], own=self.folder, overwrite=overwrite)
             return out, self._export(out, format, views, data)
 
     def _export(self, out: Path, format: str, views, data: FashionMNIST) -> dict[str, Any]:

@@ -14,6 +14,9 @@ writes a history line every 25 steps, and a checkpoint only when
 signal handler ([`request_stop`][eqx_fmnist.runs.writing.RunFolder.request_stop]) takes effect at
 the end of the interval, after a checkpoint, so an interrupted run resumes exactly.
 This module never prints; its errors are [`RunError`][eqx_fmnist.runs.RunError]s.
+
+The module is kept whole: the write side of a run folder, its refusals before a file is
+written and its cadence, read in one place.
 """
 
 import contextlib
@@ -56,6 +59,7 @@ from .layout import (
     clear_run,
     read_history,
     refuse_edited_config,
+    refuse_links,
     teacher_record,
 )
 from .report import RunReport
@@ -90,6 +94,24 @@ def refuse_results(
         raise RunError(
             f"run folder {folder} already holds results ({', '.join(existing)}); "
             "choose another folder, or overwrite it (`overwrite=True`, `--overwrite`)."
+        )
+
+
+def refuse_reading_here(folder: Path, teacher: Path | None) -> None:
+    """`RunError` where a run would write where it reads: its folder is its teacher's
+    run folder, or inside it (but its own `teacher/`, where a distilled run trains the
+    teacher it learns from, is its to write)."""
+    if teacher is None:
+        return
+    held = teacher if teacher.is_dir() else teacher.parent
+    out = folder.resolve()
+    own = out / "teacher"
+    if held == own or own in held.parents:
+        return
+    if held == out or held in out.parents:
+        raise RunError(
+            f"{folder} is (or is inside) the teacher's run {held}: a run never "
+            "writes where it reads; give another --out."
         )
 
 
@@ -176,6 +198,8 @@ class RunFolder:
         # `overwrite` starts the folder afresh (its previous run removed once every
         # check has passed); a resume in its own folder continues it.
         self._clear = overwrite and not own
+        if self._clear and self.folder.is_dir():
+            refuse_links(self.folder)  # and again under the lock, by clear_run
         self._history_from = source if start_step else self.folder
         self.config = config
         self.num_train = num_train
@@ -189,6 +213,7 @@ class RunFolder:
         self._writer = None
         self._lock = FolderLock(self.folder / LOCK_NAME)
         self._teacher = None if teacher is None else Path(teacher).resolve()
+        refuse_reading_here(self.folder, self._teacher)
         self.checkpoint_seconds = 0.0
         """Wall seconds spent writing checkpoints so far (during training and the last)."""
 
