@@ -219,9 +219,9 @@ def _own_parts(state: TrainState, examples: Examples) -> dict[str, Any]:
     a model of your own's class (`model_class`), that the optimiser is your own, and
     the data's features and classes where they are not Fashion-MNIST's."""
     own: dict[str, Any] = {}
-    model = state.model
-    if not isinstance(model, MLP | CNN):
-        own["model_class"] = f"{type(model).__module__}.{type(model).__qualname__}"
+    if not isinstance(state.model, MLP | CNN):
+        kind = type(state.model)
+        own["model_class"] = f"{kind.__module__}.{kind.__qualname__}"
     if state.settings.schedule is None:
         own["optimizer"] = "own"
     if examples != FASHION:
@@ -242,23 +242,16 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
     """
     path = Path(path)
     try:
-        blob = path.read_bytes()
+        with open(path, "rb") as f:
+            header = _head(f, path)
+            size = os.fstat(f.fileno()).st_size - f.tell()  # read only if it is the size
+            payload = f.read() if size == header.get("payload_bytes") else b""
     except FileNotFoundError:
         raise CheckpointError(f"no checkpoint at {path}.") from None
     except IsADirectoryError:
         raise CheckpointError(f"{path} is a folder, not a checkpoint file.") from None
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e}") from e
-    if not blob.startswith(MAGIC):
-        raise CheckpointError(f"{path} is not an eqx_fmnist checkpoint (no header line).")
-    start = len(MAGIC) + 8
-    length = int.from_bytes(blob[len(MAGIC) : start], "little")
-    try:
-        header = json.loads(blob[start : start + length])
-        if not isinstance(header, dict):
-            raise ValueError("header is not a JSON object")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: the header is truncated or corrupt ({e}).") from e
     _check_header_digest(path, header)
     for name, kind in HEADER_FIELDS.items():
         if type(header.get(name)) is not kind:
@@ -280,10 +273,9 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
             f"eqx_fmnist ({_versions()['eqx_fmnist']}) reads formats "
             f"{', '.join(map(str, FORMATS))}: load it with eqx_fmnist {wrote} or newer."
         )
-    payload = blob[start + length :]
-    if len(payload) != expected_bytes or hashlib.sha256(payload).hexdigest() != expected_sha:
+    if size != expected_bytes or hashlib.sha256(payload).hexdigest() != expected_sha:
         raise CheckpointError(
-            f"{path}: the payload is truncated or corrupt ({len(payload):,} bytes, expected "
+            f"{path}: the payload is truncated or corrupt ({size:,} bytes, expected "
             f"{expected_bytes:,}, or its SHA-256 differs); use an earlier checkpoint."
         )
     return header, payload
@@ -314,16 +306,42 @@ def payload_digest(path: str | os.PathLike) -> str:
     path = Path(path)
     try:
         with open(path, "rb") as f:
-            if f.read(len(MAGIC)) != MAGIC:
-                raise ValueError("no header line")
-            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+            header = _head(f, path)
         payload = header["payload_sha256"]
         if not isinstance(payload, str):
             raise ValueError("no payload checksum")
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+    except (OSError, KeyError, TypeError) as e:  # `_head`'s own refusals pass as they are
         raise CheckpointError(f"{path} is not a readable checkpoint ({e}).") from None
     _check_header_digest(path, header)
     return payload
+
+
+MAX_HEADER_BYTES = 16 * 2**20
+"""The largest header a checkpoint may have (a sweep's thousands of members' numbers fit
+many times over): a length field past it, or past the file's end, is a damaged file, not
+an allocation."""
+
+
+def _head(f, path: Path) -> dict[str, Any]:
+    """A checkpoint's header, read from the open file `f` at its start: its magic line
+    checked before anything else is read, its length bounded by `MAX_HEADER_BYTES` and
+    the file's size before it is read (a flipped bit in the length is one line, never
+    a `MemoryError`); the payload is left unread."""
+    if f.read(len(MAGIC)) != MAGIC:
+        raise CheckpointError(f"{path} is not an eqx_fmnist checkpoint (no header line).")
+    length = int.from_bytes(f.read(8), "little")
+    if length > min(MAX_HEADER_BYTES, os.fstat(f.fileno()).st_size - f.tell()):
+        raise CheckpointError(
+            f"{path}: the header's length field says {length:,} bytes, more than the file "
+            "holds or a header takes: the file is damaged; use an earlier checkpoint."
+        )
+    try:
+        header = json.loads(f.read(length))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: the header is truncated or corrupt ({e}).") from e
+    return header
 
 
 def check_compatible(saved: TrainConfig, config: TrainConfig) -> None:

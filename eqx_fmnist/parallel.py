@@ -30,6 +30,7 @@ after `jax.distributed.initialize()` in every process, on many machines.
     should write files (`jax.process_index() == 0`).
 """
 
+import os
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -208,6 +209,28 @@ def agreed(flag: bool) -> bool:
 
 
 HEARTBEAT_S = 10
+
+
+def start_jax(distributed: bool = False, *, otherwise: str = "") -> None:
+    """JAX's start for a command: join a multi-process run first where asked
+    ([`initialize`][eqx_fmnist.parallel.initialize], `otherwise` its advice), then, where
+    `JAX_PLATFORMS` names the backends, start them: `ValueError` in one line naming the
+    variable when they cannot start (a `cuda` with no GPU ends in a bare
+    `AssertionError` deep in JAX otherwise). Without `JAX_PLATFORMS` nothing starts
+    here: a command that needs no device pays for none."""
+    if distributed:
+        initialize(otherwise=otherwise)
+    named = os.environ.get("JAX_PLATFORMS", "")
+    if not named:
+        return
+    try:
+        jax.devices()
+    except (RuntimeError, AssertionError) as e:
+        why = " ".join(str(e).split("(set JAX_PLATFORMS")[0].split()) or "no such device here"
+        raise ValueError(
+            f"JAX_PLATFORMS={named!r} names a backend JAX cannot start ({why}): unset it, "
+            "or name one this machine has (cpu)."
+        ) from None
 
 
 def initialize(

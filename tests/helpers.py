@@ -382,7 +382,7 @@ def pass_on_signals(taken: list[str]) -> None:
     it again, to the suite, as the command's process would have ended on it."""
     import signal
 
-    for name in ("SIGTERM", "SIGINT"):
+    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
         if any(f"({name})" in reason for reason in taken):
             signal.raise_signal(getattr(signal, name))
 

@@ -240,3 +240,30 @@ def test_a_result_saves_itself_and_a_checkpoint_answers_with_the_model_evaluated
     members = ef.fit(c, ef.Splits(small, small), members=ef.ensemble.Seeds(2))
     again = ef.load_checkpoint(ef.save_result(tmp_path / "m.eqx", members))
     assert again.members == members.configs and again.state.num_members == 2
+
+
+@pytest.mark.parametrize("bit", [62, 40, 26])
+def test_a_flipped_bit_in_the_header_length_is_one_line_not_an_allocation(small, tmp_path, bit):
+    """A header length past the file's end or past `MAX_HEADER_BYTES` (one flipped bit
+    of the 8-byte field) is refused naming the field, by the loader and by the reader of
+    a payload's checksum alike, before anything that long is read."""
+    from eqx_fmnist.checkpoint import (
+        MAGIC,
+        CheckpointError,
+        load_checkpoint,
+        payload_digest,
+        save_checkpoint,
+    )
+    from eqx_fmnist.state import init_state
+
+    c = config()
+    path = save_checkpoint(tmp_path / "c.eqx", init_state(c, len(small)), c, num_train=256)
+    blob = bytearray(path.read_bytes())
+    field = len(MAGIC)
+    length = int.from_bytes(blob[field : field + 8], "little") ^ (1 << bit)
+    blob[field : field + 8] = length.to_bytes(8, "little")
+    path.write_bytes(bytes(blob))
+    for read in (load_checkpoint, payload_digest):
+        with pytest.raises(CheckpointError, match="length field says") as caught:
+            read(path)
+        assert "\n" not in str(caught.value)

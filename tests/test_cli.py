@@ -335,7 +335,7 @@ def test_resume_continues_the_step_count_and_history(tmp_path, real_data):
 
 
 @pytest.mark.slow  # a CLI process
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_an_interrupted_run_keeps_a_loadable_checkpoint(sig, tmp_path, real_data):
     """A signal stops the run at the end of the interval, after a checkpoint, whatever
     the checkpoint cadence (60 s by default: none was due yet)."""
@@ -560,3 +560,20 @@ def test_a_distilled_recipe_stopped_while_its_teacher_trains_continues_by_its_ow
     again = run_cli_here(*argv[1:])
     assert again.returncode == 0, again.stderr
     assert "resuming at step 4" in again.stdout and again.stdout.count("Test results") == 2
+
+
+@pytest.mark.slow  # CLI processes, each starting JAX
+@pytest.mark.parametrize("platforms", ["cuda", "bogus"])
+def test_a_backend_jax_platforms_names_but_this_machine_lacks_is_one_line(platforms, tmp_path):
+    """`JAX_PLATFORMS` naming a backend that cannot start: one line naming the variable
+    and the fix, exit 2, nothing written (a bare `AssertionError` deep in JAX before)."""
+    import shutil
+
+    if platforms == "cuda" and shutil.which("nvidia-smi"):
+        pytest.skip("a GPU machine: its cuda backend starts")
+    out = tmp_path / "run"
+    result = run_cli("train", "--steps", 2, "--out", out, env={"JAX_PLATFORMS": platforms})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert f"JAX_PLATFORMS='{platforms}'" in result.stderr and "unset it" in result.stderr
+    assert not out.exists()

@@ -21,7 +21,7 @@ from .. import data as data_mod
 from ..cache import COMPILE_CACHE_ENV, compile_cache_dir, enable_compile_cache
 from ..checkpoint import CheckpointError
 from ..fileio import os_error_line
-from ..parallel import HEARTBEAT_S, initialize, is_lost_process
+from ..parallel import HEARTBEAT_S, is_lost_process, start_jax
 from ..runs import RunError
 from ..runs.cadence import why_stopped
 from . import evaluate, export, folds, info, predict, train
@@ -32,7 +32,7 @@ EXIT_STATUSES = """exit status:
   1    training stopped on a NaN or infinite loss, or on a lost process of a
        multi-process run (--distributed); the last good checkpoint is kept
   2    bad input: a flag, a file, a folder or the data (one line on stderr; nothing written)
-  130  interrupted (Ctrl-C or SIGTERM): once training has begun, after a checkpoint
+  130  interrupted (Ctrl-C, SIGTERM or SIGHUP): once training has begun, after a checkpoint
        (continue with the command it prints); before, nothing to continue
   143  terminated (SIGTERM) while the program was still starting: nothing written"""
 
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.formatwarning = shown
         if before is not None:
             signal.signal(signal.SIGTERM, before)
-    if status and jax.process_count() > 1:
+    if status and args.distributed and jax.process_count() > 1:
         # JAX's shutdown waits for every process at a barrier; one that failed alone (or
         # whose peer is gone) would wait there, then abort with a page of log: leave now.
         sys.stdout.flush()
@@ -111,8 +111,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_compile_cache:
         enable_compile_cache(compile_cache_dir())
     try:
-        if args.distributed:
-            initialize(otherwise="or drop --distributed to train in this process alone")
+        alone = "or drop --distributed to train in this process alone"
+        start_jax(args.distributed, otherwise=alone)
         return args.func(args)
     except jax.errors.JaxRuntimeError as e:
         if not is_lost_process(e):

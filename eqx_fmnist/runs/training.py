@@ -8,7 +8,7 @@ could refuse the run before a file is written, and return a
 [`Training`][eqx_fmnist.runs.training.Training]: its folder, config, members, data and
 (resuming) state, step and teacher.
 [`Training.run`][eqx_fmnist.runs.training.Training.run] trains in the folder
-(checkpoints on the folder's cadence, the first SIGINT or SIGTERM a clean stop) and
+(checkpoints on the folder's cadence, the first SIGINT, SIGTERM or SIGHUP a clean stop) and
 finishes it (the summary, the figures, the calibration; a sweep's table, cv's
 out-of-fold file). The folder's files are [`RunFolder`][eqx_fmnist.runs.RunFolder]'s
 (`runs/writing.py`); a resume reads the run through
@@ -234,7 +234,7 @@ class Training(Job, Generic[Outcome]):
         **Raises:**
 
         [`Interrupted`][eqx_fmnist.runs.Interrupted] after the checkpoint of a stop
-        asked for (a first SIGINT or SIGTERM, or `folder.request_stop()`): continue with
+        asked for (a first SIGINT, SIGTERM or SIGHUP, or `folder.request_stop()`): continue with
         `Training.resume(folder.checkpoint)`. `NonFiniteError`, as `fit` raises it.
         """
         traced = []

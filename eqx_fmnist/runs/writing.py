@@ -253,10 +253,11 @@ class RunFolder:
         self._stop_reason = reason
 
     @contextlib.contextmanager
-    def stop_on_signals(self, signals=(signal.SIGINT, signal.SIGTERM)):
-        """While inside, the first SIGINT or SIGTERM asks the run to stop at the end of
-        the interval, after a checkpoint; a second one acts at once, as usual. The
-        previous handlers come back on exit. Call it from the main thread."""
+    def stop_on_signals(self, signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+        """While inside, the first SIGINT, SIGTERM or SIGHUP (a closed terminal) asks the
+        run to stop at the end of the interval, after a checkpoint; a second one acts at
+        once, as usual. The previous handlers come back on exit. Call it from the main
+        thread."""
 
         def request(signum, frame):
             self.request_stop(f"interrupted ({signal.Signals(signum).name})")
