@@ -6,8 +6,10 @@ each member's), the check that a chunk's numbers are finite, and the callbacks' 
 
 import dataclasses
 import os
+import resource
 import typing
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import NotRequired, TypedDict
 
 import jax
@@ -147,8 +149,31 @@ def _device_memory(device: jax.Device) -> tuple[int, str]:  # pyright: ignore[re
     stats = device.memory_stats() or {}
     if "bytes_limit" in stats:
         return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), "free"
-    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # XLA:CPU: host RAM
-    return int(pages), "of host memory"
+    return process_memory()  # XLA:CPU: what this process may use of the host's
+
+
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+"""Where a container's memory limit is read (cgroup v2, then v1)."""
+
+
+def process_memory() -> tuple[int, str]:
+    """The memory this process may use, and what bounds it: the least of the host's RAM,
+    its cgroup's limit (a container's) and its address-space limit (`RLIMIT_AS`, as
+    `ulimit -v` sets it); a run past it is killed, or fails deep in XLA, instead of
+    being refused."""
+    limits = [(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "of host memory")]
+    for path in CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append((int(text), "its cgroup allows"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append((soft, "its address-space limit (RLIMIT_AS) allows"))
+    have, kind = min(limits)
+    return int(have), kind
 
 
 def check_memory(

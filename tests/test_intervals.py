@@ -87,3 +87,30 @@ def test_more_steps_than_the_step_counter_holds_are_refused(small):
         ef.TrainConfig(steps=MAX_STEPS + 1)
     with pytest.raises(ValueError, match="train fewer epochs"):
         ef.fit(ef.TrainConfig(epochs=MAX_STEPS, batch_size=32), ef.Splits(small))
+
+
+def test_the_memory_a_run_may_use_is_the_processs_not_the_hosts(monkeypatch, tmp_path):
+    """On a CPU the memory check compares with the least of the host's RAM, the cgroup's
+    limit (a container's; `max` is none) and `RLIMIT_AS`, and names which bound it: a
+    model that fits the host but not the container is refused in one line, before
+    anything is allocated."""
+    import resource
+
+    import jax
+
+    import eqx_fmnist.intervals as intervals
+    from eqx_fmnist.intervals import check_memory, process_memory
+
+    host, _ = process_memory()
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(intervals, "CGROUP_LIMITS", (str(limit),))
+    limit.write_text("max\n")
+    assert process_memory()[0] <= host
+    limit.write_text(f"{2**30}\n")
+    assert process_memory() == (2**30, "its cgroup allows")
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (2**29, resource.RLIM_INFINITY))
+    assert process_memory() == (2**29, "its address-space limit (RLIMIT_AS) allows")
+    big = small_config(hidden_sizes=(4096, 4096), batch_size=4096)
+    with pytest.raises(ValueError, match="address-space limit") as caught:
+        check_memory([big], 60_000, device=jax.devices("cpu")[0])
+    assert "\n" not in str(caught.value)

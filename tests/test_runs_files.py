@@ -57,7 +57,7 @@ def test_audit_run_finds_the_suspects_in_the_out_of_fold_answers(small, small_cv
     """`audit_run` on a finished cv run, written elsewhere (the run is left as it was):
     each training suspect's score is the out-of-fold probability of its given label,
     its suggestion the most probable class; a test suspect's are those of the folds'
-    ensemble (a float64 numpy forward pass); `top` below 1 is refused."""
+    ensemble (a float64 numpy forward pass); `top` outside `1..MAX_TOP` is refused."""
     pytest.importorskip("cleanlab")
     from eqx_fmnist.runs import Run, audit_run
     from eqx_fmnist.state import select_members
@@ -82,5 +82,9 @@ def test_audit_run_finds_the_suspects_in_the_out_of_fold_answers(small, small_cv
     for name in ("train", "test"):
         rows = json.loads((tmp_path / "audit" / f"suspects_{name}.json").read_text())
         assert [r["index"] for r in rows["suspects"]] == found[name].indices.tolist()
-    with pytest.raises(ValueError, match="`top` must be at least 1"):
-        audit_run(small_cv_run, fashion_mnist_of(small), out=tmp_path / "no", top=0)
+    from eqx_fmnist.runs import MAX_TOP
+
+    for top in (0, MAX_TOP + 1, 10**9):  # a ceiling: each image drawn costs megabytes
+        with pytest.raises(ValueError, match=rf"`top` must be an int in 1..{MAX_TOP}"):
+            audit_run(small_cv_run, fashion_mnist_of(small), out=tmp_path / "no", top=top)
+    assert not (tmp_path / "no").exists()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..audit import require_cleanlab
 from ..ensemble import CrossValidation, Folds
-from ..runs import OUT_OF_FOLD, Training, audit_run, default_folder
+from ..runs import MAX_TOP, OUT_OF_FOLD, Training, audit_run, default_folder
 from . import flags
 from .common import UsageError, console, load_data, table, train_in_folder
 
@@ -42,7 +42,7 @@ def add_audit_parser(sub) -> None:
         metavar="RUN_DIR",
         help="the model for the test set (default: the folds' ensemble)",
     )
-    p.add_argument("--top", type=int, default=20, help="suspects drawn per set (20)")
+    p.add_argument("--top", type=int, default=20, help=f"suspects drawn (20, {MAX_TOP} at most)")
     p.add_argument("--out", type=flags.out_path, help="folder for the files (default: CV_RUN_DIR)")
     flags.add_data_args(p)
 

@@ -21,6 +21,7 @@ and `profile` (`train --profile`'s trace). Nothing here prints.
 
 from .cadence import CheckpointEvery as CheckpointEvery, Interrupted as Interrupted
 from .files import (
+    MAX_TOP as MAX_TOP,
     audit_run as audit_run,
     read_out_of_fold as read_out_of_fold,
     sweep_heatmap as sweep_heatmap,

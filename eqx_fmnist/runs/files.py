@@ -128,6 +128,11 @@ def read_out_of_fold(folder: str | os.PathLike) -> dict[str, np.ndarray]:
     return found
 
 
+MAX_TOP = 200
+"""The most suspects an audit draws per set: 40 rows of 5 images, a figure of a few MB
+(each image drawn costs about as much again); the CSV and JSON list every suspect."""
+
+
 def write_suspects(
     folder: str | os.PathLike, name: str, found: LabelAudit, images: np.ndarray, top: int
 ) -> list[Path]:
@@ -199,10 +204,13 @@ def audit_run(
     **Raises:**
 
     `RunError` for a folder without out-of-fold probabilities; `ValueError` for `top`
-    below 1; `ImportError` without cleanlab.
+    outside `1..MAX_TOP`; `ImportError` without cleanlab.
     """
-    if top < 1:
-        raise ValueError(f"`top` must be at least 1, but got {top}.")
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:
+        raise ValueError(
+            f"`top` must be an int in 1..{MAX_TOP} (the suspects drawn per set; the CSV "
+            f"lists every one), but got {top!r}."
+        )
     oof = read_out_of_fold(cv_run)
     folds = Run.open(cv_run)
     tested = Run.open(test_model) if test_model else folds
