@@ -82,6 +82,18 @@ def test_a_16_bit_image_is_scaled_not_clipped(tmp_path):
     assert not p.inverted and 200 < p.pixels[14, 14] <= 255 and p.pixels[0, 0] == 0
 
 
+def test_a_float_image_in_0_1_is_read_on_that_scale(tmp_path):
+    """A float TIFF of a bright item (0.9) on black (0), pixels in [0, 1]: read as
+    such, not as 0-255 (every pixel black before)."""
+    from eqx_fmnist.data import prepare_image
+
+    a = np.zeros((90, 60), np.float32)
+    a[20:70, 10:50] = 0.9
+    Image.fromarray(a, "F").save(tmp_path / "float.tiff")
+    p = prepare_image(tmp_path / "float.tiff")
+    assert not p.inverted and 200 < p.pixels[14, 14] <= 255 and p.pixels[0, 0] == 0
+
+
 @pytest.mark.parametrize("case", ["missing", "text", "truncated", "folder", "huge"])
 def test_unreadable_images_name_the_file(case, tmp_path, monkeypatch):
     from eqx_fmnist.data import DataError, images, prepare_image

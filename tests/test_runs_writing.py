@@ -271,3 +271,24 @@ def test_a_run_never_writes_into_the_teachers_folder(tmp_path):
     own.mkdir(parents=True)
     (own / "checkpoint.eqx").write_text("its own teacher")
     RunFolder(tmp_path / "student", config(), num_train=256, teacher=own / "checkpoint.eqx")
+
+
+def test_a_folder_moved_while_the_run_writes_stops_it_and_is_not_made_again(small, tmp_path):
+    """The run's folder renamed (or deleted) while it trains: the next interval stops
+    the run with one line, and nothing appears at the old path again (a checkpoint's
+    write made the folder anew, with part of a run in it)."""
+    from eqx_fmnist.runs import RunError, RunFolder
+    from eqx_fmnist.state import init_state
+
+    c = config()
+    run = tmp_path / "run"
+    record = {"step": 2, "loss": 1.0, "accuracy": 0.5}
+    with RunFolder(run, c, num_train=256) as folder:
+        run.rename(tmp_path / "moved")
+        with pytest.raises(RunError, match="was moved or deleted") as caught:
+            folder.callback(record, init_state(c, 256))
+        with pytest.raises(RunError, match="was moved or deleted"):
+            folder.save(init_state(c, 256), 2)
+    assert "\n" not in str(caught.value)
+    assert not run.exists()
+    assert (tmp_path / "moved" / "config.json").is_file()

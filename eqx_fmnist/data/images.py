@@ -42,8 +42,9 @@ class PreparedImage:
 
 
 def _grayscale(im) -> np.ndarray:
-    """Any PIL mode as `uint8` gray: 16-bit and float images are scaled, not clipped;
-    transparency is composited onto white."""
+    """Any PIL mode as `uint8` gray: 16-bit and float images are scaled, not clipped (a
+    float image whose pixels all lie in [0, 1] is read on that scale, as float images
+    are written); transparency is composited onto white."""
     from PIL import Image
 
     if im.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
@@ -51,6 +52,8 @@ def _grayscale(im) -> np.ndarray:
         if not np.isfinite(a).all():
             raise ValueError("its pixels include NaN or infinity")
         top = 65535.0 if im.mode.startswith("I;16") or a.max() > 255 else 255.0
+        if im.mode == "F" and a.min() >= 0 and a.max() <= 1:
+            top = 1.0
         return np.clip(a / top * 255.0 + 0.5, 0, 255).astype(np.uint8)
     if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
         rgba = im.convert("RGBA")

@@ -224,6 +224,7 @@ class RunFolder:
         except FolderInUse as e:
             raise RunError(str(e)) from None
         try:
+            self._inode = self.folder.stat().st_ino  # where it writes: _still_here
             remove_stale_parts(self.folder)  # a killed writer's: the lock is ours now
             if self._clear:
                 teacher = self._teacher.parent if self._teacher is not None else None
@@ -275,6 +276,7 @@ class RunFolder:
 
     def save(self, state: TrainState, step: int) -> Path:
         """Write the checkpoint of `state` at `step` (atomically)."""
+        self._still_here()
         start = time.perf_counter()
         save_checkpoint(
             self.checkpoint,
@@ -290,11 +292,25 @@ class RunFolder:
         self.checkpoint_seconds += time.perf_counter() - start
         return self.checkpoint
 
+    def _still_here(self) -> None:
+        """`RunError` when the folder was moved or deleted since the run took it: the run
+        stops, instead of a write making the folder again with part of a run in it."""
+        try:
+            here = self.folder.stat().st_ino == self._inode
+        except OSError:
+            here = False
+        if not here:
+            raise RunError(
+                f"{self.folder} was moved or deleted while the run wrote into it: the run "
+                "stopped; resume it from its checkpoint where the folder is now."
+            )
+
     def callback(self, record: History, state: TrainState) -> None:
         """For `fit(..., callback=run.callback)`: one history line per interval, a
         checkpoint when due, and the requested stop."""
         # History first, then the checkpoint: a signal between the two leaves a history
         # line past the checkpoint, which a resume drops and trains again.
+        self._still_here()
         with (self.folder / "history.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         if self._writer is not None:
