@@ -92,3 +92,20 @@ def test_an_exports_existence_check_is_made_again_under_the_lock(small, tmp_path
     with pytest.raises(RunError, match="exists; replace it with --overwrite"):
         Run.open(tmp_path).export(out, data=fashion_mnist_of(small))
     assert out.read_text() == "the first export"
+
+
+def test_a_calibrated_runs_missing_calibration_is_named_not_read_as_none(small, tmp_path):
+    """A finished run whose config held images out to calibrate, without its
+    `calibration.safetensors`: opening it names the missing file (its answers would be
+    uncalibrated without a word before); a run still training has none yet."""
+    from eqx_fmnist.checkpoint import save_checkpoint
+    from eqx_fmnist.runs import Run, RunError
+    from eqx_fmnist.state import init_state
+
+    c = config(calibration_size=32)
+    save_checkpoint(tmp_path / "checkpoint.eqx", init_state(c, 224), c, num_train=224)
+    assert Run.open(tmp_path).calibration is None  # training: not calibrated yet
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(RunError, match="calibration.safetensors is missing") as caught:
+        Run.open(tmp_path)
+    assert "\n" not in str(caught.value)

@@ -128,14 +128,20 @@ class Run:
 
         **Raises:**
 
-        `RunError` when there is no checkpoint, or a calibration beside it fitted for
-        another checkpoint; `CheckpointError` for one that is not a checkpoint of this
+        `RunError` when there is no checkpoint, a calibration beside it fitted for
+        another checkpoint, or none beside a finished run that was calibrated; `CheckpointError` for one that is not a checkpoint of this
         library.
         """
         path = checkpoint_path(where)
         saved = load_checkpoint(path)
         file = path.parent / CALIBRATION_FILE
         calibration = Calibration.load(file) if file.is_file() else None
+        held_out = saved.config.calibration_size
+        if calibration is None and held_out and (path.parent / "summary.json").is_file():
+            raise RunError(
+                f"{file} is missing, though the run was calibrated (calibration_size "
+                f"{held_out:,}): restore it, or train again with --calibrate."
+            )
         if calibration is not None and calibration.checkpoint not in (
             None,
             saved.metadata["payload_sha256"],

@@ -99,15 +99,12 @@ def refuse_results(
 
 def refuse_reading_here(folder: Path, teacher: Path | None) -> None:
     """`RunError` where a run would write where it reads: its folder is its teacher's
-    run folder, or inside it (but its own `teacher/`, where a distilled run trains the
-    teacher it learns from, is its to write)."""
+    run folder, or inside it (a teacher inside the run's folder, as a distilled run's own
+    `teacher/`, is not written by the run)."""
     if teacher is None:
         return
     held = teacher if teacher.is_dir() else teacher.parent
     out = folder.resolve()
-    own = out / "teacher"
-    if held == own or own in held.parents:
-        return
     if held == out or held in out.parents:
         raise RunError(
             f"{folder} is (or is inside) the teacher's run {held}: a run never "
