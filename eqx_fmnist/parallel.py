@@ -211,15 +211,28 @@ def agreed(flag: bool) -> bool:
 HEARTBEAT_S = 10
 
 
+REFUSED_SETTINGS = {
+    "JAX_ENABLE_X64": "a run computes in 32 bits and draws its batches and moves from "
+    "32-bit keys (64-bit JAX would draw others than its config names)",
+    "JAX_DISABLE_JIT": "a run compiles its programs ahead of time, which JAX cannot do "
+    "with jit disabled",
+}
+"""JAX's settings a command refuses in one line (`start_jax`), and why."""
+
+
 def start_jax(distributed: bool = False, *, otherwise: str = "") -> None:
     """JAX's start for a command: join a multi-process run first where asked
     ([`initialize`][eqx_fmnist.parallel.initialize], `otherwise` its advice), then, where
     `JAX_PLATFORMS` names the backends, start them: `ValueError` in one line naming the
     variable when they cannot start (a `cuda` with no GPU ends in a bare
     `AssertionError` deep in JAX otherwise). Without `JAX_PLATFORMS` nothing starts
-    here: a command that needs no device pays for none."""
+    here: a command that needs no device pays for none. `ValueError` too for a setting
+    of `REFUSED_SETTINGS`."""
     if distributed:
         initialize(otherwise=otherwise)
+    for setting, why in REFUSED_SETTINGS.items():
+        if getattr(jax.config, setting.lower()):
+            raise ValueError(f"{setting} is set, but {why}: unset it.")
     named = os.environ.get("JAX_PLATFORMS", "")
     if not named:
         return

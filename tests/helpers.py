@@ -693,3 +693,18 @@ def join_processes(coordinator: str, process_id: int, num_processes: int) -> Non
         process_id=process_id,
         initialization_timeout=60,
     )
+
+
+def recorded(folder: Path, files: dict[str, str], by: str = "train") -> Path:
+    """`folder` with `files` (name: text) written as a command `by` writes them: claimed
+    in the folder's record, written, sealed (a run's files, without training one)."""
+    from eqx_fmnist.runs.record import Record
+
+    folder.mkdir(parents=True, exist_ok=True)
+    record = Record.read(folder)
+    record.claim(list(files), by)
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    record.seal()
+    return folder

@@ -439,7 +439,7 @@ def test_an_export_never_replaces_a_runs_checkpoint_or_an_artifact_unasked(
     data = ("--data-dir", real_data.source)
     before = (out / "checkpoint.eqx").read_bytes()
     refused = run_cli_here("export", out, "--out", out / "checkpoint.eqx", *data)
-    assert refused.returncode == 2 and "replace the run's own" in refused.stderr
+    assert refused.returncode == 2 and "command's own file" in refused.stderr
     assert (out / "checkpoint.eqx").read_bytes() == before
     other = tmp_path / "other"
     shutil.copytree(out, other)
@@ -577,3 +577,52 @@ def test_a_backend_jax_platforms_names_but_this_machine_lacks_is_one_line(platfo
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert f"JAX_PLATFORMS='{platforms}'" in result.stderr and "unset it" in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.slow  # CLI processes, each importing JAX
+@pytest.mark.parametrize("setting", ["JAX_ENABLE_X64", "JAX_DISABLE_JIT"])
+def test_a_jax_setting_a_run_cannot_keep_is_refused_in_one_line(setting, tmp_path):
+    """64-bit JAX (other random draws than the config names) and jit disabled (no
+    ahead-of-time compilation): one line naming the variable, exit 2, nothing written."""
+    out = tmp_path / "run"
+    result = run_cli("train", "--steps", 2, "--out", out, env={setting: "1"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert f"{setting} is set, but" in result.stderr and "unset it" in result.stderr
+    assert not out.exists()
+
+
+def test_a_zero_width_terminal_and_a_closed_pipe(real_data):
+    """`COLUMNS=0` prints the tables (at 80 columns), not nothing; a reader that closes
+    the pipe early ends the command quietly (exit 1, no traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import real_data_dir
+
+    env = {"EQX_FMNIST_DATA": str(real_data_dir()[0]), "COLUMNS": "0"}
+    shown = run_cli("data", env=env)
+    assert shown.returncode == 0 and "Ankle boot" in shown.stdout, shown.stderr
+    command = [sys.executable, "-m", "eqx_fmnist", "data"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env}
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    with process.stderr:
+        assert process.wait(timeout=120) == 1
+        assert "Traceback" not in process.stderr.read().decode()
+
+
+def test_evaluate_refuses_a_run_in_use_before_it_prints(trained_run):
+    """`evaluate` of a run whose folder another process writes: refused in one line
+    before a result is printed (it printed the results, then failed on the lock)."""
+    from eqx_fmnist.fileio import FolderLock
+    from eqx_fmnist.runs import LOCK_NAME
+
+    out, _ = trained_run
+    with FolderLock(out / LOCK_NAME):
+        result = run_cli_here("evaluate", out)
+    assert result.returncode == 2 and "is writing to" in result.stderr
+    assert result.stdout == ""

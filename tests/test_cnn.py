@@ -379,8 +379,8 @@ def test_train_distilled_trains_its_cnn_teacher_first_then_the_mlp(
     clash = run_cli_here("train", "--distilled", "--best", "--out", tmp_path / "x")
     assert clash.returncode == 2 and "not --best and --distilled" in clash.stderr
 
-    (out / "summary.json").write_text("{}")  # another run's results: refused at once
+    (out / "summary.json").write_text("{}")  # not the run's results: refused at once
     (out / "teacher" / "summary.json").unlink()  # so the teacher would train again
     refused = run_cli_here(*args, "--out", out)
-    assert refused.returncode == 2 and "already holds results" in refused.stderr
+    assert refused.returncode == 2 and "summary.json was changed since" in refused.stderr
     assert "teacher:" not in refused.stdout and not (out / "teacher" / "summary.json").exists()

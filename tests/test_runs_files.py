@@ -88,3 +88,38 @@ def test_audit_run_finds_the_suspects_in_the_out_of_fold_answers(small, small_cv
         with pytest.raises(ValueError, match=rf"`top` must be an int in 1..{MAX_TOP}"):
             audit_run(small_cv_run, fashion_mnist_of(small), out=tmp_path / "no", top=top)
     assert not (tmp_path / "no").exists()
+
+
+def test_an_audit_never_replaces_a_reviewed_csv_nor_writes_into_another_run(
+    small, small_cv_run, tmp_path
+):
+    """Audited again, a cv folder's suspects are replaced only with `overwrite`, and a
+    CSV edited since the audit wrote it (a reviewed one) never; an audit's `out` in
+    another run's folder is refused. Each refusal before anything is written."""
+    import shutil
+
+    pytest.importorskip("cleanlab")
+    from eqx_fmnist.runs import RunError, audit_run
+
+    from helpers import fashion_mnist_of, recorded
+
+    run = tmp_path / "cv"
+    shutil.copytree(small_cv_run, run)
+    data = fashion_mnist_of(small)
+    audit_run(run, data, top=3)
+    with pytest.raises(RunError, match="suspects_train.csv exists; replace it with --overwrite"):
+        audit_run(run, data, top=3)
+    audit_run(run, data, top=3, overwrite=True)
+    reviewed = (run / "suspects_train.csv").read_text() + "7,checked by hand\n"
+    (run / "suspects_train.csv").write_text(reviewed)
+    with pytest.raises(RunError, match="suspects_train.csv was changed since it was written"):
+        audit_run(run, data, top=3, overwrite=True)
+    assert (run / "suspects_train.csv").read_text() == reviewed
+    other = recorded(tmp_path / "other", {"checkpoint.eqx": "k", "summary.json": "{}"})
+    with pytest.raises(RunError, match="holds another run"):
+        audit_run(run, data, top=3, out=other)
+    assert sorted(p.name for p in other.iterdir()) == [
+        ".eqx-fmnist.record",
+        "checkpoint.eqx",
+        "summary.json",
+    ]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from helpers import fashion_mnist_of, run_config as config
+from helpers import fashion_mnist_of, recorded, run_config as config
 
 
 def saves(monkeypatch):
@@ -101,10 +101,7 @@ def test_a_start_that_failed_leaves_a_folder_the_corrected_command_reuses(tmp_pa
     from eqx_fmnist.runs import RunError, RunFolder
 
     c = config()
-    half = tmp_path / "half"
-    half.mkdir()
-    (half / "config.json").write_text("{}")
-    (half / "history.jsonl").write_text("")
+    half = recorded(tmp_path / "half", {"config.json": "{}", "history.jsonl": ""})
     with RunFolder(half, c, num_train=256):
         pass
     assert (half / "config.json").read_text().startswith("{\n")  # the corrected run's
@@ -128,10 +125,8 @@ def test_a_finished_run_is_not_resumed_and_a_resume_overwrites_no_other_run(tmp_
     c = config()  # 24 steps
     done, other = tmp_path / "done", tmp_path / "other"
     for folder, steps in ((done, (8, 16, 24)), (other, (2, 4))):
-        folder.mkdir()
-        (folder / "summary.json").write_text("{}")
         lines = "".join(json.dumps({"step": s, "loss": 1.0, "accuracy": 0.5}) + "\n" for s in steps)
-        (folder / "history.jsonl").write_text(lines)
+        recorded(folder, {"summary.json": "{}", "history.jsonl": lines})
     with pytest.raises(RunError, match="has finished .step 24 of 24."):
         RunFolder(done, c, num_train=256, start_step=24)
     with RunFolder(done, c, num_train=256, start_step=24, overwrite=True):
@@ -176,52 +171,65 @@ def test_tensorboard_shows_each_member_of_an_ensemble(small, tmp_path):
     assert b"train/loss" in blob and b"members/0/loss" in blob and b"members/1/accuracy" in blob
 
 
-def test_overwrite_removes_exactly_what_a_run_wrote(tmp_path):
-    """`clear_run` (what `--overwrite` removes) goes by exact names: a user's `model.py`,
-    `suspects_to_check.txt`, notes in `tensorboard/` and a `teacher/` folder holding only
-    a README stay; the run's files, its event files and traces, exports, audits and the
-    run a teacher folder holds go, and folders left empty with them."""
-    from eqx_fmnist.runs import LOCK_NAME
-    from eqx_fmnist.runs.layout import clear_run
+@pytest.mark.parametrize("change", ["bytes", "folder", "fifo"])
+def test_overwrite_refuses_a_recorded_file_that_changed_and_removes_nothing(tmp_path, change):
+    """A listed name whose bytes changed since (a reviewed CSV), or that is now a folder
+    or a FIFO: `--overwrite` refuses in one line, nothing removed."""
+    import os
 
-    ours = [
-        "config.json",
-        "history.jsonl",
+    from eqx_fmnist.runs import RunError, RunFolder
+
+    run = recorded(tmp_path / "run", {"summary.json": "{}", "checkpoint.eqx": "k"})
+    recorded(run, {"suspects_train.csv": "index,given\n"}, by="audit")
+    target = run / "suspects_train.csv"
+    target.unlink()
+    if change == "bytes":
+        target.write_text("index,given\n7,3  # checked by hand\n")
+    elif change == "folder":
+        target.mkdir()
+    else:
+        os.mkfifo(target)
+    with pytest.raises(RunError, match="suspects_train.csv (was changed|is a link, a folder)"):
+        RunFolder(run, config(), num_train=256, overwrite=True)
+    assert (run / "checkpoint.eqx").read_text() == "k" and (run / "summary.json").exists()
+
+
+def test_a_users_files_are_never_a_runs(tmp_path):
+    """A folder with the user's own `config.json` and `history.jsonl`: a new run is
+    refused without `--overwrite` and with it (it would replace them), the files kept;
+    a folder with other files of theirs is refused without `--overwrite` and, with it,
+    trained beside them. A run folder of an earlier version (no record): `--overwrite`
+    refuses it in one line saying what to do."""
+    from eqx_fmnist.runs import RunError, RunFolder
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": 1}')
+    (mine / "history.jsonl").write_text("my notes\n")
+    for overwrite in (False, True):
+        with pytest.raises(RunError, match="config.json is not a file a run wrote"):
+            RunFolder(mine, config(), num_train=256, overwrite=overwrite)
+    assert (mine / "config.json").read_text() == '{"mine": 1}'
+    beside = tmp_path / "beside"
+    beside.mkdir()
+    (beside / "notes.txt").write_text("mine")
+    with pytest.raises(RunError, match=r"holds files no run wrote there \(notes.txt\)"):
+        RunFolder(beside, config(), num_train=256)
+    with RunFolder(beside, config(), num_train=256, overwrite=True):
+        pass
+    assert (beside / "notes.txt").read_text() == "mine" and (beside / "config.json").is_file()
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for name in ("config.json", "checkpoint.eqx", "summary.json"):
+        (earlier / name).write_text(name)
+    with pytest.raises(RunError, match="of a run of an earlier version.*move it away") as caught:
+        RunFolder(earlier, config(), num_train=256, overwrite=True)
+    assert "\n" not in str(caught.value)
+    assert sorted(p.name for p in earlier.iterdir()) == [
         "checkpoint.eqx",
+        "config.json",
         "summary.json",
-        "calibration.safetensors",
-        "confusion_matrix.png",
-        "suspects_train.csv",
-        "suspects_test_by_class.png",
-        "model.onnx",
-        "model.onnx.manifest.json",
-        "tensorboard/events.out.tfevents.1.host",
-        "profile/plugins/profile/2026_12_07/host.xplane.pb",
-        "profile/plugins/profile/2026_12_07/perfetto_trace.json.gz",
     ]
-    theirs = ["model.py", "suspects_to_check.txt", "tensorboard/notes.md", "notes.txt"]
-    run = tmp_path / "run"
-    for name in [*ours, *theirs]:
-        (run / name).parent.mkdir(parents=True, exist_ok=True)
-        (run / name).write_text(name)
-    (run / "teacher").mkdir()
-    (run / "teacher" / "README").write_text("a folder of mine")
-    removed = clear_run(run, lock=LOCK_NAME)
-    assert sorted(p.relative_to(run).as_posix() for p in removed) == sorted(ours)
-    left = sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file())
-    assert left == sorted([*theirs, "teacher/README"])
-    assert not (run / "profile").exists()  # left empty: gone
-    # A teacher folder that holds a run the library wrote goes with it, lock and all.
-    for name in ("checkpoint.eqx", "summary.json", LOCK_NAME, "examples.png"):
-        (run / "teacher" / name).write_text(name)
-    (run / "teacher" / "README").unlink()
-    clear_run(run, lock=LOCK_NAME)
-    assert not (run / "teacher").exists()
-    (run / "teacher").mkdir()
-    for name in ("checkpoint.eqx", "summary.json"):
-        (run / "teacher" / name).write_text(name)
-    clear_run(run, keep=run / "teacher", lock=LOCK_NAME)
-    assert (run / "teacher" / "checkpoint.eqx").is_file()  # a teacher trained first: kept
 
 
 @pytest.mark.parametrize("linked", ["teacher", "tensorboard", "checkpoint.eqx"])
@@ -229,17 +237,18 @@ def test_overwrite_never_follows_a_link_and_removes_nothing(tmp_path, linked):
     """A `teacher/` or `tensorboard/` that links to another run's (or a shared log)
     folder, or a run file that is a link: `--overwrite` refuses in one line before any
     file goes, and the folder linked to keeps every byte."""
+    import shutil
+
     from eqx_fmnist.runs import RunError, RunFolder
 
     other = tmp_path / "other"
     other.mkdir()
     for name in ("checkpoint.eqx", "summary.json", "events.out.tfevents.1.host"):
         (other / name).write_text(name)
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "summary.json").write_text("{}")
-    (run / "config.json").write_text("{}")
+    run = recorded(tmp_path / "run", {"summary.json": "{}", "config.json": "{}"})
+    recorded(run, {"checkpoint.eqx": "k", "teacher/README": "t", "tensorboard/events.1": "e"})
     target = other / "checkpoint.eqx" if linked == "checkpoint.eqx" else other
+    shutil.rmtree(run / linked) if (run / linked).is_dir() else (run / linked).unlink()
     (run / linked).symlink_to(target)
     with pytest.raises(RunError, match="link") as caught:
         RunFolder(run, config(), num_train=256, overwrite=True)
@@ -292,3 +301,24 @@ def test_a_folder_moved_while_the_run_writes_stops_it_and_is_not_made_again(smal
     assert "\n" not in str(caught.value)
     assert not run.exists()
     assert (tmp_path / "moved" / "config.json").is_file()
+
+
+def test_two_runs_started_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
+    import datetime
+
+    from eqx_fmnist.runs import default_folder, writing
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 12, 7, 13, 0, 0)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(writing.datetime, "datetime", Frozen)
+    first = default_folder()
+    first.mkdir(parents=True)
+    second = default_folder()
+    assert (first.as_posix(), second.as_posix()) == (
+        "runs/20261207-130000",
+        "runs/20261207-130000-2",
+    )

@@ -2,6 +2,7 @@
 training progress bar and what to say when training stops, tables."""
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,8 +17,10 @@ from ..parallel import is_lost_process
 from ..runs import Finished, Interrupted, Training
 from ..runs.cadence import why_stopped
 
-console = Console()
-err_console = Console(stderr=True)
+# A COLUMNS too narrow to print into (0 printed nothing) is not the terminal's width.
+_NARROW = os.environ.get("COLUMNS", "").isdigit() and int(os.environ["COLUMNS"]) < 40
+console = Console(width=80 if _NARROW else None)
+err_console = Console(stderr=True, width=80 if _NARROW else None)
 
 
 class UsageError(Exception):

@@ -8,7 +8,7 @@ import numpy as np
 from .. import data as data_mod
 from ..calibration import Calibration
 from ..evaluation import EvalResult, most_confused, per_class_accuracy
-from ..runs import Run, RunReport, refuse_overwriting, run_report
+from ..runs import Run, RunReport, run_report
 from ..runs.report import REPORT_FIGURES
 from ..state import BATCHED
 from ..views import tta_name
@@ -30,16 +30,18 @@ def add_evaluate_parser(sub) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
     out = args.out or run.folder  # its own figures drawn again, or in a folder of yours
-    again = args.overwrite or out.resolve() == run.folder.resolve()
-    refuse_overwriting([out / n for n in REPORT_FIGURES], own=run.folder, overwrite=again)
+    own = out.resolve() == run.folder.resolve()
+    paths = [out / n for n in REPORT_FIGURES]
     views = run.views(args.tta)
     fm = load_data(args)
-    report = run_report(
-        run.model, run.policy, fm.test_images, fm.test_labels, run.calibration, tta=views
-    )
-    _print_test(run, report.test, views, each_member=args.members)
-    _print_report(report, run.calibration)
-    console.print("\n".join(f"wrote {path}" for path in run.save_figures(report, out)))
+    # Checked and locked before anything is printed: a refusal prints no results.
+    with run.writing(paths, by="evaluate", overwrite=args.overwrite or own, lock=False):
+        report = run_report(
+            run.model, run.policy, fm.test_images, fm.test_labels, run.calibration, tta=views
+        )
+        _print_test(run, report.test, views, each_member=args.members)
+        _print_report(report, run.calibration)
+        console.print("\n".join(f"wrote {path}" for path in report.save_figures(out)))
     return 0
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..audit import require_cleanlab
 from ..ensemble import CrossValidation, Folds
-from ..runs import MAX_TOP, OUT_OF_FOLD, Training, audit_run, default_folder
+from ..runs import CV_FILES, MAX_TOP, Training, audit_run, default_folder, suspect_files
 from . import flags
 from .common import UsageError, console, load_data, table, train_in_folder
 
@@ -44,6 +44,7 @@ def add_audit_parser(sub) -> None:
     )
     p.add_argument("--top", type=int, default=20, help=f"suspects drawn (20, {MAX_TOP} at most)")
     p.add_argument("--out", type=flags.out_path, help="folder for the files (default: CV_RUN_DIR)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier audit's files")
     flags.add_data_args(p)
 
 
@@ -72,11 +73,7 @@ def _print_cv(cv: CrossValidation, out: Path) -> None:
     if (test := cv.result.test) is not None:
         line += f" (sd of {folds} folds); the folds' ensemble: test {test.accuracy:.4f}"
     console.print(line)
-    console.print(
-        f"wrote {out}/: {OUT_OF_FOLD} (out-of-fold probabilities), cv.json, folds.png, "
-        "checkpoint.eqx (the folds' members)",
-        highlight=False,
-    )
+    console.print(f"wrote {out}/: {', '.join(CV_FILES)}, checkpoint.eqx, ...", highlight=False)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -84,18 +81,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
         require_cleanlab()
     except ImportError as e:
         raise UsageError(str(e)) from None
-    found = audit_run(
-        args.cv_run, lambda: load_data(args), out=args.out, top=args.top, test_model=args.test_model
-    )
+    options = {name: getattr(args, name) for name in ("out", "top", "test_model", "overwrite")}
+    found = audit_run(args.cv_run, lambda: load_data(args), **options)
     lines = [
         (name, f"{a.examples:,}", f"{len(a.indices):,}", f"{len(a.indices) / a.examples:.2%}")
         for name, a in found.items()
     ]
     columns = ("set", "images", "suspects", "share")
     console.print(table("Label issues (confident learning)", columns, lines))
-    console.print(
-        f"wrote {args.out or args.cv_run}/: suspects_train.csv/.json/.png, suspects_test.csv/.json/.png "
-        "and the by-class grids",
-        highlight=False,
-    )
+    written = suspect_files(Path(args.out or args.cv_run))
+    console.print(f"wrote {written[0].parent}/: {', '.join(p.name for p in written)}")
     return 0

@@ -11,23 +11,24 @@ logging interval, checkpoints on a cadence of their own, clean stops, the summar
 the figures). The read side: `reading` (a run folder read back,
 [`Run.open`][eqx_fmnist.runs.reading.Run.open]: its model, calibration, views, answer,
 export and teacher; the splits and data a run uses), which imports nothing of the write
-side. Beside them: `layout` (what a run folder holds, the rule that no command writes
-over another run's, and the readers of the files a run reads back), `report` (the test report a folder writes and `evaluate` shows, and its program:
+side. Beside them: `layout` (what a run folder holds, and the readers of the files a
+run reads back), `record` (the folder's record of what its commands wrote: what
+`--overwrite` removes, and the rule that no command writes over what it did not
+write), `report` (the test report a folder writes and `evaluate` shows, and its program:
 [`run_report`][eqx_fmnist.runs.report.run_report]), `summary` (the summary's numbers
 and where the run's time went), `cadence` (when to checkpoint, why a run
-stopped), `files` (what a sweep, `cv` and `audit` write beside the folder's own files; `audit_run`)
+stopped), `files` (`audit_run` and what an audit writes)
 and `profile` (`train --profile`'s trace). Nothing here prints.
 """
 
 from .cadence import CheckpointEvery as CheckpointEvery, Interrupted as Interrupted
+from .cv_run import CV_FILES as CV_FILES, write_cross_validation as write_cross_validation
 from .files import (
     MAX_TOP as MAX_TOP,
     audit_run as audit_run,
     read_out_of_fold as read_out_of_fold,
-    sweep_heatmap as sweep_heatmap,
-    write_cross_validation as write_cross_validation,
+    suspect_files as suspect_files,
     write_suspects as write_suspects,
-    write_sweep as write_sweep,
 )
 from .kind import Job as Job, RunKind as RunKind
 from .layout import (
@@ -35,13 +36,11 @@ from .layout import (
     FIGURES as FIGURES,
     LOCK_NAME as LOCK_NAME,
     OUT_OF_FOLD as OUT_OF_FOLD,
-    SWEEP_FILES as SWEEP_FILES,
     TEACHER_FILE as TEACHER_FILE,
     RunError as RunError,
     distinct_stems as distinct_stems,
     read_history as read_history,
     read_teacher as read_teacher,
-    refuse_overwriting as refuse_overwriting,
 )
 from .one_run import RunResult as RunResult, train_run as train_run
 from .reading import (
@@ -51,6 +50,7 @@ from .reading import (
     open_teacher as open_teacher,
     run_splits as run_splits,
 )
+from .record import Record as Record, refuse_overwriting as refuse_overwriting
 from .report import (
     RunReport as RunReport,
     report_program as report_program,
@@ -62,6 +62,11 @@ from .summary import (
     summarise as summarise,
     tensorboard_writer as tensorboard_writer,
     time_split as time_split,
+)
+from .sweep_run import (
+    SWEEP_FILES as SWEEP_FILES,
+    sweep_heatmap as sweep_heatmap,
+    write_sweep as write_sweep,
 )
 from .training import (
     KINDS as KINDS,

@@ -2,14 +2,55 @@
 of one program, with the out-of-fold probabilities of every training image written for
 `eqx-fmnist audit`."""
 
+import io
+import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
+
 from ..ensemble import CrossValidation, Folds, cross_validate
+from ..fileio import atomic_write
 from ..intervals import Callback
-from .files import write_cross_validation
+from ..plots import plot_folds, save_figure
 from .kind import Job, RunKind
+from .layout import FIGURES, OUT_OF_FOLD, read_history
 from .report import report_program, run_report
+
+
+def write_cross_validation(folder: str | os.PathLike, cv: CrossValidation) -> list[Path]:
+    """`out_of_fold.npz`, `cv.json` and `folds.png` (each fold's held-out accuracy and
+    training loss, from the folder's history) in `folder`; the paths written."""
+    folder = Path(folder)
+    folds = len(cv.fold_accuracy)
+    fold = np.empty(len(cv.labels), np.int16)
+    for i, rows in enumerate(cv.subsets.held_out or ()):
+        fold[rows] = i
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, probabilities=cv.probabilities, labels=cv.labels, fold=fold)
+    with atomic_write(folder / OUT_OF_FOLD) as f:
+        f.write(buffer.getvalue())
+    right = cv.probabilities.argmax(1) == cv.labels
+    summary = {
+        "folds": folds,
+        "fold_accuracy": cv.fold_accuracy.tolist(),
+        "fold_loss": cv.fold_loss.tolist(),
+        "accuracy_mean": cv.accuracy_mean,
+        "accuracy_std": cv.accuracy_std,
+        "out_of_fold_accuracy": float(right.mean()),
+    }
+    with atomic_write(folder / "cv.json", "w") as f:
+        f.write(json.dumps(summary, indent=2) + "\n")
+    history = [h for h in read_history(folder) if "members" in h]
+    curves = [[m.get("valid_accuracy", np.nan) for m in h["members"]] for h in history]
+    losses = [[m["loss"] for m in h["members"]] for h in history]
+    steps = [h["step"] for h in history]
+    title = f"{folds}-fold cross-validation"
+    figure = plot_folds(steps, np.asarray(curves).T, np.asarray(losses).T, title=title)
+    save_figure(figure, folder / "folds.png")
+    return [folder / name for name in (OUT_OF_FOLD, "cv.json", "folds.png")]
 
 
 def _train(job: Job, callbacks: Sequence[Callback]) -> CrossValidation:
@@ -51,5 +92,7 @@ def _what(job: Job) -> str:
     )
 
 
-CV_RUN = RunKind("cv", "cv", frozenset({Folds.kind}), _train, _finish, _what)
+CV_FILES = (OUT_OF_FOLD, "cv.json", "folds.png")
+"""What cross-validation writes besides a run's files."""
+CV_RUN = RunKind("cv", "cv", frozenset({Folds.kind}), _train, _finish, _what, (*FIGURES, *CV_FILES))
 """K-fold cross-validation."""

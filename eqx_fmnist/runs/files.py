@@ -1,12 +1,7 @@
-"""What a run writes beside its run folder's own files: a sweep's table, JSON and
-heatmap; a cross-validation's out-of-fold probabilities, `cv.json` and the folds'
-curves; and a label audit of a cv folder ([`audit_run`][eqx_fmnist.runs.files.audit_run],
-what `eqx-fmnist audit` does) with what it writes (the suspects as CSV, JSON and two
-image grids)."""
+"""A label audit of a cv folder ([`audit_run`][eqx_fmnist.runs.files.audit_run], what
+`eqx-fmnist audit` does) from its out-of-fold probabilities, with what it writes (the
+suspects as CSV, JSON and two image grids)."""
 
-import contextlib
-import io
-import json
 import os
 from pathlib import Path
 
@@ -15,89 +10,11 @@ import numpy as np
 
 from ..audit import LabelAudit, audit_labels
 from ..data import NUM_CLASSES
-from ..ensemble import CrossValidation, SweepResult
 from ..evaluation import predict_proba
-from ..fileio import atomic_write
-from ..plots import plot_folds, plot_heatmap, plot_predictions, save_figure
-from .layout import CV_FILES, OUT_OF_FOLD, SWEEP_FILES, RunError, read_history
+from ..plots import plot_predictions, save_figure
+from .layout import OUT_OF_FOLD, RunError
 from .reading import DataSource, Run, loaded, run_splits
-
-
-def sweep_heatmap(result: SweepResult):
-    """A figure of a sweep's mean validation accuracy over the two swept fields with the
-    most values (the best over any others)."""
-    grid = result.grid
-    seeds = result.seeds
-    rows_name, *rest = sorted(grid, key=lambda n: -len(grid[n]))[:2]
-    cols_name = rest[0] if rest else None
-    rows = list(grid[rows_name])
-    cols: list[float | None] = list(grid[cols_name]) if cols_name else [None]
-    table = np.full((len(rows), len(cols)), np.nan)
-    accuracy = result.validation_accuracy
-    means = accuracy.mean(axis=1)
-    for i, p in enumerate(result.points):
-        r = rows.index(p[rows_name])
-        c = 0 if cols_name is None else cols.index(p[cols_name])
-        table[r, c] = np.fmax(table[r, c], means[i])
-    # Seed-to-seed spread: differences smaller than it are noise, so the colour scale
-    # spans at least four of it (and at least one point of accuracy).
-    spread = float(accuracy.std(axis=1, ddof=1).mean()) if len(seeds) > 1 else 0.0
-    title = f"Sweep: mean validation accuracy over {len(seeds)} seeds"
-    return plot_heatmap(
-        table,
-        row_labels=[f"{v:g}" for v in rows],
-        col_labels=["" if v is None else f"{v:g}" for v in cols],
-        row_name=rows_name,
-        col_name=cols_name or "",
-        title=title + (f" (seed std {spread:.4f})" if spread else ""),
-        min_span=max(0.01, 4 * spread),
-    )
-
-
-def write_sweep(folder: str | os.PathLike, result: SweepResult) -> list[Path]:
-    """`sweep.md`, `sweep.json` and `sweep_heatmap.png` in `folder` (created if needed,
-    each written atomically); their paths."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    texts = (result.to_markdown(), json.dumps(result.to_dict(), indent=2) + "\n")
-    for name, text in zip(SWEEP_FILES, texts, strict=False):
-        with atomic_write(folder / name, "w") as f:
-            f.write(text)
-    save_figure(sweep_heatmap(result), folder / SWEEP_FILES[2])
-    return [folder / name for name in SWEEP_FILES]
-
-
-def write_cross_validation(folder: str | os.PathLike, cv: CrossValidation) -> list[Path]:
-    """`out_of_fold.npz`, `cv.json` and `folds.png` (each fold's held-out accuracy and
-    training loss, from the folder's history) in `folder`; the paths written."""
-    folder = Path(folder)
-    folds = len(cv.fold_accuracy)
-    fold = np.empty(len(cv.labels), np.int16)
-    for i, rows in enumerate(cv.subsets.held_out or ()):
-        fold[rows] = i
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, probabilities=cv.probabilities, labels=cv.labels, fold=fold)
-    with atomic_write(folder / OUT_OF_FOLD) as f:
-        f.write(buffer.getvalue())
-    right = cv.probabilities.argmax(1) == cv.labels
-    summary = {
-        "folds": folds,
-        "fold_accuracy": cv.fold_accuracy.tolist(),
-        "fold_loss": cv.fold_loss.tolist(),
-        "accuracy_mean": cv.accuracy_mean,
-        "accuracy_std": cv.accuracy_std,
-        "out_of_fold_accuracy": float(right.mean()),
-    }
-    with atomic_write(folder / "cv.json", "w") as f:
-        f.write(json.dumps(summary, indent=2) + "\n")
-    history = [h for h in read_history(folder) if "members" in h]
-    curves = [[m.get("valid_accuracy", np.nan) for m in h["members"]] for h in history]
-    losses = [[m["loss"] for m in h["members"]] for h in history]
-    steps = [h["step"] for h in history]
-    title = f"{folds}-fold cross-validation"
-    figure = plot_folds(steps, np.asarray(curves).T, np.asarray(losses).T, title=title)
-    save_figure(figure, folder / "folds.png")
-    return [folder / name for name in CV_FILES]
+from .record import refuse_overwriting
 
 
 def read_out_of_fold(folder: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -126,6 +43,12 @@ def read_out_of_fold(folder: str | os.PathLike) -> dict[str, np.ndarray]:
             f"(n, {NUM_CLASSES}) for (n,); run `eqx-fmnist cv` again."
         )
     return found
+
+
+def suspect_files(folder: Path) -> list[Path]:
+    """What an audit writes into `folder`: each set's suspects as CSV, JSON and grids."""
+    ends = (".csv", ".json", ".png", "_by_class.png")
+    return [folder / f"suspects_{split}{end}" for split in ("train", "test") for end in ends]
 
 
 MAX_TOP = 200
@@ -193,13 +116,17 @@ def audit_run(
     out: str | os.PathLike | None = None,
     top: int = 20,
     test_model: str | os.PathLike | None = None,
+    overwrite: bool = False,
 ) -> dict[str, LabelAudit]:
     """The labels that look wrong (`eqx-fmnist audit`): the training set's, from the
     out-of-fold probabilities `cv_run` (a folder `eqx-fmnist cv` wrote) holds; the test
     set's, from the folds' ensemble (or the run `test_model`), which never trained on
     it. `data`: as for `Training.new`, loaded once the runs are read. Writes each set's
     suspects (`write_suspects`, the `top` most suspicious drawn) in `out` (defaults to
-    `cv_run`); returns the audits by set, `"train"` and `"test"`.
+    `cv_run`; files there already are replaced only with `overwrite`, and what an audit
+    did not write never: see
+    [`refuse_overwriting`][eqx_fmnist.runs.record.refuse_overwriting]); returns the
+    audits by set, `"train"` and `"test"`.
 
     **Raises:**
 
@@ -213,6 +140,8 @@ def audit_run(
         )
     oof = read_out_of_fold(cv_run)
     folds = Run.open(cv_run)
+    out = Path(cv_run if out is None else out)
+    refuse_overwriting(suspect_files(out), own=folds.folder, overwrite=overwrite, by="audit")
     tested = Run.open(test_model) if test_model else folds
     data = loaded(data)
     test_x = jnp.asarray(data.test_images.reshape(len(data.test_images), -1))
@@ -223,10 +152,8 @@ def audit_run(
         "test": (test_p, data.test_labels, data.test_images),
     }
     found = {name: audit_labels(probs, labels) for name, (probs, labels, _) in sets.items()}
-    out = Path(cv_run if out is None else out)
     out.mkdir(parents=True, exist_ok=True)
-    inside = out.resolve() == folds.folder.resolve()
-    with folds.locked() if inside else contextlib.nullcontext():
+    with folds.writing(suspect_files(out), by="audit", overwrite=overwrite, lock=False):
         for name, (_, _, images) in sets.items():
             write_suspects(out, name, found[name], images, top)
     return found

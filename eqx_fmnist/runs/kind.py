@@ -91,6 +91,10 @@ class RunKind(Generic[Outcome]):
     - `finish`: `finish(job, outcome)`, the outcome reported and written into the folder:
         the summary written to `summary.json`.
     - `what`: `what(job)`, what trains, in words.
+    - `files`: the files it writes into the run folder besides the folder's own (the
+        config, history, checkpoint, summary, calibration and `teacher.json`): what the
+        folder's record lists as its, and what a new run refuses to write over when no
+        record lists them.
     - `config`: the config a new run of this kind trains, from the one given (a sweep
         holds out a validation split to rank on). Defaults to the config as given.
     """
@@ -101,4 +105,5 @@ class RunKind(Generic[Outcome]):
     train: Callable[[Job, Sequence[Callback]], Outcome]
     finish: Callable[[Job, Outcome], dict[str, Any]]
     what: Callable[[Job], str]
+    files: tuple[str, ...]
     config: Callable[[TrainConfig], TrainConfig] = as_given

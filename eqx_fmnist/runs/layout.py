@@ -1,12 +1,11 @@
-"""What a run folder holds: the names of its files, which of them are the run's own
-record, the rule that no command writes over another run's (`refuse_overwriting`), what
-`overwrite` removes (`clear_run`), and the readers of the files a run reads back (its
-history, its record of a teacher, its config when resumed), each naming the file and
-the fix.
+"""What a run folder holds: the names of its files, and the readers of the files a run reads back (its history, its record of a teacher, its
+config when resumed), each naming the file and the fix. What its commands wrote, and
+what no command writes over, is the folder's record's (`runs/record.py`).
 
 ```
 runs/20261201-021500/
   .eqx-fmnist.lock     while a process writes the folder
+  .eqx-fmnist.record   what its commands wrote: each file's name, size and SHA-256
   config.json          the TrainConfig
   history.jsonl        one History record per logging interval
   checkpoint.eqx       every `checkpoint_every`, at the end, and when asked to stop
@@ -16,7 +15,7 @@ runs/20261201-021500/
   reliability.png  robustness.png   calibration; accuracy on moved test images
   tensorboard/         scalars and hyperparameters, with `tensorboard=True`
   teacher.json         a distilled run's teacher: where, and its checksum
-  sweep.md  sweep.json  sweep_heatmap.png      for a sweep
+  sweep.md  sweep.json  sweep_heatmap.png      a sweep's (each kind declares its files)
 ```
 """
 
@@ -27,10 +26,8 @@ import typing
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..calibration import CALIBRATION_FILE
 from ..checkpoint import CheckpointError, payload_digest, read_header
 from ..config import TrainConfig
-from ..export import FORMATS, manifest_path
 from ..intervals import History
 
 logger = logging.getLogger(__name__)
@@ -42,8 +39,6 @@ TEACHER_FILE = "teacher.json"
 """Where a distilled run's folder names its teacher, so that a resume finds it."""
 OUT_OF_FOLD = "out_of_fold.npz"
 """A cv folder's out-of-fold probabilities (`probabilities`, `labels`, `fold`)."""
-CV_FILES = (OUT_OF_FOLD, "cv.json", "folds.png")
-SWEEP_FILES = ("sweep.md", "sweep.json", "sweep_heatmap.png")
 FIGURES = (
     "examples.png",
     "training_curve.png",
@@ -51,52 +46,30 @@ FIGURES = (
     "confusion_matrix.png",
     "reliability.png",
     "robustness.png",
+    "prediction_sets.png",
 )
-HOLDS_RESULTS = ("summary.json", CHECKPOINT_NAME, *FIGURES, *SWEEP_FILES)
+"""The figures a finished run draws (the last for a calibration with prediction sets)."""
+HOLDS_RESULTS = ("summary.json", CHECKPOINT_NAME, *FIGURES)
 """What makes a folder hold results: a checkpoint, a summary or a figure (a folder with
 only the config and the history of a start that failed does not)."""
-RECORD = (
+EARLIER_OWN = (
     "config.json",
     "history.jsonl",
     CHECKPOINT_NAME,
     "summary.json",
-    CALIBRATION_FILE,
+    "calibration.safetensors",
     TEACHER_FILE,
-    *SWEEP_FILES[:2],
-    *CV_FILES[:2],
+    "sweep.md",
+    "sweep.json",
+    OUT_OF_FOLD,
+    "cv.json",
 )
-"""A run's record of itself, which no command but the run's own ever writes over (its
-figures may be drawn again)."""
-SUSPECTS = tuple(
-    f"suspects_{split}{end}"
-    for split in ("train", "test")
-    for end in (".csv", ".json", ".png", "_by_class.png")
-)
-"""What `audit` writes into a folder (the suspects of each set)."""
-EXPORTS = tuple(
-    name
-    for kind in FORMATS.values()
-    for name in (f"model{kind.suffix}", manifest_path(Path(f"model{kind.suffix}")).name)
-)
-"""What `export` writes into a run folder by default: an artifact and its manifest."""
-RUN_FILES = (
-    *RECORD,
-    "prediction_sets.png",
-    *FIGURES,
-    *SWEEP_FILES,
-    *CV_FILES,
-    *SUSPECTS,
-    *EXPORTS,
-)
-"""Every file a run (and the commands that read it: `audit`, `export`) writes into its
-folder, by exact name: with `TENSORBOARD` files and `PROFILE` traces under their folders
-and a teacher's run in `teacher/`, what `overwrite` removes before a new run starts.
-Nothing else the folder holds is touched."""
+"""A run's own files in a folder written before folders kept a record, which no other
+command writes over (where a record is kept, it says which command wrote each file)."""
 TENSORBOARD = "tensorboard"
 """The folder of a run's TensorBoard event files (`events.out.tfevents.*`)."""
 PROFILE = "profile"
 """The folder of a run's `jax.profiler` trace (`plugins/profile/<time>/<host>.*`)."""
-TRACE_ENDS = (".xplane.pb", ".trace.json.gz", "perfetto_trace.json.gz")
 
 
 class RunError(Exception):
@@ -106,37 +79,6 @@ class RunError(Exception):
 def holds_run(folder: Path) -> bool:
     """Whether `folder` is a run's: it holds a checkpoint or a summary."""
     return (folder / CHECKPOINT_NAME).is_file() or (folder / "summary.json").is_file()
-
-
-def refuse_overwriting(
-    paths: Sequence[Path], *, own: Path | None = None, overwrite: bool = False
-) -> None:
-    """`RunError`, before anything is written, for outputs that would destroy: a link, a
-    device, a FIFO or anything else that is not a plain file (whatever `overwrite`
-    says: a command never replaces what it did not write), a file of a run's `RECORD`
-    (its checkpoint, summary, ...), anything in another run's folder than `own` (the run
-    a command reads), or, without `overwrite`, a file that exists. Every command that
-    writes files asks here first, and again under the lock it writes under."""
-    for path in paths:
-        folder = path.parent
-        name = path.name
-        not_plain = path.exists() and not path.is_file() and not path.is_dir()
-        if path.is_symlink() or not_plain:
-            kind = "a link" if path.is_symlink() else "not a plain file (a device or a FIFO)"
-            raise RunError(f"{path} is {kind}; write to the path of a plain file instead.")
-        if path.is_dir():
-            raise RunError(f"{path} is a folder; give a file to write.")
-        if holds_run(folder) and name in RECORD:
-            raise RunError(
-                f"{path} is a file of the run in {folder}: writing it would replace the "
-                "run's own; choose another name."
-            )
-        if holds_run(folder) and (own is None or folder.resolve() != own.resolve()):
-            raise RunError(
-                f"{folder} holds another run: write {name} elsewhere (--out), not into it."
-            )
-        if path.exists() and not overwrite:
-            raise RunError(f"{path} exists; replace it with --overwrite, or choose another path.")
 
 
 def distinct_stems(paths: Sequence[str | os.PathLike]) -> list[str]:
@@ -151,62 +93,6 @@ def distinct_stems(paths: Sequence[str | os.PathLike]) -> list[str]:
             name = f"{stem}-{k}"
         used.append(name)
     return used
-
-
-def clear_run(folder: Path, keep: Path | None = None, lock: str | None = None) -> list[Path]:
-    """Remove what a run wrote into `folder`: the files of `RUN_FILES` by exact name, the
-    event files of `tensorboard/`, the traces of `profile/`, and in `teacher/` the run a
-    distilled run trained there (when it holds one: a checkpoint or a summary), all but
-    `keep` (a teacher trained there first, kept); `lock`, the name of a run's lock file,
-    removed in a teacher's folder. A folder left empty goes; a file the library did not
-    write stays, and so does its folder. The paths removed."""
-    refuse_links(folder)
-    removed = [folder / n for n in RUN_FILES if (folder / n).is_file()]
-    removed += [p for p in (folder / TENSORBOARD).rglob("events.out.tfevents.*") if p.is_file()]
-    traces = (folder / PROFILE / "plugins" / "profile").glob("*/*")
-    removed += [p for p in traces if p.is_file() and p.name.endswith(TRACE_ENDS)]
-    for path in removed:
-        path.unlink()
-    for sub in (folder / TENSORBOARD, folder / PROFILE):
-        _remove_empty(sub)
-    teacher = folder / "teacher"
-    if holds_run(teacher) and (keep is None or teacher.resolve() != keep.resolve()):
-        removed += clear_run(teacher, lock=lock)
-        if lock is not None:
-            (teacher / lock).unlink(missing_ok=True)
-        _remove_empty(teacher)
-    return removed
-
-
-def refuse_links(folder: Path) -> None:
-    """`RunError`, before anything is removed, where clearing `folder` would follow a
-    link or remove what is not a plain file: a `RUN_FILES` name that is a link, a
-    device, a FIFO or a folder, or a `teacher/`, `tensorboard/` or `profile/` that is a
-    link (to another run, or a shared log folder)."""
-    for name in RUN_FILES:
-        path = folder / name
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            raise RunError(
-                f"{path} is not a file this run wrote (a link, a folder or a device): "
-                "--overwrite removes nothing there; move it away, or choose another --out."
-            )
-    for name in ("teacher", TENSORBOARD, PROFILE):
-        if (folder / name).is_symlink():
-            raise RunError(
-                f"{folder / name} is a link: --overwrite never follows one (it would remove "
-                "another folder's files); remove the link, or choose another --out."
-            )
-
-
-def _remove_empty(folder: Path) -> None:
-    """Remove `folder` and the folders under it that are (or are left) empty."""
-    if not folder.is_dir() or folder.is_symlink():
-        return
-    for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True):
-        if not sub.is_symlink() and not any(sub.iterdir()):
-            sub.rmdir()
-    if not any(folder.iterdir()):
-        folder.rmdir()
 
 
 def _not_a_record(record: object) -> str | None:

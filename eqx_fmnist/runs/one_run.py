@@ -15,6 +15,7 @@ from ..model import Model
 from ..state import TrainState
 from ..train import TrainResult, fit
 from .kind import Job, RunKind
+from .layout import FIGURES
 from .report import RunReport, report_program, run_report
 
 
@@ -119,5 +120,5 @@ def _seeds(configs: Sequence[TrainConfig]) -> str:
     return ",".join(map(str, seeds))
 
 
-ONE_RUN = RunKind("train", "run", frozenset(), _train, _finish, _what)
+ONE_RUN = RunKind("train", "run", frozenset(), _train, _finish, _what, FIGURES)
 """One model, or members of any choice no other kind takes (seeds, bootstrap)."""

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,8 @@ from .layout import (
     RunError,
     digest_or_none,
     read_teacher,
-    refuse_overwriting,
 )
-from .report import RunReport
+from .record import Record, refuse_overwriting
 
 DataSource = FashionMNIST | Callable[[], FashionMNIST] | None
 """The data a run uses: the data set, a function that loads it (called once the checks
@@ -269,18 +268,18 @@ class Run:
         [`views`][eqx_fmnist.runs.reading.Run.views], checked on every test image of
         `data` (as for `Training.new`), its test accuracy and step in the manifest. `out`:
         defaults to `RUN/model.<suffix>`; an artifact or manifest there already is
-        replaced only with `overwrite`, and a run's own files or another run's folder
-        never ([`refuse_overwriting`][eqx_fmnist.runs.layout.refuse_overwriting]). The
-        run is read and the artifact and its manifest written together under the run
-        folder's lock ([`locked`][eqx_fmnist.runs.reading.Run.locked]).
+        replaced only with `overwrite`, and what an export did not write never
+        ([`refuse_overwriting`][eqx_fmnist.runs.record.refuse_overwriting]). The run is
+        read and the artifact and its manifest written together under the run folder's
+        lock ([`writing`][eqx_fmnist.runs.reading.Run.writing]).
         Returns the artifact's path and its manifest."""
         views = self.views(tta)
         suffix = FORMATS[format].suffix if format in FORMATS else ""  # else export_model says
         out = self.folder / f"model{suffix}" if out is None else Path(out)
-        refuse_overwriting([out, manifest_path(out)], own=self.folder, overwrite=overwrite)
+        paths = [out, manifest_path(out)]
+        refuse_overwriting(paths, own=self.folder, overwrite=overwrite, by="export")
         data = loaded(data)
-        with self.locked():  # checked again where it counts: under the lock
-            refuse_overwriting([out, manifest_path(out)], own=self.folder, overwrite=overwrite)
+        with self.writing(paths, by="export", overwrite=overwrite):
             return out, self._export(out, format, views, data)
 
     def _export(self, out: Path, format: str, views, data: FashionMNIST) -> dict[str, Any]:
@@ -317,12 +316,27 @@ class Run:
         except FolderInUse as e:
             raise RunError(str(e)) from None
 
-    def save_figures(self, report: RunReport, out: Path) -> list[Path]:
-        """Draw `report`'s figures into `out` (`evaluate`'s); into the run's own folder
-        under its lock ([`locked`][eqx_fmnist.runs.reading.Run.locked])."""
-        own = out.resolve() == self.folder.resolve()
-        with self.locked() if own else contextlib.nullcontext():
-            return report.save_figures(out)
+    @contextlib.contextmanager
+    def writing(
+        self, paths: Sequence[Path], *, by: str, overwrite: bool = False, lock: bool = True
+    ) -> Iterator["Run"]:
+        """While inside, the command `by` writes `paths`: with the run folder's lock held
+        ([`locked`][eqx_fmnist.runs.reading.Run.locked]; always for those in the folder,
+        else as `lock` says), the paths checked again under it
+        ([`refuse_overwriting`][eqx_fmnist.runs.record.refuse_overwriting]), and those in
+        the folder claimed in its [record][eqx_fmnist.runs.record.Record] before they are
+        written and sealed after."""
+        inside = [p.name for p in paths if p.parent.resolve() == self.folder.resolve()]
+        with self.locked() if lock or inside else contextlib.nullcontext():
+            refuse_overwriting(paths, own=self.folder, overwrite=overwrite, by=by)
+            record = Record.read(self.folder)
+            if inside:
+                record.claim(inside, by)
+            try:
+                yield self
+            finally:
+                if inside:
+                    record.seal()
 
     def teacher(self) -> Path | None:
         """The checkpoint of the teacher a distilled run learnt from (`teacher.json`),

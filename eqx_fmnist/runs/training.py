@@ -48,12 +48,9 @@ from .layout import CHECKPOINT_NAME, RunError
 from .one_run import ONE_RUN
 from .profile import IntervalProfiler, find_trace
 from .reading import DataSource, Run, loaded, opened_teacher, run_splits
+from .record import TEACHER_FOLDER, Record
 from .sweep_run import SWEEP_RUN
 from .writing import RunFolder, refuse_results
-
-TEACHER_FOLDER = "teacher"
-"""Where a distilled run without a teacher of its own trains one, inside its folder."""
-
 
 KINDS: tuple[RunKind, ...] = (ONE_RUN, SWEEP_RUN, CV_RUN)
 """The kinds of run, one [`RunKind`][eqx_fmnist.runs.kind.RunKind] each: a new kind is
@@ -241,14 +238,14 @@ class Training(Job, Generic[Outcome]):
         if profile:
             intervals = self.folder.plan.intervals()
             traced = [IntervalProfiler(self.folder.folder / "profile", intervals)]
-        try:
-            with self.folder as folder, folder.stop_on_signals():
+        with self.folder as folder, folder.stop_on_signals():
+            try:
                 kind = self.run_kind
                 outcome = kind.train(self, [*callbacks, *traced, folder.callback])
                 return Finished(outcome, kind.finish(self, outcome))
-        finally:
-            for profiler in traced:
-                profiler.stop()
+            finally:  # its trace in the folder's record, as the folder closes
+                for profiler in traced:
+                    profiler.stop()
 
     @property
     def trace(self) -> Path | None:
@@ -311,6 +308,7 @@ def start_training(
         out = scratch.name
         folder_options["overwrite"] = True
     step = resume.saved.step if resume else 0
+    kind = kind_for(members)
     folder = RunFolder(
         out,
         config,
@@ -319,6 +317,8 @@ def start_training(
         members=members,
         teacher=teacher[0] if teacher else None,
         resume_from=resume.checkpoint.parent if resume else None,
+        files=kind.files,
+        by=kind.name,
         **folder_options,
     )
     state = resume.saved.state if resume else None
@@ -353,6 +353,8 @@ def teacher_training(
         validation_size=student.validation_size,
         calibration_size=student.calibration_size,
     )
+    names = RunFolder._names(ONE_RUN.files, student)
+    Record.read(out).refuse_foreign(names, overwrite=overwrite, keep=where)
     if not overwrite:
         if _unfinished_config(out) == student:
             return None  # the student trains (and continues): its teacher has finished

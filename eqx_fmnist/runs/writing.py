@@ -26,6 +26,7 @@ import math
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,23 +53,30 @@ from ..train import TrainResult
 from .cadence import EVERY_MINUTE, CheckpointEvery, Interrupted
 from .layout import (
     CHECKPOINT_NAME,
+    FIGURES,
     HOLDS_RESULTS,
     LOCK_NAME,
+    PROFILE,
     TEACHER_FILE,
+    TENSORBOARD,
     RunError,
-    clear_run,
     read_history,
     refuse_edited_config,
-    refuse_links,
     teacher_record,
 )
+from .record import TEACHER_FOLDER, Record, below
 from .report import RunReport
 from .summary import summarise, tensorboard_writer, time_split
 
 
 def default_folder() -> Path:
-    """`runs/<YYYYmmdd-HHMMSS>` under the working folder."""
-    return Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    """`runs/<YYYYmmdd-HHMMSS>` under the working folder, numbered (`-2`, ...) when a
+    run of the same second has it."""
+    path = Path("runs") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    k = 1
+    while (found := path.with_name(f"{path.name}-{k}" if k > 1 else path.name)).exists():
+        k += 1
+    return found
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -144,6 +152,8 @@ class RunFolder:
         members: Members | None = None,
         teacher: str | os.PathLike | None = None,
         resume_from: str | os.PathLike | None = None,
+        files: Sequence[str] = FIGURES,
+        by: str = "train",
     ):
         """**Arguments:**
 
@@ -166,11 +176,17 @@ class RunFolder:
         - `resume_from`: the folder of the run a resume continues, when it is not
             `folder`: its history is carried over, and `folder` must hold no results
             (or `overwrite`). Defaults to `None`: a resume continues its own folder.
+        - `files`: the files the run writes besides its config, history, checkpoint,
+            summary, calibration and `teacher.json` (its kind's
+            [`files`][eqx_fmnist.runs.kind.RunKind]). Defaults to a run's `FIGURES`.
+        - `by`: the command the folder's [record][eqx_fmnist.runs.record.Record] says
+            wrote them. Defaults to `"train"`.
 
         **Raises:**
 
         `RunError` before anything is written: a folder that holds another run's results
-        (without `overwrite`), a resume of a run that has finished (its summary
+        or files no run wrote (without `overwrite`), a name the run writes that is not
+        a file its folder's record lists, a resume of a run that has finished (its summary
         written; `overwrite` finishes it again), or members or a model too large for
         the device's memory.
         """
@@ -195,8 +211,12 @@ class RunFolder:
         # `overwrite` starts the folder afresh (its previous run removed once every
         # check has passed); a resume in its own folder continues it.
         self._clear = overwrite and not own
-        if self._clear and self.folder.is_dir():
-            refuse_links(self.folder)  # and again under the lock, by clear_run
+        self._own = own
+        self._overwrite = overwrite
+        self._teacher = None if teacher is None else Path(teacher).resolve()
+        self._keep = None if self._teacher is None else self._teacher.parent
+        self.names = self._names(files, config) + ([TEACHER_FILE] if teacher else [])
+        self._by = by
         self._history_from = source if start_step else self.folder
         self.config = config
         self.num_train = num_train
@@ -209,8 +229,8 @@ class RunFolder:
         self._tensorboard = tensorboard
         self._writer = None
         self._lock = FolderLock(self.folder / LOCK_NAME)
-        self._teacher = None if teacher is None else Path(teacher).resolve()
         refuse_reading_here(self.folder, self._teacher)
+        self._check(Record.read(self.folder))  # and again under the lock
         self.checkpoint_seconds = 0.0
         """Wall seconds spent writing checkpoints so far (during training and the last)."""
 
@@ -223,27 +243,60 @@ class RunFolder:
         try:
             self._inode = self.folder.stat().st_ino  # where it writes: _still_here
             remove_stale_parts(self.folder)  # a killed writer's: the lock is ours now
+            record = Record.read(self.folder)
+            self._check(record)
             if self._clear:
-                teacher = self._teacher.parent if self._teacher is not None else None
-                clear_run(self.folder, keep=teacher, lock=LOCK_NAME)
+                record.clear(keep=self._keep)
+            if self._keep is not None and self._keep == (self.folder / TEACHER_FOLDER).resolve():
+                record.folders.append(TEACHER_FOLDER)  # its own record lists its files
+            self._before = {sub: below(self.folder / sub) for sub in (TENSORBOARD, PROFILE)}
+            old = read_history(self._history_from)  # refuses a damaged one: before a claim
+            record.claim(self.names, self._by)
+            self.record = record
             _write_text(self.folder / "config.json", self.config.to_json() + "\n")
-            old = read_history(self._history_from)
             kept = [h for h in old if h["step"] <= self._start_step]
             _write_text(self.folder / "history.jsonl", "".join(json.dumps(h) + "\n" for h in kept))
             if self._teacher is not None:
                 named = json.dumps(teacher_record(self.folder, self._teacher))
                 _write_text(self.folder / TEACHER_FILE, named + "\n")
             if self._tensorboard:
-                self._writer = tensorboard_writer(self.folder / "tensorboard")
+                self._writer = tensorboard_writer(self.folder / TENSORBOARD)
         except BaseException:
-            self._lock.__exit__()
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._lock.__exit__()
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if hasattr(self, "record"):
+                self._still_here()  # a record written into a moved folder would make it
+                for sub, before in self._before.items():  # event files, a profile's trace
+                    self.record.adopt(sub, before, self._by)
+                self.record.seal()
+        except RunError:
+            pass  # the run stopped saying so
+        finally:
+            self._lock.__exit__()
+
+    @staticmethod
+    def _names(files: Sequence[str], config: TrainConfig) -> list[str]:
+        """The names a run writes (its kind's `files` besides the folder's own)."""
+        names = ["config.json", "history.jsonl", CHECKPOINT_NAME, "summary.json", *files]
+        if config.calibration_size:
+            names.append(CALIBRATION_FILE)
+        return names
+
+    def _check(self, record: Record) -> None:
+        """`Record.refuse_foreign` for a run that starts here (a resume in its own
+        folder continues it), and what `--overwrite` would refuse to remove."""
+        if self._tensorboard and (self.folder / TENSORBOARD).is_symlink():
+            raise RunError(f"{self.folder / TENSORBOARD} is a link: a run writes only its own.")
+        if not self._own:
+            record.refuse_foreign(self.names, overwrite=self._overwrite, keep=self._keep)
+        if self._clear:
+            record.refuse_clearing(keep=self._keep)
 
     def request_stop(self, reason: str = "a stop was requested") -> None:
         """Stop at the end of the current interval, after a checkpoint. Safe to call from
