@@ -15,6 +15,7 @@ from jaxtyping import Array, Bool, Float, Shaped
 from .attributions import Explanation, explain
 from .augment import Move
 from .calibration import Calibration
+from .checks import door
 from .data import CLASS_NAMES
 from .dataset import as_images
 from .evaluation import member_probabilities, numpy_softmax, predict_logits
@@ -95,6 +96,7 @@ class Answer:
         return found
 
 
+@door
 def answer(
     model: Model,
     images: Shaped[Array | np.ndarray, "n ..."],

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer
 
-from .checks import COVERAGE
+from .checks import COVERAGE, door
 from .conformal import ConformalSets, fit_sets
 from .dataset import ArrayDataset
 from .evaluation import padded_logits, scaled_softmax
@@ -165,6 +165,7 @@ def fit_temperature(
     return 1.0 / beta
 
 
+@door
 def calibrate(
     model: Model,
     train: ArrayDataset,

@@ -26,7 +26,6 @@ migration, read and written in one place.
 import dataclasses
 import datetime
 import hashlib
-import importlib.metadata
 import io
 import json
 import os
@@ -35,13 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import equinox as eqx
-import jax
 import jax.tree_util as jtu
 import optax
 
 from .build import FASHION, Examples, ModelSource
+from .checks import door
 from .config import TrainConfig
 from .fileio import atomic_write, digest
+from .hardware import library_versions
 from .model import CNN, MLP, Model
 from .parallel import to_local
 from .state import PER_MEMBER, TrainState, init_members, init_state
@@ -103,14 +103,6 @@ class Checkpoint:
         or members saved before the choice was recorded."""
         choice = self.metadata.get("members_choice")
         return choice if isinstance(choice, dict) else None
-
-
-def _versions() -> dict[str, str]:
-    try:
-        library = importlib.metadata.version("eqx_fmnist")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
-        library = "unknown"
-    return {"eqx_fmnist": library, "jax": jax.__version__, "equinox": eqx.__version__}
 
 
 def save_checkpoint(
@@ -176,7 +168,7 @@ def save_checkpoint(
         **({} if members is None else {"members": [_member_fields(c) for c in members]}),
         **({} if choice is None else {"members_choice": dict(choice)}),
         **({} if run_folder is None else {"run_folder": dict(run_folder)}),
-        "versions": _versions(),
+        "versions": library_versions(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "payload_bytes": len(payload),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
@@ -270,7 +262,7 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
         wrote = wrote or "an unknown version"
         raise CheckpointError(
             f"{path}: checkpoint format {version!r}, written by eqx_fmnist {wrote}; this "
-            f"eqx_fmnist ({_versions()['eqx_fmnist']}) reads formats "
+            f"eqx_fmnist ({library_versions()['eqx_fmnist']}) reads formats "
             f"{', '.join(map(str, FORMATS))}: load it with eqx_fmnist {wrote} or newer."
         )
     if size != expected_bytes or hashlib.sha256(payload).hexdigest() != expected_sha:
@@ -358,6 +350,7 @@ def check_compatible(saved: TrainConfig, config: TrainConfig) -> None:
         )
 
 
+@door
 def load_checkpoint(
     path: str | os.PathLike,
     *,

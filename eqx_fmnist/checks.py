@@ -1,10 +1,104 @@
-"""Checks of a value a caller gave, each a `ValueError` that names the field and what it
-must be: the one wording of the library's refusals of numbers and of JSON values."""
+"""Checks of a value a caller gave, each a `ValueError` or `TypeError` that names the
+field and what it must be: the one wording of the library's refusals of numbers, of JSON
+values, and of arrays at a public door (`door`: shapes and dtypes by their annotations)."""
 
+import functools
 import math
+import re
 import types
 import typing
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+import jaxtyping
+from beartype import beartype
+
+F = TypeVar("F", bound=Callable)
+
+
+def door(f: F, name: str | None = None) -> F:
+    """`f` with its annotations checked at every call by jaxtyping and beartype (shapes
+    and dtypes, the named axes tied across its arguments), as jaxtyping's import hook
+    checks them in the tests; inside compiled code the check runs once, at trace time.
+    A refusal is a `TypeError` (jaxtyping's `TypeCheckError`) whose first line names the
+    parameter, what it got and what it takes, and holds no repr of a large value; `name`:
+    the function it names (defaults to `f`'s)."""
+    checked = jaxtyping.jaxtyped(typechecker=beartype)(f)
+
+    @functools.wraps(f)
+    def call(*args, **kwargs):
+        try:
+            return checked(*args, **kwargs)
+        except jaxtyping.TypeCheckError as e:
+            raise jaxtyping.TypeCheckError(refusal(name or f.__qualname__, str(e))) from None
+
+    return typing.cast(F, call)
+
+
+def check_features(function: str, x: Any, size: int) -> None:
+    """`TypeError` unless `x` holds `size` features (one example of a model that takes
+    `size`; shapes are static, so inside compiled code this runs as it is traced)."""
+    if tuple(x.shape) != (size,):
+        raise TypeError(
+            f"{function}: `x` must be one example of shape ({size},) (a batch goes through "
+            f"`jax.vmap`), but got shape {tuple(x.shape)}."
+        )
+
+
+def refusal(function: str, message: str) -> str:
+    """jaxtyping's message about a call of `function` as the library's one line: the
+    parameter, what it got (its dtype and shape, or its type), what it takes and the
+    sizes its named axes were bound to."""
+    name = re.search(r"typechecking parameter '(\w+)'", message)
+    got = re.search(r"Actual value: (.*)", message)
+    wanted = re.search(r"Expected type: <class '(.*)'>", message) or re.search(
+        r"Expected type: (.*?)\.?$", message, re.M
+    )
+    if not (name and got and wanted):
+        return " ".join(message.split("\n----")[0].split())
+    value = got.group(1)
+    if len(value) > 40 or value[-1:] in "([{":  # a large value's repr: its type
+        value = re.match(r"[\w.]*", value).group(0)[:40] or _OPENED[value[0]]  # type: ignore
+    array = re.fullmatch(r"(?:weak_)?(\w+?)(\d*)\[([\d,]*)\](\(\w+\))?", value)  # f32[8](numpy)
+    if array and array.group(1) in _DTYPES:
+        kind, bits, shape, _ = array.groups()
+        value = f"{_DTYPES[kind]}{bits} of shape {_shape(shape.split(','))}"
+    hint = " (pass its `.model`)" if value in ("Checkpoint", "Run") else ""
+    takes = re.sub(r"(?:\w+\.)+(\w+)", r"\1", wanted.group(1))  # eqx_fmnist.x.Name: Name
+    if shaped := re.fullmatch(r"(\w+)\[Array, '(.*)'\]", takes):
+        kind, axes = shaped.groups()
+        takes = f"{_KINDS.get(kind, kind)} array of shape {_shape(axes.split())}"
+    else:
+        kinds = [k for k in takes.split(" | ") if k != "None"]
+        kinds = [re.sub(r"^(Sequence\[)?Callable\[.*", r"\1Callable", k) for k in kinds]
+        takes = " or ".join(_NAMES.get(k, f"{'an' if k[0] in 'AEIOU' else 'a'} {k}") for k in kinds)
+        takes += " (or None)" if len(kinds) < len(wanted.group(1).split(" | ")) else ""
+    if value.startswith("uint8") and takes.startswith("a float"):
+        hint = " (pixels are floats in [0, 1]: divide by 255)"
+    bound = message.split("are as follows.\n")[-1] if "are as follows." in message else ""
+    sizes = ", ".join(line for line in bound.splitlines() if "=" in line)
+    return (
+        f"{function}: `{name.group(1)}` must be {takes}"
+        + (f" (here {sizes})" if sizes else "")
+        + f", but got {value}{hint}."
+    )
+
+
+def _shape(dims: list[str]) -> str:
+    """`(a, b)`, `(a,)` or `()`, as Python writes a shape."""
+    dims = [d for d in dims if d]
+    return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+
+
+_DTYPES = {"f": "float", "bf": "bfloat", "i": "int", "u": "uint", "bool": "bool", "c": "complex"}
+_NAMES = {
+    "Module": "a model (an `eqx.Module`)",
+    "Members": "a Members choice (ef.ensemble.Seeds, Grid, Folds)",
+    "Callable": "a function",
+    "Sequence[Callable": "a sequence of functions",
+}
+_OPENED = {"[": "a list", "(": "a tuple", "{": "a dict"}
+_KINDS = {"Float": "a float", "Int": "an integer", "Shaped": "an", "Bool": "a boolean"}
 
 
 def plain(value: Any) -> Any:

@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Integer, Shaped
 
 from .augment import Move
+from .checks import door
 from .dataset import ArrayDataset, as_images, normalize, pad_to_batches
 from .fashion import NUM_CLASSES
 from .losses import accuracy, cross_entropy
@@ -106,6 +107,7 @@ def padded_logits(
     return logits, mask
 
 
+@door
 def predict_logits(
     model: Model,
     images: Shaped[Array | np.ndarray, "n ..."],
@@ -138,6 +140,7 @@ def predict_logits(
     return logits[: images.shape[0]]
 
 
+@door
 def predict(
     model: Model,
     images: Shaped[Array | np.ndarray, "n ..."],
@@ -152,6 +155,7 @@ def predict(
     return jnp.argmax(logits, -1)
 
 
+@door
 def predict_proba(
     model: Model,
     images: Shaped[Array | np.ndarray, "n ..."],
@@ -208,6 +212,7 @@ def _member_probabilities(model: Model, images, policy: Policy, batch_size: int)
     return jax.nn.softmax(logits[:, : images.shape[0]].astype(jnp.float32), axis=-1)
 
 
+@door
 def evaluate(
     model: Model,
     dataset: ArrayDataset,

@@ -5,6 +5,7 @@ which decides whether a bfloat16 policy pays here
 """
 
 import functools
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -12,6 +13,7 @@ import types
 import warnings
 from pathlib import Path
 
+import equinox as eqx
 import jax
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -109,3 +111,12 @@ def warn_if_slower(policy) -> bool:
         stacklevel=callers_level(sys._getframe(0)),
     )
     return True
+
+
+def library_versions() -> dict[str, str]:
+    """The library's, JAX's and Equinox's versions, as a checkpoint records them."""
+    try:
+        library = importlib.metadata.version("eqx_fmnist")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+        library = "unknown"
+    return {"eqx_fmnist": library, "jax": jax.__version__, "equinox": eqx.__version__}

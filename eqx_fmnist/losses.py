@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
+from .checks import door
 from .model import batch_logits
 from .precision import FLOAT32, Policy
 
@@ -31,6 +32,7 @@ def _weights(labels: Int[Array, " batch"], mask: Bool[Array, " batch"] | None):
     return mask.astype(jnp.float32)
 
 
+@door
 def cross_entropy(
     logits: Float[Array, "batch classes"],
     labels: Int[Array, " batch"],
@@ -69,6 +71,7 @@ def _nll(logits, labels, label_smoothing) -> Float[Array, " batch"]:
     return nll
 
 
+@door
 def mixed_cross_entropy(
     logits: Float[Array, "batch classes"],
     labels: Int[Array, " batch"],
@@ -85,6 +88,7 @@ def mixed_cross_entropy(
     return jnp.mean(share * mine + (1.0 - share) * theirs)
 
 
+@door
 def accuracy(
     logits: Float[Array, "batch classes"],
     labels: Int[Array, " batch"],
@@ -96,6 +100,7 @@ def accuracy(
     return (correct * w).sum() / jnp.maximum(w.sum(), 1.0)
 
 
+@door
 def soft_cross_entropy(
     logits: Float[Array, "batch classes"],
     target_log_probs: Float[Array, "batch classes"],

@@ -20,6 +20,7 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
+from .checks import check_features, door
 from .fashion import SIDE
 from .precision import FLOAT32, Policy
 
@@ -81,6 +82,7 @@ class MLP(eqx.Module):
         self.hidden_sizes = hidden_sizes
         self.out_size = out_size
 
+    @door
     def __call__(
         self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
     ) -> Float[Array, " out_size"]:
@@ -99,6 +101,7 @@ class MLP(eqx.Module):
 
         The logits, shape `(10,)`, in `policy.output_dtype`.
         """
+        check_features("MLP", x, self.in_size)
         last = self.layers[-1]
         x = self.hidden(x, policy=policy)[-1]
         x = policy.matmul(last.weight, x) + _bias(last).astype(policy.accumulate_dtype)
@@ -285,11 +288,13 @@ class CNN(eqx.Module):
             y = self.activation(flat).reshape(out.shape)
         return y.reshape(y.shape[0], -1)
 
+    @door
     def __call__(
         self, x: Float[Array, " in_size"], *, policy: Policy = FLOAT32
     ) -> Float[Array, " out_size"]:
         """Logits for one image (`(784,)`, pixels in `[0, 1]`), in the policy's output
         dtype; batches go through `jax.vmap`."""
+        check_features("CNN", x, self.in_size)
         return self.head(self.maps(x, policy=policy), policy=policy)
 
     def forward_batch(

@@ -5,6 +5,7 @@ default of `fit(optimizer=)`; and the one way a step applies any Optax transform
 ([`apply_optimizer`][eqx_fmnist.optim.apply_optimizer]), the recipe's or yours."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import optax
@@ -74,8 +75,10 @@ def cast_like(tree, like):
 
 def optimizer_count(opt_state, step):
     """The optimiser's own step count where its state keeps one (a skipped step does
-    not move it), else `step`, the state's."""
-    return getattr(opt_state, "count", step)
+    not move it), else `step`, the state's (a chain's state is a tuple, whose `count` is
+    the tuple's method)."""
+    count = getattr(opt_state, "count", None)
+    return count if isinstance(count, jax.Array) else step
 
 
 def apply_optimizer(settings, opt_state, hyperparams, grads, model):
@@ -104,3 +107,19 @@ def apply_optimizer(settings, opt_state, hyperparams, grads, model):
 def _weights_only(params):
     """AdamW's decay mask without `decay_biases`: `True` for arrays of two or more axes."""
     return jtu.tree_map(lambda x: x.ndim > 1, params)
+
+
+def averaged(average, model, count: jax.Array, ema_decay: float):
+    """The weight average after a step (`None` for a run that keeps none): `average +
+    (1 - d) (model - average)`, with the decay `d = min(ema_decay, (1 + t) / (10 + t))`
+    warming up over the first steps (t: the optimiser's `count`) so that early weights do
+    not linger."""
+    if average is None:
+        return None
+    t = count.astype(jnp.float32)
+    decay = jnp.minimum(ema_decay, (1.0 + t) / (10.0 + t))
+    new = eqx.filter(model, eqx.is_inexact_array)
+    old = eqx.filter(average, eqx.is_inexact_array)
+    with optax_promotion():
+        kept = cast_like(optax.incremental_update(new, old, 1.0 - decay), old)
+    return eqx.combine(kept, average)

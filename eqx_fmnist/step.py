@@ -40,29 +40,15 @@ from jaxtyping import Array, Int, Shaped
 
 from .augment import augment
 from .batches import augment_key, model_key, step_batch, step_inputs
+from .checks import door
 from .chunk import Chunk
 from .dataset import ArrayDataset, steps_per_epoch
 from .distill import Teacher, TeacherTable
 from .losses import Loss, recipe_loss
-from .optim import apply_optimizer, cast_like, optimizer_count
+from .optim import apply_optimizer, averaged, optimizer_count
 from .parallel import MEMBERS, batch_sharding, replicated
-from .precision import NoOpLossScale, all_finite, optax_promotion
+from .precision import NoOpLossScale, all_finite
 from .state import TrainState
-
-
-def _averaged(state: TrainState, model, count):
-    """The weight average after this step: `average + (1 - d) (model - average)`, with
-    the decay `d = min(ema_decay, (1 + t) / (10 + t))` warming up over the first steps
-    (t: the optimiser's count) so that early weights do not linger."""
-    if state.average is None:
-        return None
-    t = count.astype(jnp.float32)
-    decay = jnp.minimum(state.settings.ema_decay, (1.0 + t) / (10.0 + t))
-    new = eqx.filter(model, eqx.is_inexact_array)
-    old = eqx.filter(state.average, eqx.is_inexact_array)
-    with optax_promotion():
-        averaged = cast_like(optax.incremental_update(new, old, 1.0 - decay), old)
-    return eqx.combine(averaged, state.average)
 
 
 def _objective(state: TrainState, x, y, loss: Loss | None, teacher, read):
@@ -131,7 +117,8 @@ def _step(
         kept = jtu.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
         model, opt_state = eqx.combine(kept, static)
     with jax.named_scope("average"):
-        average = _averaged(state, model, optimizer_count(state.opt_state, state.step))
+        count = optimizer_count(state.opt_state, state.step)
+        average = averaged(state.average, model, count, state.settings.ema_decay)
     new_state = eqx.tree_at(
         lambda s: (s.model, s.opt_state, s.step, s.loss_scale, s.average),
         state,
@@ -151,7 +138,15 @@ def _step(
 
 def _step_on_batch(batch, state, loss=None):
     x, y = batch
+    _train_step_takes(state, x, y)  # as it is traced: free at every later call
     return _step(state, _augmented(state, x), y, loss=loss)
+
+
+def _takes(state: TrainState, x: Shaped[Array, "batch features"], y: Int[Array, " batch"]):
+    """What `train_step` takes (`train_step`'s own arguments, checked by `door`)."""
+
+
+_train_step_takes = door(_takes, "train_step")
 
 
 # Traces are counted (not limited) so that tests can pin "compiled once".
@@ -326,6 +321,7 @@ def _chunk_fn(chunk: Chunk, donate: bool = True):
     return _CHUNKS[("members" if chunk.mesh is None else "sharded", donate)]
 
 
+@door
 def train_steps(
     state: TrainState,
     dataset: ArrayDataset,
@@ -478,6 +474,7 @@ class CompiledSteps:
         return _run(self._program, self.chunk, state)
 
 
+@door
 def train_epoch(
     state: TrainState,
     dataset: ArrayDataset,

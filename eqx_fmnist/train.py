@@ -28,6 +28,7 @@ import optax
 
 from .augment import augmentation_of
 from .build import FASHION, Examples, ModelSource, check_parts
+from .checks import door
 from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
 from .distill import Teacher, TeacherTable, table_pays
@@ -254,6 +255,7 @@ def _since(t: float) -> float:  # seconds since `t`
     return time.perf_counter() - t
 
 
+@door
 def fit(
     config: TrainConfig,
     splits: Splits,

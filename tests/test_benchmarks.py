@@ -62,6 +62,10 @@ SMOKE = {
         + ["--teacher-channels", "4,8"],
         "| **mean ± sd of 2** | 0 | 1 |",
     ),
+    "doors.py": (
+        ["--repeats", "1", "--steps", "4", "--train", "2000"],
+        "| `ef.train_step`, 4 calls |",
+    ),
     "own_model.py": (
         ["--epochs", "1", "--repeats", "1", "--train", "2000", "--batch", "64"],
         "| plain per-step `eqx.filter_jit` loop |",

@@ -153,3 +153,19 @@ def test_schedules_reach_zero_and_warm_up():
     # a few ulps off) moved it by 2.8e-4 on a TPU; a clip to norm 2 instead of 1 moves it
     # by 14%.
     np.testing.assert_allclose(np.asarray(update["w"]), expected, rtol=1e-3)
+
+
+def test_the_optimizers_count_is_its_own_or_the_states_step():
+    """Adam's state keeps a count (a skipped step does not move it); a chain's state is a
+    tuple, whose `count` is the tuple's method, not a count: the state's step then."""
+    import jax.numpy as jnp
+    import optax
+
+    from eqx_fmnist.optim import optimizer_count
+
+    params = {"w": jnp.zeros(3)}
+    step = jnp.asarray(7)
+    adam = optax.adam(1e-3).init(params)
+    assert int(optimizer_count(adam[0], step)) == 0
+    chained = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1)).init(params)
+    assert optimizer_count(chained, step) is step
