@@ -1,11 +1,10 @@
 """eqx_fmnist: a typed Equinox library that trains an MLP on Fashion-MNIST."""
 
+import importlib as _importlib
 import importlib.metadata as _metadata
+import typing as _typing
 
 from . import (
-    answers as answers,
-    attributions as attributions,
-    audit as audit,
     augment as augment,
     build as build,
     cache as cache,
@@ -17,7 +16,6 @@ from . import (
     distill as distill,
     ensemble as ensemble,
     evaluation as evaluation,
-    export as export,
     hardware as hardware,
     intervals as intervals,
     losses as losses,
@@ -26,16 +24,12 @@ from . import (
     parallel as parallel,
     precision as precision,
     robustness as robustness,
-    runs as runs,
     state as state,
     step as step,
     subsets as subsets,
     train as train,
     trust as trust,
 )
-from .answers import Answer as Answer, answer as answer
-from .attributions import Explanation as Explanation, explain as explain
-from .audit import LabelAudit as LabelAudit, audit_labels as audit_labels
 from .augment import Augmentation as Augmentation
 from .build import Examples as Examples, ModelSource as ModelSource, build_model as build_model
 from .cache import (
@@ -121,7 +115,6 @@ from .precision import (
     StaticLossScale as StaticLossScale,
 )
 from .robustness import Robustness as Robustness, evaluate_robustness as evaluate_robustness
-from .runs import RunFolder as RunFolder
 from .state import (
     TrainState as TrainState,
     init_members as init_members,
@@ -139,3 +132,41 @@ from .trust import trust_moves as trust_moves
 from .views import move_images as move_images
 
 __version__ = _metadata.version("eqx_fmnist")
+
+_LAZY = {
+    **dict.fromkeys(("answers", "attributions", "audit", "export", "plots", "runs")),
+    **dict.fromkeys(("Answer", "answer"), "answers"),
+    **dict.fromkeys(("Explanation", "explain"), "attributions"),
+    **dict.fromkeys(("LabelAudit", "audit_labels"), "audit"),
+    "RunFolder": "runs",
+}
+"""What imports matplotlib or the answer, export and run-folder machinery: imported where
+first used (PEP 562), so that `import eqx_fmnist` pays for none of it."""
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'eqx_fmnist' has no attribute {name!r}")
+    module = _importlib.import_module(f".{_LAZY[name] or name}", __name__)
+    value = module if _LAZY[name] is None else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+if _typing.TYPE_CHECKING:  # what the names above are, for a type checker and an editor
+    from . import (
+        answers as answers,
+        attributions as attributions,
+        audit as audit,
+        export as export,
+        plots as plots,
+        runs as runs,
+    )
+    from .answers import Answer as Answer, answer as answer
+    from .attributions import Explanation as Explanation, explain as explain
+    from .audit import LabelAudit as LabelAudit, audit_labels as audit_labels
+    from .runs import RunFolder as RunFolder

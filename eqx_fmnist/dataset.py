@@ -71,16 +71,24 @@ def as_images(
             f"`{name}` must be uint8 pixels (0-255) or floats in [0, 1], but got "
             f"{getattr(images, 'dtype', x.dtype)}."
         )
+    check_unit_floats(x, name)
+    return x
+
+
+def check_unit_floats(x, name: str) -> None:
+    """`ValueError` naming `name` for floats outside `[0, 1]` or not finite (pixels of
+    0-255 as floats would be read as bright as 255 times their value); numpy's on the
+    host, unseen where traced in a compiled function."""
+    xp = np if isinstance(x, np.ndarray) else jnp
     try:
-        inside = bool(jnp.all((x >= 0) & (x <= 1)))  # NaN is neither
-    except jax.errors.ConcretizationTypeError:  # traced in a compiled function: unseen
-        return x
+        inside = bool(xp.all((x >= 0) & (x <= 1)))  # NaN is neither
+    except jax.errors.ConcretizationTypeError:
+        return
     if not inside:
         raise ValueError(
             f"`{name}` holds floats outside [0, 1] or not finite; pixels of 0-255 go in as "
             "uint8 (`x.astype(np.uint8)`), or as floats divided by 255."
         )
-    return x
 
 
 class ArrayDataset(eqx.Module):
@@ -104,7 +112,7 @@ class ArrayDataset(eqx.Module):
         """**Arguments:**
 
         - `images`: `n` examples of any shape, `(n, *shape)`: `uint8` pixels (scaled to
-            `[0, 1]` inside the compiled step) or floats (taken as they are). Fashion-MNIST's
+            `[0, 1]` inside the compiled step) or floats in `[0, 1]` (taken as they are). Fashion-MNIST's
             are `(n, 28, 28)` (or `(n, 784)`). Each is held as one flat row of
             `features` values, which is what a model is given.
         - `labels`: integer labels of shape `(n,)`, each in `0..num_classes-1` (checked,
@@ -125,6 +133,8 @@ class ArrayDataset(eqx.Module):
                 f"{images.dtype}: cast integers with `.astype(np.uint8)` (0..255) or to "
                 "float32."
             )
+        if images.dtype != np.uint8:
+            check_unit_floats(images, "images")
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(
                 f"`num_classes` must be an int of at least 2, but got {num_classes!r}."
@@ -249,6 +259,15 @@ class Splits(eqx.Module):
     test: ArrayDataset | None = None
     validation: ArrayDataset | None = None
     calibration: ArrayDataset | None = None
+
+    def __check_init__(self):
+        for name in ("train", "test", "validation", "calibration"):
+            value = getattr(self, name)
+            if not (isinstance(value, ArrayDataset) or (value is None and name != "train")):
+                raise TypeError(
+                    f"Splits: `{name}` must be an ArrayDataset (`ef.ArrayDataset(images, "
+                    f"labels)`), but got {type(value).__name__}."
+                )
 
     def check_held_out(self, validation_size: int, calibration_size: int) -> None:
         """`ValueError` unless the held-out sets are of these sizes (a config's), so that

@@ -66,6 +66,7 @@ SMOKE = {
         ["--repeats", "1", "--steps", "4", "--train", "2000"],
         "| `ef.train_step`, 4 calls |",
     ),
+    "import_time.py": (["--repeats", "1"], "| `import eqx_fmnist` |"),
     "own_model.py": (
         ["--epochs", "1", "--repeats", "1", "--train", "2000", "--batch", "64"],
         "| plain per-step `eqx.filter_jit` loop |",

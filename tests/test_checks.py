@@ -128,6 +128,12 @@ CASES = {
     "predict a checkpoint": lambda: ef.predict(ef.load_checkpoint(path), images),
     "evaluate images": lambda: ef.evaluate(model, images),
     "fit a tuple": lambda: ef.fit(config, (images, np.arange(16) % 10)),
+    "splits a tuple": lambda: ef.Splits((images, np.arange(16) % 10)),
+    "dataset floats 0..255": lambda: ef.ArrayDataset(images.astype(np.float32), np.arange(16) % 10),
+    "accuracy float labels": lambda: ef.accuracy(logits, y + 0.5),
+    "cnn uint8": lambda: ef.CNN(key=jax.random.key(0))(jnp.asarray(images[0].reshape(-1))),
+    "answer a checkpoint": lambda: ef.answer(ef.load_checkpoint(path), images),
+    "train_steps arrays": lambda: ef.train_steps(state, (images, y), batch_size=8, num_steps=1),
 }
 said = {}
 for name, case in CASES.items():
@@ -162,6 +168,12 @@ FIRST_LINES = {
     r"Checkpoint \(pass its `.model`\)\.$",
     "evaluate images": r"evaluate: `dataset` must be an ArrayDataset, but got uint8 of shape \(16, 28, 28\)",
     "fit a tuple": r"fit: `splits` must be a Splits, but got \(",
+    "splits a tuple": r"Splits: `train` must be an ArrayDataset .*, but got tuple\.$",
+    "dataset floats 0..255": r"`images` holds floats outside \[0, 1\] or not finite",
+    "accuracy float labels": r"accuracy: `labels` must be an integer array .* but got float32",
+    "cnn uint8": r"CNN.__call__: `x` must be a float array .*, but got uint8 of shape \(784,\)",
+    "answer a checkpoint": r"answer: `model` must be a model .*, but got Checkpoint \(pass its `.model`\)",
+    "train_steps arrays": r"train_steps: `dataset` must be an ArrayDataset, but got \(",
 }
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import urllib.parse
 
 import jax.numpy as jnp
@@ -201,6 +202,9 @@ def open_in_browser(page_path, image_url: str, tmp_path) -> dict:
     """The page opened from disk in headless Chromium with `#image=URL`: its `#result`.
     (A command line holds at most 128 KiB: keep the image under about 90 KB.)"""
     address = page_path.resolve().as_uri() + "#image=" + urllib.parse.quote(image_url, safe="")
+    # Chromium's singleton socket lives in $TMPDIR, and a socket's path holds at most 107
+    # bytes: a long TMPDIR (a CI runner's) would abort it, so it gets a short one.
+    short = tempfile.mkdtemp(dir="/tmp" if os.path.isdir("/tmp") else None)
     out = subprocess.run(
         [
             BROWSER,
@@ -215,7 +219,9 @@ def open_in_browser(page_path, image_url: str, tmp_path) -> dict:
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "TMPDIR": short},
     )
+    shutil.rmtree(short, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-2000:]
     dom = out.stdout
     start = dom.index('<pre id="result">') + len('<pre id="result">')

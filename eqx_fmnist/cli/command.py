@@ -25,7 +25,7 @@ from ..parallel import HEARTBEAT_S, is_lost_process, start_jax
 from ..runs import RunError
 from ..runs.cadence import why_stopped
 from . import evaluate, export, folds, info, predict, train
-from .common import UsageError
+from .common import UsageError, set_width
 
 EXIT_STATUSES = """exit status:
   0    done
@@ -35,6 +35,12 @@ EXIT_STATUSES = """exit status:
   130  interrupted (Ctrl-C, SIGTERM or SIGHUP): once training has begun, after a checkpoint
        (continue with the command it prints); before, nothing to continue
   143  terminated (SIGTERM) while the program was still starting: nothing written"""
+
+
+ONE_LINE = (UsageError, RunError, CheckpointError, data_mod.DataError, ValueError, ImportError)
+"""The library's errors, which name the thing and the fix (an `ImportError`, the extra to
+install): one line on stderr, unless `--verbose`. Anything else is a bug and keeps its
+traceback."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,6 +87,7 @@ def _one_line(message, category, filename, lineno, line=None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `eqx-fmnist` with `argv`, by default this process's own command line: a
     program of its own then, which takes SIGTERM as Ctrl-C (see `EXIT_STATUSES`)."""
+    set_width()
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed, for a hint
     # Failures reach the user as the one-line error below; -v shows the story.
@@ -126,9 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         line = os_error_line(e, getattr(args, "elsewhere", "--out"))
         print(f"eqx-fmnist {args.command}: error: {line}", file=sys.stderr)
         return 2
-    except (UsageError, RunError, CheckpointError, data_mod.DataError, ValueError) as e:
-        # Library errors name the thing and the fix; a traceback adds nothing (unless
-        # asked for with --verbose). Anything else is a bug and keeps its traceback.
+    except ONE_LINE as e:
         if args.verbose:
             raise
         print(f"eqx-fmnist {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)

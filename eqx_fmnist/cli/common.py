@@ -17,10 +17,18 @@ from ..parallel import is_lost_process
 from ..runs import Finished, Interrupted, Training
 from ..runs.cadence import why_stopped
 
-# A COLUMNS too narrow to print into (0 printed nothing) is not the terminal's width.
-_NARROW = os.environ.get("COLUMNS", "").isdigit() and int(os.environ["COLUMNS"]) < 40
-console = Console(width=80 if _NARROW else None)
-err_console = Console(stderr=True, width=80 if _NARROW else None)
+# Lines are never broken: a path copied from one must work (the terminal wraps them);
+# nothing is coloured by guess (rich's highlighter colours numbers and paths by pattern).
+console = Console(soft_wrap=True, highlight=False)
+err_console = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def set_width() -> None:
+    """The consoles' width as `COLUMNS` says when a command starts (else the terminal's);
+    one too narrow to print a table into (0 printed nothing) is taken as 80."""
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else None
+    console.width = err_console.width = 80 if width is not None and width < 40 else width  # type: ignore[assignment]
 
 
 class UsageError(Exception):
@@ -62,7 +70,7 @@ def train_in_folder(
     folder = training.folder
     command = training.kind
     console.quiet = console.quiet or jax.process_index() != 0  # process 0 speaks
-    console.print(training.describe(), markup=False, highlight=False)
+    console.print(training.describe(), markup=False)
     columns = (
         TextColumn(f"[bold]{command}[/]"),
         BarColumn(),

@@ -45,17 +45,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"wrote {out} ({manifest['bytes']:,} bytes) and {manifest_path(out).name}: "
         f"{parity['mismatches']} of {parity['images']:,} test images predicted differently "
         f"from the library{_ties(parity)}, largest logit difference {parity['max_logit_difference']:.1e}; "
-        f"{manifest['export_seconds']:.1f} s",
-        highlight=False,
+        f"{manifest['export_seconds']:.1f} s"
     )
     if parity["flag_mismatches"] is not None:
         console.print(
             f"the trust flag: {parity['flag_mismatches']} verdicts differ, largest relative "
-            f"score difference {parity['max_score_difference']:.1e}",
-            highlight=False,
+            f"score difference {parity['max_score_difference']:.1e}"
         )
     if args.format == "html":
-        console.print(f"open it in a browser: {out.resolve().as_uri()}", highlight=False)
+        console.print(f"open it in a browser: {out.resolve().as_uri()}")
     return 0
 
 

@@ -8,7 +8,7 @@ from ..audit import require_cleanlab
 from ..ensemble import CrossValidation, Folds
 from ..runs import CV_FILES, MAX_TOP, Training, audit_run, default_folder, suspect_files
 from . import flags
-from .common import UsageError, console, load_data, table, train_in_folder
+from .common import console, load_data, table, train_in_folder
 
 
 def add_cv_parser(sub) -> None:
@@ -73,14 +73,11 @@ def _print_cv(cv: CrossValidation, out: Path) -> None:
     if (test := cv.result.test) is not None:
         line += f" (sd of {folds} folds); the folds' ensemble: test {test.accuracy:.4f}"
     console.print(line)
-    console.print(f"wrote {out}/: {', '.join(CV_FILES)}, checkpoint.eqx, ...", highlight=False)
+    console.print(f"wrote {out}/: {', '.join(CV_FILES)}, checkpoint.eqx, ...")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    try:
-        require_cleanlab()
-    except ImportError as e:
-        raise UsageError(str(e)) from None
+    require_cleanlab()  # before anything is read: one line naming the extra to install
     options = {name: getattr(args, name) for name in ("out", "top", "test_model", "overwrite")}
     found = audit_run(args.cv_run, lambda: load_data(args), **options)
     lines = [

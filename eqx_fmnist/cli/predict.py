@@ -95,7 +95,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             continue
         _print_line(record)
     if not args.json and not ans.calibrated and not is_export(args.checkpoint):
-        console.print(f"({NOT_CALIBRATED})", markup=False, highlight=False)
+        console.print(f"({NOT_CALIBRATED})", markup=False)
     return 0
 
 
@@ -113,9 +113,5 @@ def _print_line(record: dict) -> None:
         notes.append(f"saw {record['prepared']}")
     if "explained" in record:
         notes.append(f"why: {record['explained']}")
-    console.print(
-        f"{record['path']}: {guesses}" + (f" ({'; '.join(notes)})" if notes else ""),
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    line = f"{record['path']}: {guesses}" + (f" ({'; '.join(notes)})" if notes else "")
+    console.print(line, markup=False)  # never broken: the console's rule

@@ -71,7 +71,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if (first := runs.teacher_training(out, config, data=fm, **options)) is None:
             console.print(f"teacher: {teacher}, trained before (--overwrite trains it again)")
         else:
-            console.print(f"teacher: a CNN, {first.length}, into {teacher}", highlight=False)
+            console.print(f"teacher: a CNN, {first.length}, into {teacher}")
             if status := _train(first, again=again):
                 return status
         if not args.overwrite:  # the recipe's command run again continues its student
@@ -92,8 +92,7 @@ def _train(training: runs.Training, *, profile: bool = False, again: str | None 
     if run.calibration is not None:
         console.print(
             f"calibrated on {run.calibration.held_out:,} held-out images: temperature "
-            f"{run.calibration.temperature:.3f}; inputs unlike the training images are flagged",
-            highlight=False,
+            f"{run.calibration.temperature:.3f}; inputs unlike the training images are flagged"
         )
     return 0
 
@@ -121,8 +120,7 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
         steps = sum(int(h["steps"]) for h in result.history)
         console.print(
             f"[bold]{skipped:,} of {steps:,} steps were skipped[/] (a non-finite loss or "
-            "gradient, on_nonfinite='skip')",
-            highlight=False,
+            "gradient, on_nonfinite='skip')"
         )
     per = "model-examples/sec" if result.num_members else "examples/sec"
     console.print(
@@ -130,13 +128,10 @@ def print_results(result: TrainResult, out: Path, seconds: dict[str, float]) -> 
         f"({runs.TOKENS_PER_EXAMPLE} tokens, 7 x 7 patches, per image); compile "
         f"{result.compile_seconds:.2f} s, train {result.train_seconds:.2f} s\n"
         f"wrote {out}/: config.json, history.jsonl, summary.json, {runs.CHECKPOINT_NAME}"
-        f"{' (all members)' if result.num_members else ''}, figures",
-        highlight=False,
+        f"{' (all members)' if result.num_members else ''}, figures"
     )
     parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in seconds.items())
-    console.print(
-        f"time (s): {parts}; examples/sec counts the training calls' wall time", highlight=False
-    )
+    console.print(f"time (s): {parts}; examples/sec counts the training calls' wall time")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -157,6 +152,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     done = train_in_folder(training)
     if isinstance(done, int):
         return done
-    console.print(done.outcome.to_markdown(), markup=False, highlight=False)
+    console.print(done.outcome.to_markdown(), markup=False)
     console.print(f"wrote {training.folder.folder}/: {', '.join(runs.SWEEP_FILES)}, ...")
     return 0
