@@ -232,9 +232,16 @@ def plan_run(configs: Sequence[TrainConfig], num_train: int) -> Plan:
 
     **Raises:**
 
-    `ValueError` from `check_memory`, or for more steps than
-    [`MAX_STEPS`][eqx_fmnist.config.MAX_STEPS]: before anything is allocated or compiled.
+    `ValueError` from `check_memory`, for more steps than
+    [`MAX_STEPS`][eqx_fmnist.config.MAX_STEPS], or for float16 products on a TPU (it has
+    no float16 multiplier: its matmuls round float16 operands to bfloat16): before
+    anything is allocated or compiled.
     """
+    if jax.default_backend() == "tpu" and any(c.policy.compute_dtype == "float16" for c in configs):
+        raise ValueError(
+            f"precision {configs[0].precision} (float16 products): a TPU has no float16 multiplier (it rounds float16 operands "
+            "to bfloat16), so the run would not be what it says: use c=bf16 there."
+        )
     check_memory(configs, num_train)
     config = configs[0]
     spe = steps_per_epoch(num_train, config.batch_size)

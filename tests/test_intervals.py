@@ -114,3 +114,22 @@ def test_the_memory_a_run_may_use_is_the_processs_not_the_hosts(monkeypatch, tmp
     with pytest.raises(ValueError, match="address-space limit") as caught:
         check_memory([big], 60_000, device=jax.devices("cpu")[0])
     assert "\n" not in str(caught.value)
+
+
+def test_float16_products_are_refused_on_a_tpu(monkeypatch):
+    """A TPU has no float16 multiplier: `c=f16` (or `float16`) would train in bfloat16
+    products under another name, so a run is refused before anything is allocated; a
+    CPU computes them and plans the run."""
+    import jax
+
+    import eqx_fmnist as ef
+    from eqx_fmnist.intervals import plan_run
+
+    for precision in ("p=f32,c=f16,o=f32", "float16"):
+        config = ef.TrainConfig(steps=4, batch_size=8, precision=precision)
+        if jax.default_backend() != "tpu":
+            assert plan_run([config], 64).total_steps == 4
+        monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+        with pytest.raises(ValueError, match="a TPU has no float16 multiplier.*use c=bf16"):
+            plan_run([config], 64)
+        monkeypatch.undo()

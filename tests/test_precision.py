@@ -205,6 +205,8 @@ def test_dense_multiplies_in_the_compute_dtype_forward_and_backward(compute):
 
     from helpers import at_once
 
+    if compute == "float16" and jax.default_backend() == "tpu":
+        pytest.skip("a TPU rounds float16 operands to bfloat16 (a run refuses c=f16 there)")
     policy = ef.Policy("float32", compute, "float32")
 
     def rounded(a):  # numpy's rounding to the compute dtype (ml_dtypes for bfloat16)
