@@ -24,9 +24,11 @@ import eqx_fmnist as ef
 from harness import machine_line
 
 PUBLISHED = [
-    ("MLPClassifier (the data set's paper)", 0.871),
-    ("256-128-100 MLP, best of 30 (benchmark board)", 0.8833),
-    ("width-1024 MLP, picked on the test set", 0.895),
+    (
+        "MLP 256-128-100, no preprocessing (the benchmark table of "
+        "https://github.com/zalandoresearch/fashion-mnist, by @heitorrapela)",
+        0.8833,
+    ),
 ]
 TODAY = ef.TrainConfig(shift=0, mirror=False, epochs=30)
 """The recipe before augmentation: 30 epochs, no augmentation."""

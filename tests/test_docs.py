@@ -55,6 +55,11 @@ def built_page(site: Path, page: Path) -> Path:
 
 
 SHOWN = {
+    # The quickstart trains, saves, loads and names five images.
+    "quickstart": [
+        r"test accuracy 0\.\d{4} on [\d,]+ images",
+        r"(\s+\w[\w/ -]*  \(true: .*\)\n){5}",
+    ],
     # Tutorial 4's trap, as it is: the program traced with the old global runs again.
     "04-one-epoch-as-scan": [
         r"\[2\. 2\. 2\.\]\s+\[2\. 2\. 2\.\] \(scale is 3 now",

@@ -78,3 +78,26 @@ def test_the_readmes_run_and_times_are_the_results_files():
     assert stated is not None and stated.groups() == (walls["cold"], walls["warm"])
     machine = results.splitlines()[0]
     assert "Intel(R) Xeon(R)" in machine and "Intel Xeon" in readme
+
+
+def test_the_sentence_counter_splits_as_its_rules_say():
+    """`tests/sentences.py`: sentences end at `.`, `!` or `?` before a space; code blocks,
+    tables and headings are not prose; inline code is a word, a link its text."""
+    from sentences import figures, sentence_lengths
+
+    page = (
+        "# A heading of five words\n\nOne two three. Four five `six seven` eight!\n"
+        "A [link text](http://x.y/z.html) ends here?\n\n```python\nnot. prose. at. all.\n```\n"
+        "| a | table. |\n\n    indented. block.\n"
+    )
+    assert sentence_lengths(page) == [3, 4, 5]  # "A link text ends here": 5
+    assert figures([10, 20, 40]) == (20, 1 / 3)
+
+
+def test_the_quickstart_reads_in_short_sentences():
+    """The newcomer's first page: a median sentence of at most 20 words and no more
+    than one sentence in ten over 35."""
+    from sentences import figures, sentence_lengths
+
+    median, long = figures(sentence_lengths((ROOT / "docs" / "quickstart.md").read_text()))
+    assert median <= 20 and long <= 0.1, (median, long)
