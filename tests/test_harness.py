@@ -224,3 +224,23 @@ def test_the_throughput_script_compares_every_path(tmp_path, real_data, monkeypa
     ):
         assert row in table, row
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_results_files_first_line_names_the_commit_and_the_day(tmp_path, monkeypatch):
+    """The machine line ends with the commit the code was at, whether the tracked files
+    matched it, and the day; outside a git checkout it says the commit is unknown."""
+    import datetime
+    import re
+    import subprocess
+
+    from harness.timing import machine_line, provenance
+
+    day = datetime.date.today().isoformat()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    line = machine_line("python x.py")
+    assert re.search(
+        rf"Made by `python x.py` at commit {head.stdout.strip()} \((clean|with uncommitted changes)\) on {day}\.$",
+        line,
+    ), line
+    monkeypatch.chdir(tmp_path)  # not a checkout
+    assert provenance() == f"at an unknown commit on {day}"

@@ -175,13 +175,15 @@ def machine_line(command: str | None = None) -> str:
     """The first line of a results file: the accelerator JAX runs on (its devices and
     runtime), if any, and the host (CPU model, cores, the flags of
     `CPU_FLAGS` it has, or that it has none of
-    them), the jax version, and the command that made the file (by default this
-    process's: `python` and its arguments).
+    them), the jax version, the command that made the file (by default this
+    process's: `python` and its arguments), and the commit and day it was made on
+    (`provenance`).
 
     !!! example
 
         `Machine: Intel(R) Xeon(R) Processor, 2 cores (flags: avx2, fma, avx512f); jax
-        0.10.2. Made by `python benchmarks/accuracy.py`.`
+        0.10.2. Made by `python benchmarks/accuracy.py` at commit 1a2b3c4 (clean) on
+        2026-12-07.`
     """
     facts = machine_facts()
     flags = ", ".join(facts["flags"]) or f"none of {', '.join(CPU_FLAGS)}"
@@ -190,7 +192,30 @@ def machine_line(command: str | None = None) -> str:
     if facts["backend"] != "cpu":
         runtime = f", {facts['runtime']}" if facts["runtime"] else ""
         host = f"{facts['devices']} ({facts['backend']}{runtime}) on a host of {host}"
-    return f"Machine: {host}; jax {facts['jax']}. Made by `{command}`."
+    return f"Machine: {host}; jax {facts['jax']}. Made by `{command}` {provenance()}."
+
+
+def provenance() -> str:
+    """Which code made a results file and when: `at commit 1a2b3c4 (clean) on
+    2026-12-07`, `(with uncommitted changes)` where the tracked files differ from it, or
+    `at an unknown commit` outside a git checkout."""
+    import datetime
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30)
+        except OSError:
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    day = datetime.date.today().isoformat()
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit is None:
+        return f"at an unknown commit on {day}"
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    state = "clean" if not changed else "with uncommitted changes"
+    return f"at commit {commit} ({state}) on {day}"
 
 
 def _torch_device() -> str | None:
