@@ -151,3 +151,18 @@ def test_overwrite_leaves_every_file_a_run_did_not_write_byte_for_byte(
         if key.split("/")[0] in theirs:
             assert after.get(key) == value, key
     assert _snapshot(outside) == around
+
+
+def test_a_folder_the_user_made_is_never_recorded_as_the_runs(tmp_path):
+    """An empty `tensorboard/` (or `profile/`) of the user's, in a folder a run starts in:
+    the record does not list it as a folder the run made, so `--overwrite` keeps it."""
+    from eqx_fmnist.runs import Record, RunFolder
+
+    run = tmp_path / "run"
+    (run / "tensorboard").mkdir(parents=True)
+    with RunFolder(run, config(), num_train=256, overwrite=True):
+        pass
+    assert "tensorboard" not in Record.read(run).folders
+    with RunFolder(run, config(), num_train=256, overwrite=True):
+        pass
+    assert (run / "tensorboard").is_dir()

@@ -84,7 +84,8 @@ class Record:
             if _not_plain(path) or path.stat().st_size > MAX_RECORD_BYTES:
                 raise ValueError("not a plain file of a record's size")
             saved = json.loads(path.read_text())
-            files, folders = saved["files"], saved["folders"]
+            files = saved["files"]
+            folders = saved["folders"]
             if saved.get("format") != FORMAT or not isinstance(files, dict):
                 raise ValueError(f"format {saved.get('format')!r}")
             if not all(
@@ -120,15 +121,15 @@ class Record:
             self.files[name] = {"size": None, "sha256": None, "by": by}
         self.save()
 
-    def adopt(self, sub: str, before: set[Path], by: str) -> None:
-        """Claim the files under `sub` that were not there (`before`, as `below` gave)
-        and that no record lists: what a writer that names its own files wrote there (a
-        TensorBoard event file, a profiler's trace)."""
+    def adopt(self, sub: str, before: set[Path] | None, by: str) -> None:
+        """Claim the files a writer that names its own (TensorBoard, a profiler) put
+        under `sub` since `below` gave `before` (`None`: `sub` was not there; the run made
+        it, and the record lists it as a folder the run made)."""
         if not (self.folder / sub).exists():
             return
-        if sub not in self.folders and not before:
+        if before is None and sub not in self.folders:
             self.folders.append(sub)
-        new = below(self.folder / sub) - before
+        new = (below(self.folder / sub) or set()) - (before or set())
         self.claim(sorted(str(p.relative_to(self.folder)) for p in new), by)
 
     def seal(self) -> None:
@@ -253,10 +254,11 @@ class Record:
         return [Record.read(teacher)]
 
 
-def below(folder: Path) -> set[Path]:
-    """The plain files under `folder` (none if it is not a folder; links not followed)."""
-    if _not_plain(folder) or not folder.is_dir():
-        return set()
+def below(folder: Path) -> set[Path] | None:
+    """The plain files under `folder` (links not followed); `None` where it is not a
+    folder (not there yet, or a link)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return None
     return {p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
 
 

@@ -353,7 +353,7 @@ def teacher_training(
         validation_size=student.validation_size,
         calibration_size=student.calibration_size,
     )
-    names = RunFolder._names(ONE_RUN.files, student)
+    names = RunFolder.written_names(ONE_RUN.files, student)
     Record.read(out).refuse_foreign(names, overwrite=overwrite, keep=where)
     if not overwrite:
         if _unfinished_config(out) == student:

@@ -215,7 +215,7 @@ class RunFolder:
         self._overwrite = overwrite
         self._teacher = None if teacher is None else Path(teacher).resolve()
         self._keep = None if self._teacher is None else self._teacher.parent
-        self.names = self._names(files, config) + ([TEACHER_FILE] if teacher else [])
+        self.names = self.written_names(files, config) + ([TEACHER_FILE] if teacher else [])
         self._by = by
         self._history_from = source if start_step else self.folder
         self.config = config
@@ -281,7 +281,7 @@ class RunFolder:
             self._lock.__exit__()
 
     @staticmethod
-    def _names(files: Sequence[str], config: TrainConfig) -> list[str]:
+    def written_names(files: Sequence[str], config: TrainConfig) -> list[str]:
         """The names a run writes (its kind's `files` besides the folder's own)."""
         names = ["config.json", "history.jsonl", CHECKPOINT_NAME, "summary.json", *files]
         if config.calibration_size:
