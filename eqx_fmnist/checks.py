@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 import jaxtyping
-from beartype import beartype
 
 F = TypeVar("F", bound=Callable)
 
@@ -22,11 +21,17 @@ def door(f: F, name: str | None = None) -> F:
     checks them in the tests; inside compiled code the check runs once, at trace time.
     A refusal is a `TypeError` (jaxtyping's `TypeCheckError`) whose first line names the
     parameter, what it got and what it takes, and holds no repr of a large value; `name`:
-    the function it names (defaults to `f`'s)."""
-    checked = jaxtyping.jaxtyped(typechecker=beartype)(f)
+    the function it names (defaults to `f`'s). The checker is built at the first call:
+    importing the library does not import beartype."""
+    checked = None
 
     @functools.wraps(f)
     def call(*args, **kwargs):
+        nonlocal checked
+        if checked is None:
+            from beartype import beartype
+
+            checked = jaxtyping.jaxtyped(typechecker=beartype)(f)
         try:
             return checked(*args, **kwargs)
         except jaxtyping.TypeCheckError as e:
