@@ -28,6 +28,7 @@ one place.
 """
 
 import functools
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -441,19 +442,23 @@ def compile_steps(
     `run.compiled` is the XLA executable, for example `run.compiled.cost_analysis()`
     or `run.compiled.as_text()`.
     """
-    chunk = Chunk.of(
-        state,
-        dataset,
-        batch_size=batch_size,
-        num_steps=num_steps,
-        mesh=mesh,
-        teacher=teacher,
-        subsets=subsets,
-        loss=loss,
-    )
+    settings = dict(batch_size=batch_size, num_steps=num_steps, mesh=mesh, teacher=teacher)
+    return lower_steps(state, dataset, **settings, subsets=subsets, loss=loss, donate=donate)()
+
+
+def lower_steps(
+    state: TrainState, dataset: ArrayDataset, **settings
+) -> "Callable[[], CompiledSteps]":
+    """[`compile_steps`][eqx_fmnist.step.compile_steps] in two parts: the chunk is traced
+    and lowered now (the keyword arguments are `compile_steps`'), and its compile is
+    returned, a call without arguments that gives the `CompiledSteps` (`fit` traces its
+    programs in turn, then compiles them at once in threads: XLA compiles, and a chip
+    loads a program, without holding Python's lock)."""
+    donate = settings.pop("donate", True)
+    chunk = Chunk.of(state, dataset, **settings)
     program = _chunk_fn(chunk, donate)
-    lowered = program.lower(chunk, state, _shared(state, mesh))  # pyright: ignore[reportFunctionMemberAccess]
-    return CompiledSteps(lowered.compile(), chunk)
+    lowered = program.lower(chunk, state, _shared(state, chunk.mesh))  # pyright: ignore[reportFunctionMemberAccess]
+    return lambda: CompiledSteps(lowered.compile(), chunk)
 
 
 class CompiledSteps:

@@ -14,12 +14,13 @@ The module is kept whole: the loop, its result and the checks of its arguments, 
 one place.
 """
 
+import concurrent.futures
 import dataclasses
-import functools
 import itertools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,7 @@ from .build import FASHION, Examples, ModelSource, check_parts
 from .checks import door
 from .config import TrainConfig
 from .dataset import ArrayDataset, Splits
-from .distill import Teacher, TeacherTable, table_pays
+from .distill import Teacher, table_pays
 from .evaluation import EvalResult
 from .hooks import Evaluation, Members, TestProgram, test_scores
 from .intervals import Callback, History, Plan, check_finite, interval_record, plan_run
@@ -40,9 +41,10 @@ from .model import Model
 from .parallel import place, to_local
 from .precision import Policy
 from .state import TrainState, starting_state
-from .step import compile_steps
+from .step import CompiledSteps, lower_steps
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FIT_SECONDS = ("load", "compile", "steps", "host_reads", "validation", "callbacks", "test")
 """The parts of `fit`'s wall time in `TrainResult.seconds`, in the order they happen."""
@@ -128,46 +130,53 @@ class TrainResult:
         return examples * sum(h["steps"] for h in self.history) / max(self.train_seconds, 1e-9)
 
 
-def run_chunks(
+def compile_chunks(
     state: TrainState,
     train: ArrayDataset,
     plan: Plan,
-    seconds: dict[str, float],
-    *,
-    mesh: jax.sharding.Mesh | None = None,
-    teacher: Teacher | TeacherTable | None = None,
-    subsets: jax.Array | None = None,
-    loss: Loss | None = None,
-) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
-    """Run the plan's chunks from the state's step, one compiled call and one host read
-    each, each call queued before the previous chunk's metrics are read: the device
-    does not wait for the host's reads, checks and callbacks.
-
-    Yields `(state, step, metrics, seconds)` after each chunk: the state after it (not
-    donated: valid while the next chunk trains), the global step reached, the chunk's
-    metrics as numpy of shape `(members, steps)`, and its wall seconds from the previous
-    chunk's read (the first: from its call). Every distinct chunk length is compiled
-    before the first call; `seconds["compile"]`, `seconds["steps"]` (queueing calls and
-    waiting for them) and `seconds["host_reads"]` accumulate. `ValueError` for a state
-    past the plan's end.
-    """
+    beside: Callable[[], T] | None = None,
+    **settings,
+) -> tuple[dict[int, CompiledSteps], T | None]:
+    """The programs of the plan's chunk lengths from the state's step, by length, and
+    `beside()`: each chunk is lowered in turn, then compiled (or loaded from the compile
+    cache) in a thread of its own while `beside` (`fit`'s test program) runs here: XLA
+    compiles, and a chip loads a program, without Python's lock. `settings`: those of
+    [`lower_steps`][eqx_fmnist.step.lower_steps] but `donate` (never: a yielded state is
+    used while the next chunk trains). `ValueError` for a state past the plan's end."""
     step = state.global_step
     if step > plan.total_steps:
         raise ValueError(
             f"the state is at step {step}, past this config's {plan.total_steps} steps."
         )
-    t = time.perf_counter()
-    chunk = functools.partial(
-        compile_steps,  # not donated: a yielded state is used while the next one trains
-        batch_size=plan.batch_size,
-        mesh=mesh,
-        teacher=teacher,
-        subsets=subsets,
-        loss=loss,
-        donate=False,
-    )
-    compiled = {k: chunk(state, train, num_steps=k) for k in plan.lengths(step)}
-    seconds["compile"] += _since(t)
+    size = plan.batch_size
+    lowered = {
+        k: lower_steps(state, train, batch_size=size, num_steps=k, donate=False, **settings)
+        for k in plan.lengths(step)
+    }
+    with concurrent.futures.ThreadPoolExecutor(max(len(lowered), 1)) as pool:
+        compiling = {k: pool.submit(make) for k, make in lowered.items()}
+        made = None if beside is None else beside()
+        return {k: future.result() for k, future in compiling.items()}, made
+
+
+def run_chunks(
+    state: TrainState,
+    compiled: Mapping[int, CompiledSteps],
+    plan: Plan,
+    seconds: dict[str, float],
+) -> Iterator[tuple[TrainState, int, dict[str, np.ndarray], float]]:
+    """Run the plan's chunks from the state's step with the `compiled` programs of
+    their lengths ([`compile_chunks`][eqx_fmnist.train.compile_chunks]), one call and
+    one host read each, each call queued before the previous chunk's metrics are read:
+    the device does not wait for the host's reads, checks and callbacks.
+
+    Yields `(state, step, metrics, seconds)` after each chunk: the state after it, the
+    global step reached, the chunk's metrics as numpy of shape `(members, steps)`, and
+    its wall seconds from the previous chunk's read (the first: from its call);
+    `seconds["steps"]` (queueing calls and waiting for them) and `seconds["host_reads"]`
+    accumulate.
+    """
+    step = state.global_step
     pending = None
     last_read = time.perf_counter()
     for k in itertools.chain(plan.chunks(step), [None]):  # None: the last chunk's read
@@ -394,17 +403,15 @@ def fit(
 
     evaluation = Evaluation(state.policy, config.views, eval_batch_size, mesh)
     validated = (members or Members()).validator(evaluation, train, valid, rows)
-    # The test program is made with the steps' programs, from the model they start from;
-    # over several processes it runs on this process's own copies.
+    # The test program is made beside the steps' programs, from the model they start
+    # from; over several processes it runs on this process's own copies.
     t = time.perf_counter()
     alone = evaluation if jax.process_count() == 1 else dataclasses.replace(evaluation, mesh=None)
-    tested = (
-        None if test is None else test_program(to_local(state.eval_model), to_local(test), alone)
-    )
+    like, kw = to_local(state.eval_model), dict(mesh=mesh, teacher=soft, subsets=table, loss=loss)
+    made = None if test is None else lambda: test_program(like, to_local(test), alone)
+    compiled, tested = compile_chunks(state, train, plan, made, **kw)
     seconds["compile"] += _since(t)
-    chunks = run_chunks(
-        state, train, plan, seconds, mesh=mesh, teacher=soft, subsets=table, loss=loss
-    )
+    chunks = run_chunks(state, compiled, plan, seconds)
     state, history, v = _intervals(chunks, plan, configs, validated, callbacks, state, seconds)
     t = time.perf_counter()
     scores, beside = (None, None) if tested is None else tested(to_local(state.eval_model))

@@ -406,9 +406,11 @@ def test_the_golf_checker_sees_a_boolean_string_and_shared_constants():
 # 16,025. The doors' checks by default (checks.door: jaxtyping with beartype on the
 # public calls, their refusal in one line; Splits and ArrayDataset checked too) about 150
 # more: 16,161. A lazy package face (matplotlib, answers, exports and run folders imported
-# at first use) 30 more: 16,191, held at 16,200.
+# at first use) 30 more: 16,191. A run's chunks compiled in threads beside its test
+# program (step.lower_steps, train.compile_chunks) and beartype imported at a door's first
+# call 22 more: 16,222, held at 16,225.
 # DESIGN.md's 15,500 is missed.
-MAX_PACKAGE_LINES = 16_200
+MAX_PACKAGE_LINES = 16_225
 MAX_CLI_LINES = 1_000
 
 
@@ -505,12 +507,13 @@ def test_every_module_has_a_test_file_of_its_own():
 
 
 THIRD_PARTY_AT_IMPORT = {
-    *("jax", "jaxlib", "equinox", "optax", "jaxtyping", "beartype", "numpy"),
+    *("jax", "jaxlib", "equinox", "optax", "jaxtyping", "numpy"),
     *("ml_dtypes", "opt_einsum", "typing_extensions", "wadler_lindig", "absl", "cloudpickle"),
     *("flatbuffers", "pygments", "scipy"),
 }
 """What `import eqx_fmnist` may import besides the standard library: JAX, Equinox, Optax,
-jaxtyping, beartype, numpy and what they import themselves."""
+jaxtyping, numpy and what they import themselves (beartype waits for a door's first
+call)."""
 NOT_AT_IMPORT = {"answers", "attributions", "audit", "export", "plots", "runs", "cli"}
 """The library's parts that wait for their first use (matplotlib, PIL, rich, ONNX,
 safetensors and cleanlab come with them)."""

@@ -63,11 +63,15 @@ def test_fit_queues_the_next_chunk_before_the_host_reads_this_one(small, monkeyp
     """The device never waits for the host between intervals: chunk k + 1 is called
     before chunk k's metrics are read and its callbacks run, and the state a callback
     gets (not donated) is the one at its interval's end, still readable then. Three
-    chunks of one length are compiled once, before the first call."""
+    chunks of one length are traced here and compiled once, before the first call, in
+    a thread of their own while the test program is made here."""
+    import threading
+
     import jax
 
     from eqx_fmnist import step as step_module, train as train_module
     from eqx_fmnist.dataset import Splits
+    from eqx_fmnist.hooks import test_scores
     from eqx_fmnist.train import fit
 
     events = []
@@ -78,23 +82,40 @@ def test_fit_queues_the_next_chunk_before_the_host_reads_this_one(small, monkeyp
         return call(self, state)
 
     monkeypatch.setattr(step_module.CompiledSteps, "__call__", logged)
-    compile_steps = train_module.compile_steps
+    lower_steps, main = train_module.lower_steps, threading.current_thread()
 
-    def compiled(*args, **kwargs):
-        events.append(("compile", kwargs["num_steps"]))
-        return compile_steps(*args, **kwargs)
+    def lowered(*args, **kwargs):
+        assert threading.current_thread() is main  # traced where the caller's settings hold
+        make = lower_steps(*args, **kwargs)
+        events.append(("lowered", kwargs["num_steps"]))
 
-    monkeypatch.setattr(train_module, "compile_steps", compiled)
+        def compiled():
+            events.append(("compile", kwargs["num_steps"], threading.current_thread() is main))
+            return make()
+
+        return compiled
+
+    monkeypatch.setattr(train_module, "lower_steps", lowered)
     steps = []
+
+    def tested(*args):
+        events.append(("test program", threading.current_thread() is main))
+        return test_scores(*args)
 
     def callback(record, state):
         events.append(("callback", record["step"]))
         steps.append(int(state.step))
         jax.block_until_ready(state.model)  # not deleted by a donation
 
-    fit(small_config(log_every=8, steps=24), Splits(small, small), callback=callback)
-    assert events == [
-        ("compile", 8),
+    fit(
+        small_config(log_every=8, steps=24),
+        Splits(small, small),
+        callback=callback,
+        test_program=tested,
+    )
+    assert sorted(events[1:3]) == [("compile", 8, False), ("test program", True)]  # at once
+    assert events[:1] + events[3:] == [
+        ("lowered", 8),
         ("call", 0),
         ("call", 8),
         ("callback", 8),
