@@ -44,6 +44,14 @@ def run_once(flags: list[str], folder: Path, cache: Path) -> dict:
     return {"wall": wall, "summary": json.loads(summary.read_text()), "printed": done.stdout}
 
 
+def bare_start() -> float:
+    """The wall seconds of `import jax; jax.devices()` in a process of its own: JAX's
+    own start on this machine, beside which the command's is read."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], check=True)
+    return time.perf_counter() - start
+
+
 def _lines(printed: str) -> str:
     """What a command printed, each line without the spaces a terminal pads it with."""
     return "\n".join(line.rstrip() for line in printed.rstrip().splitlines())
@@ -75,9 +83,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the table here (markdown)")
     args = parser.parse_args()
     flags = shlex.split(args.train)
+    bare = []
     with tempfile.TemporaryDirectory() as tmp:
         cache, results = Path(tmp) / "jax-compile", []
         for i in range(1 + args.runs):
+            bare.append(bare_start())  # interleaved with the runs
             name = "cold (empty compilation cache)" if i == 0 else f"warm {i}"
             results.append((name, run_once(flags, Path(tmp) / f"run{i}", cache)))
             print(f"{name}: {results[-1][1]['wall']:.1f} s", flush=True)
@@ -90,6 +100,8 @@ def main() -> None:
             "from start to exit (starting Python and JAX included); the other columns are "
             "the run's `summary.json`: its examples/sec and where its time went.",
             table(results),
+            'JAX\'s own start here, `python -c "import jax; jax.devices()"` in a process of '
+            f"its own before each run: {', '.join(f'{b:.1f}' for b in bare)} s.",
             f"What `{shown}` printed, the last run:",
             "```text\n" + _lines(results[-1][1]["printed"]) + "\n```",
         ]
