@@ -636,15 +636,26 @@ def slurm_env(job: int, rank: int, tasks: int = 2) -> dict[str, str]:
 # its arrays and an `info` dict to `OUT` (`.npz`).
 
 
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with `env` added, for a process the test starts; the
+    flags of `env`'s `XLA_FLAGS` (more devices) added to this process's (the suite's
+    cheap settings: `tests/conftest.py`), not in their place."""
+    import os
+
+    merged = {**os.environ, **(env or {})}
+    if (env or {}).get("XLA_FLAGS") and os.environ.get("XLA_FLAGS"):
+        merged["XLA_FLAGS"] = f"{os.environ['XLA_FLAGS']} {env['XLA_FLAGS']}"  # type: ignore[index]
+    return merged
+
+
 def start_worker(script: Path, *args, env=None):
     """The worker `script` started with `args` (and `env` added to this environment)."""
-    import os
     import subprocess
     import sys
 
     return subprocess.Popen(
         [sys.executable, str(script), *map(str, args)],
-        env={**os.environ, **(env or {})},
+        env=child_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

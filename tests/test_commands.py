@@ -23,6 +23,8 @@ import pytest
 
 import eqx_fmnist.config as ef_config
 
+from helpers import child_env
+
 # The documentation tier: what the pages and scripts show. Compiled as users' commands
 # are: the pages' recipes run long enough for the running time to count.
 pytestmark = [pytest.mark.docs, pytest.mark.optimized]
@@ -192,11 +194,8 @@ class Session:
             assert all(d.returncode == 0 for d in done), (argv, [d.stderr[-2000:] for d in done])
             printed = done[0].stdout
         elif "--devices" in argv:  # more devices than this process has: a fresh one
-            env = {
-                **os.environ,
-                "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-                "JAX_PLATFORMS": "cpu",
-            }
+            eight = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+            env = child_env({**eight, "JAX_PLATFORMS": "cpu"})
             done = subprocess.run(
                 [sys.executable, "-m", "eqx_fmnist", "--no-compile-cache", *argv],
                 cwd=self.folder,
