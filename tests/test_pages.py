@@ -101,3 +101,14 @@ def test_the_quickstart_reads_in_short_sentences():
 
     median, long = figures(sentence_lengths((ROOT / "docs" / "quickstart.md").read_text()))
     assert median <= 20 and long <= 0.1, (median, long)
+
+
+def test_the_user_pages_read_in_short_sentences():
+    """The reader's pages together (the README, the index, the quickstart, the
+    tutorials, recipes, the command line, reliability, accelerators, shapes and dtypes):
+    a median sentence of at most 20 words and no more than one sentence in ten over 35."""
+    from sentences import USER_PAGES, figures, sentence_lengths
+
+    lengths = [n for page in USER_PAGES for n in sentence_lengths(page.read_text())]
+    median, long = figures(lengths)
+    assert median <= 20 and long <= 0.1, (median, long)
