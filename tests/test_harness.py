@@ -2,6 +2,7 @@
 pieces checked against hand counts, and `python benchmarks/throughput.py --quick` run in
 its smoke form. Speed is never asserted."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -244,3 +245,75 @@ def test_a_results_files_first_line_names_the_commit_and_the_day(tmp_path, monke
     ), line
     monkeypatch.chdir(tmp_path)  # not a checkout
     assert provenance() == f"at an unknown commit on {day}"
+
+
+def test_a_results_file_written_before_does_not_make_the_code_unclean(tmp_path, monkeypatch):
+    """In a checkout whose only change is a results file (one a script wrote just
+    before), the code is clean; a change to any other tracked file is not."""
+    import subprocess
+
+    from harness.timing import provenance
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "a.md").write_text("one\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    monkeypatch.chdir(tmp_path / "benchmarks")  # where a script runs from
+    (tmp_path / "benchmarks" / "results" / "a.md").write_text("two\n")
+    assert "(clean)" in provenance()
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert "(with uncommitted changes)" in provenance()
+
+
+MADE_BEFORE_PROVENANCE = {
+    "accuracy.md",
+    "answers.md",
+    "calibration.md",
+    "cnn_forms.md",
+    "confused_pairs.md",
+    "distill_recipe.md",
+    "distill_step.md",
+    "distill_step_cnn.md",
+    "ensemble.md",
+    "export.md",
+    "folds.md",
+    "folds_best.md",
+    "levers.md",
+    "load_data.md",
+    "robust_accuracy.md",
+    "step_costs.md",
+    "step_costs_avx2.md",
+    "throughput.md",
+    "time_to_accuracy.md",
+    "trust_probes.md",
+    "tpu-v5-lite/call_costs.md",
+    "tpu-v5-lite/distill_ablation.md",
+    "tpu-v5-lite/members.md",
+    "tpu-v5-lite/throughput.md",
+}
+"""Results files made before a results file named the code that made it: each is made
+again on the current code when it is next measured, and then leaves this list."""
+
+PROVENANCE = re.compile(
+    r"^Machine: .+\. Made by `python benchmarks/[\w/]+\.py[^`]*` at commit [0-9a-f]{7,} "
+    r"\((clean|with uncommitted changes)\) on \d{4}-\d{2}-\d{2}\.$"
+)
+
+
+def test_every_results_file_names_the_machine_command_commit_and_day_that_made_it():
+    """A results file's first line names the machine, the command, the commit (and
+    whether the code differed from it) and the day; only the files made before that
+    line existed lack it, and a file made again leaves their list."""
+    results = ROOT / "benchmarks" / "results"
+    for path in sorted(results.rglob("*.md")):
+        name = path.relative_to(results).as_posix()
+        first = path.read_text().splitlines()[0]
+        if name in MADE_BEFORE_PROVENANCE:
+            assert not PROVENANCE.match(first), f"{name} names its code now: take it off the list"
+        else:
+            assert PROVENANCE.match(first), f"{name}: {first}"

@@ -195,10 +195,15 @@ def machine_line(command: str | None = None) -> str:
     return f"Machine: {host}; jax {facts['jax']}. Made by `{command}` {provenance()}."
 
 
+EXCLUDED = ":(top,exclude)benchmarks/results"
+"""What `provenance` does not count as a change to the code: the results files."""
+
+
 def provenance() -> str:
     """Which code made a results file and when: `at commit 1a2b3c4 (clean) on
-    2026-12-07`, `(with uncommitted changes)` where the tracked files differ from it, or
-    `at an unknown commit` outside a git checkout."""
+    2026-12-07`, `(with uncommitted changes)` where the tracked files differ from it
+    (other results files, written by a script run just before, do not count), or `at an
+    unknown commit` outside a git checkout."""
     import datetime
     import subprocess
 
@@ -213,7 +218,7 @@ def provenance() -> str:
     commit = git("rev-parse", "--short", "HEAD")
     if commit is None:
         return f"at an unknown commit on {day}"
-    changed = git("status", "--porcelain", "--untracked-files=no")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", EXCLUDED)
     state = "clean" if not changed else "with uncommitted changes"
     return f"at commit {commit} ({state}) on {day}"
 
