@@ -301,7 +301,7 @@ again on the current code when it is next measured, and then leaves this list.""
 
 PROVENANCE = re.compile(
     r"^Machine: .+\. Made by `python benchmarks/[\w/]+\.py[^`]*` at commit [0-9a-f]{7,} "
-    r"\((clean|with uncommitted changes)\) on \d{4}-\d{2}-\d{2}\.$"
+    r"\((clean|with uncommitted changes)\) on \d{4}-\d{2}-\d{2}\."
 )
 
 
