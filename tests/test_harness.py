@@ -284,7 +284,6 @@ MADE_BEFORE_PROVENANCE = {
     "folds.md",
     "folds_best.md",
     "levers.md",
-    "load_data.md",
     "robust_accuracy.md",
     "step_costs.md",
     "step_costs_avx2.md",
