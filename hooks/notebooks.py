@@ -13,8 +13,11 @@ When the site is built, every tutorial's notebook is executed in a fresh kernel 
 reader's way, one session per page) before any page is rendered, and each page's blocks
 are replaced by their code and that run's outputs: the code runs once, not once for the
 page and again for the notebook. The site serves the executed notebooks at
-`notebooks/<page>.ipynb`; the same notebooks without outputs are committed under
-`docs/notebooks/` (`python hooks/notebooks.py` writes them; a test keeps them equal).
+`notebooks/<page>.ipynb`. The same notebooks are committed under `docs/notebooks/` with
+the outputs of one build stored in them, so that a reader sees them without building:
+`mkdocs build`, then `python hooks/notebooks.py --outputs site` (its first cell names the
+machine). Tests keep their code equal to the pages', and run one again to check that its
+stored numbers are what its code prints now.
 """
 
 import concurrent.futures
@@ -94,11 +97,15 @@ def notebook_code(code: str, options: dict[str, str]) -> str:
     return code
 
 
-def page_to_notebook(markdown: str) -> nbformat.NotebookNode:
+def page_to_notebook(markdown: str, made_on: str | None = None) -> nbformat.NotebookNode:
     """The notebook of one page: its executed blocks as code cells (each keeping its
-    block's options in its metadata), the rest as markdown."""
+    block's options in its metadata), the rest as markdown; `made_on`: the machine its
+    stored outputs were made on, which the first cell names."""
     pages = api_pages()
-    cells = [nbformat.v4.new_markdown_cell(install_note(markdown))]
+    first = install_note(markdown)
+    if made_on is not None:
+        first += f" {STORED_OUTPUTS.format(machine=made_on)}"
+    cells = [nbformat.v4.new_markdown_cell(first)]
 
     def prose(text: str) -> None:
         if text.strip():
@@ -212,17 +219,60 @@ def on_post_build(config):
         nbformat.write(notebook, out / f"{stem}.ipynb")
 
 
-def write_committed(folder: Path = DOCS / "notebooks") -> list[Path]:
-    """The notebooks without outputs, as committed under `docs/notebooks/`."""
+STORED_OUTPUTS = (
+    "The outputs stored in it were made on {machine}, by `mkdocs build` (which runs each "
+    "tutorial's notebook in a fresh kernel) and then `python hooks/notebooks.py --outputs "
+    "site`."
+)
+"""What the first cell of a notebook stored with outputs says of them."""
+
+
+def this_machine() -> str:
+    """The CPU, its cores and JAX's version and backend: what a stored output ran on."""
+    import jax
+
+    from eqx_fmnist.hardware import cpu_info
+
+    model = (cpu_info() or ("an unknown CPU",))[0]
+    return f"{model} ({os.cpu_count()} cores, JAX {jax.__version__} on {jax.default_backend()})"
+
+
+def write_committed(folder: Path = DOCS / "notebooks", outputs: Path | None = None) -> list[Path]:
+    """The notebooks as committed under `docs/notebooks/`: without outputs, or with those
+    of the executed notebooks in `outputs` (a built site's `notebooks/`), which must hold
+    the same code, and the machine they ran on named in the first cell."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for page in sorted((DOCS / "tutorials").glob("*.md")):
         path = folder / f"{page.stem}.ipynb"
-        nbformat.write(page_to_notebook(page.read_text()), path)
+        notebook = page_to_notebook(page.read_text())
+        if outputs is not None:
+            ran = nbformat.read(outputs / path.name, as_version=4)
+            machine = this_machine()
+            notebook = page_to_notebook(page.read_text(), made_on=machine)
+            mine = [c for c in notebook.cells if c.cell_type == "code"]
+            theirs = [c for c in ran.cells if c.cell_type == "code"]
+            if [c.source for c in mine] != [c.source for c in theirs]:
+                raise SystemExit(f"{outputs / path.name} ran other code than {page}: build again")
+            for cell, done in zip(mine, theirs, strict=True):
+                cell.outputs, cell.execution_count = done.outputs, done.execution_count
+            notebook.metadata["eqx_fmnist"] = {
+                **ran.metadata.get("eqx_fmnist", {}),
+                "machine": machine,
+            }
+        nbformat.write(notebook, path)
         written.append(path)
     return written
 
 
 if __name__ == "__main__":
-    for path in write_committed():
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write docs/notebooks/ from the tutorials.")
+    parser.add_argument(
+        "--outputs", type=Path, help="a built site: store its executed notebooks' outputs"
+    )
+    args = parser.parse_args()
+    executed = None if args.outputs is None else args.outputs / "notebooks"
+    for path in write_committed(outputs=executed):
         print(path.relative_to(ROOT))

@@ -77,13 +77,69 @@ def test_a_notebook_names_the_extras_its_code_needs():
 
 
 def test_the_committed_notebooks_are_the_pages(tmp_path):
-    """`docs/notebooks/` holds each tutorial's notebook (without outputs) as the hook
-    writes it from the page today: regenerate with `python hooks/notebooks.py`."""
-    written = hook().write_committed(tmp_path)
-    assert sorted(p.name for p in COMMITTED.glob("*.ipynb")) == [p.name for p in written]
-    for path in written:
-        stale = (COMMITTED / path.name).read_text() != path.read_text()
-        assert not stale, f"{path.name} is stale: run python hooks/notebooks.py"
+    """`docs/notebooks/` holds each tutorial's notebook as the hook makes it from the page
+    today, with the outputs of one run stored in it (no error among them) and the
+    machine it ran on named in its first cell: after a page changes, build the site and
+    run `python hooks/notebooks.py --outputs site`."""
+    import nbformat
+
+    notebooks = hook()
+    assert sorted(p.name for p in COMMITTED.glob("*.ipynb")) == [
+        f"{p.stem}.ipynb" for p in TUTORIALS
+    ]
+    for page in TUTORIALS:
+        stored = nbformat.read(COMMITTED / f"{page.stem}.ipynb", as_version=4)
+        machine = stored.metadata["eqx_fmnist"]["machine"]
+        expected = notebooks.page_to_notebook(page.read_text(), made_on=machine)
+        cells = [(c.cell_type, c.source) for c in stored.cells]
+        stale = cells != [(c.cell_type, c.source) for c in expected.cells]
+        assert not stale, (
+            f"{page.stem} is stale: mkdocs build, then python hooks/notebooks.py --outputs site"
+        )
+        assert machine in stored.cells[0].source
+        _check_executed(stored, page.stem)
+        assert any(c.outputs for c in stored.cells if c.cell_type == "code"), page.stem
+
+
+NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?:e-?\d+)?(?![\w])")
+
+
+def _numbers(text: str) -> list[tuple[float, float]]:
+    """Each decimal number printed in `text`, and half a unit of its last printed digit
+    (an address such as 0x7f.. is not a number)."""
+    found = []
+    for token in NUMBER.findall(re.sub(r"0x[0-9a-f]+", "", text)):
+        decimals = len(token.split(".")[1].split("e")[0]) if "." in token else 0
+        found.append((float(token.replace(",", "")), 0.5 * 10.0**-decimals))
+    return found
+
+
+@pytest.mark.slow  # a fresh kernel, the tutorial's code compiled as a reader's is
+@pytest.mark.optimized
+def test_a_stored_notebooks_printed_numbers_are_what_its_code_prints_now(real_data, monkeypatch):
+    """Tutorial 2's stored outputs, run again in a fresh kernel: every printed number
+    agrees with the stored one to within two units of its last printed digit (the
+    rounding of another CPU's float sums), and the printed words are the same."""
+    import nbformat
+
+    monkeypatch.setenv("EQX_FMNIST_DATA", str(real_data.source))
+    stored = nbformat.read(COMMITTED / "02-model-and-gradients.ipynb", as_version=4)
+    again = nbformat.read(COMMITTED / "02-model-and-gradients.ipynb", as_version=4)
+    hook().run_notebook(again, timeout=600)
+
+    def printed(notebook) -> list[str]:
+        return [
+            "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+            for c in notebook.cells
+            if c.cell_type == "code"
+        ]
+
+    for was, now in zip(printed(stored), printed(again), strict=True):
+        assert NUMBER.sub("#", re.sub(r"0x[0-9a-f]+", "", was)) == NUMBER.sub(
+            "#", re.sub(r"0x[0-9a-f]+", "", now)
+        ), (was, now)
+        for (a, unit), (b, _) in zip(_numbers(was), _numbers(now), strict=True):
+            assert abs(a - b) <= 4 * unit + 1e-6 * abs(a), (a, b, was)
 
 
 def test_a_page_is_built_from_its_notebooks_outputs():
