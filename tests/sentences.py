@@ -51,7 +51,7 @@ def figures(lengths: list[int]) -> tuple[float, float]:
 
 
 if __name__ == "__main__":
-    pages = [Path(p) for p in sys.argv[1:]] or USER_PAGES
+    pages = [Path(p).resolve() for p in sys.argv[1:]] or USER_PAGES
     everything = []
     for page in pages:
         lengths = sentence_lengths(page.read_text())
