@@ -290,7 +290,7 @@ def pytest_configure(config):
 
 # The cheap settings also turn off XLA:CPU's fusion emitters (its newer code generator,
 # about twice as slow to compile a test's programs; the programs run about a sixth
-# slower): the suite's compile went from 346 s to 148 s of CPU time on the Intel Xeon. A
+# slower): the cold suite's compile went from 346 s to 177 s of CPU time on the Intel Xeon. A
 # process has one XLA_FLAGS, read when its backend starts, so in this process the option
 # goes with each cheap compile (through JAX's compile options, as `compiler_options=`
 # passes it); the CLI processes a cheap test starts get it in XLA_FLAGS.
