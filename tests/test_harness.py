@@ -274,7 +274,6 @@ MADE_BEFORE_PROVENANCE = {
     "accuracy.md",
     "answers.md",
     "calibration.md",
-    "cnn_forms.md",
     "confused_pairs.md",
     "distill_recipe.md",
     "distill_step.md",
