@@ -407,7 +407,8 @@ def fit(
     # from; over several processes it runs on this process's own copies.
     t = time.perf_counter()
     alone = evaluation if jax.process_count() == 1 else dataclasses.replace(evaluation, mesh=None)
-    like, kw = to_local(state.eval_model), dict(mesh=mesh, teacher=soft, subsets=table, loss=loss)
+    like = to_local(state.eval_model)
+    kw = dict(mesh=mesh, teacher=soft, subsets=table, loss=loss)
     made = None if test is None else lambda: test_program(like, to_local(test), alone)
     compiled, tested = compile_chunks(state, train, plan, made, **kw)
     seconds["compile"] += _since(t)
