@@ -33,9 +33,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     own = out.resolve() == run.folder.resolve()
     paths = [out / n for n in REPORT_FIGURES]
     views = run.views(args.tta)
-    fm = load_data(args)
-    # Checked and locked before anything is printed: a refusal prints no results.
+    # Checked and locked before anything is loaded or printed: a refusal does no work.
     with run.writing(paths, by="evaluate", overwrite=args.overwrite or own, lock=False):
+        fm = load_data(args)
         report = run_report(
             run.model, run.policy, fm.test_images, fm.test_labels, run.calibration, tta=views
         )
