@@ -4,16 +4,22 @@ whole: the trace's own record of which compiled chunks ran says so."""
 
 import gzip
 import json
+import re
 
 import pytest
 
 
 def _chunks_traced(trace) -> int:
-    """How many runs of the training chunk (`jit(_steps)`) the Perfetto trace holds."""
+    """How many runs of the training chunk (`jit(_steps)`) the Perfetto trace holds: on a
+    CPU its operations name their module (`hlo_module`); on a TPU the device's line holds
+    one event per run of the module, named `jit__steps(<fingerprint>)`."""
     with gzip.open(trace, "rt") as f:
         events = json.load(f)["traceEvents"]
     runs = {
-        e["args"]["run_id"] for e in events if e.get("args", {}).get("hlo_module") == "jit__steps"
+        e["args"]["run_id"]
+        for e in events
+        if e.get("args", {}).get("hlo_module") == "jit__steps"
+        or re.fullmatch(r"jit__steps\(\d+\)", e.get("name", ""))
     }
     return len(runs)
 
