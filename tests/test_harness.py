@@ -289,9 +289,7 @@ MADE_BEFORE_PROVENANCE = {
     "throughput.md",
     "time_to_accuracy.md",
     "trust_probes.md",
-    "tpu-v5-lite/call_costs.md",
     "tpu-v5-lite/distill_ablation.md",
-    "tpu-v5-lite/members.md",
     "tpu-v5-lite/throughput.md",
 }
 """Results files made before a results file named the code that made it: each is made
