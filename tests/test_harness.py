@@ -276,7 +276,6 @@ MADE_BEFORE_PROVENANCE = {
     "calibration.md",
     "confused_pairs.md",
     "distill_recipe.md",
-    "distill_step_cnn.md",
     "ensemble.md",
     "export.md",
     "folds.md",
