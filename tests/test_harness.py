@@ -277,7 +277,6 @@ MADE_BEFORE_PROVENANCE = {
     "confused_pairs.md",
     "distill_recipe.md",
     "ensemble.md",
-    "export.md",
     "folds.md",
     "folds_best.md",
     "levers.md",
