@@ -273,8 +273,6 @@ def test_a_results_file_written_before_does_not_make_the_code_unclean(tmp_path, 
 MADE_BEFORE_PROVENANCE = {
     "accuracy.md",
     "answers.md",
-    "calibration.md",
-    "confused_pairs.md",
     "distill_recipe.md",
     "ensemble.md",
     "folds.md",
@@ -283,7 +281,6 @@ MADE_BEFORE_PROVENANCE = {
     "robust_accuracy.md",
     "throughput.md",
     "time_to_accuracy.md",
-    "trust_probes.md",
     "tpu-v5-lite/distill_ablation.md",
     "tpu-v5-lite/throughput.md",
 }
