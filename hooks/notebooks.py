@@ -24,6 +24,8 @@ import concurrent.futures
 import logging
 import os
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -272,7 +274,17 @@ if __name__ == "__main__":
     parser.add_argument(
         "--outputs", type=Path, help="a built site: store its executed notebooks' outputs"
     )
+    parser.add_argument(
+        "--keep-outputs",
+        action="store_true",
+        help="keep the outputs the committed notebooks hold (only the prose changed)",
+    )
     args = parser.parse_args()
     executed = None if args.outputs is None else args.outputs / "notebooks"
-    for path in write_committed(outputs=executed):
-        print(path.relative_to(ROOT))
+    with tempfile.TemporaryDirectory() as kept:
+        if args.keep_outputs:  # the committed notebooks read before any is rewritten
+            for notebook in (DOCS / "notebooks").glob("*.ipynb"):
+                shutil.copy(notebook, kept)
+            executed = Path(kept)
+        for path in write_committed(outputs=executed):
+            print(path.relative_to(ROOT))

@@ -94,7 +94,8 @@ def test_the_committed_notebooks_are_the_pages(tmp_path):
         cells = [(c.cell_type, c.source) for c in stored.cells]
         stale = cells != [(c.cell_type, c.source) for c in expected.cells]
         assert not stale, (
-            f"{page.stem} is stale: mkdocs build, then python hooks/notebooks.py --outputs site"
+            f"{page.stem} is stale: mkdocs build, then python hooks/notebooks.py --outputs "
+            "site (or --keep-outputs, when only its prose changed)"
         )
         assert machine in stored.cells[0].source
         _check_executed(stored, page.stem)
@@ -234,3 +235,26 @@ def test_the_first_tutorial_runs_end_to_end_in_a_kernel(real_data, monkeypatch):
     text = "".join(o.get("text", "") for c in notebook.cells for o in c.get("outputs", []))
     assert "train images (60000, 28, 28) uint8" in text and "traced for" in text
     assert f"found in {real_data.source}" in text  # the kernel found the data as told
+
+
+def test_notebooks_made_again_keeping_their_outputs_are_the_committed_ones(tmp_path):
+    """`python hooks/notebooks.py --keep-outputs` (the pages' prose changed, not their
+    code) takes each stored notebook's outputs into the notebook made from its page:
+    made so from today's pages, every notebook is the committed file, output for
+    output; and a page whose code no longer matches its stored notebook is refused."""
+    import json
+    import shutil
+
+    notebooks = hook()
+    written = notebooks.write_committed(folder=tmp_path / "made", outputs=COMMITTED)
+    assert len(written) == len(TUTORIALS)
+    for path in written:
+        assert json.loads(path.read_text()) == json.loads((COMMITTED / path.name).read_text())
+    other = tmp_path / "other"
+    shutil.copytree(COMMITTED, other)
+    first = json.loads((other / "02-model-and-gradients.ipynb").read_text())
+    code = next(c for c in first["cells"] if c["cell_type"] == "code")
+    code["source"] = "print('other code')"
+    (other / "02-model-and-gradients.ipynb").write_text(json.dumps(first))
+    with pytest.raises(SystemExit, match="ran other code than"):
+        notebooks.write_committed(folder=tmp_path / "again", outputs=other)
