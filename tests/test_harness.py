@@ -280,7 +280,6 @@ MADE_BEFORE_PROVENANCE = {
     "levers.md",
     "robust_accuracy.md",
     "throughput.md",
-    "time_to_accuracy.md",
     "tpu-v5-lite/distill_ablation.md",
     "tpu-v5-lite/throughput.md",
 }
