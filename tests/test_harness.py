@@ -277,7 +277,6 @@ MADE_BEFORE_PROVENANCE = {
     "ensemble.md",
     "folds.md",
     "folds_best.md",
-    "levers.md",
     "robust_accuracy.md",
     "throughput.md",
     "tpu-v5-lite/distill_ablation.md",
