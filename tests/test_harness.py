@@ -273,8 +273,6 @@ def test_a_results_file_written_before_does_not_make_the_code_unclean(tmp_path, 
 MADE_BEFORE_PROVENANCE = {
     "answers.md",
     "distill_recipe.md",
-    "ensemble.md",
-    "folds.md",
     "folds_best.md",
     "robust_accuracy.md",
     "throughput.md",
