@@ -271,10 +271,11 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="Write docs/notebooks/ from the tutorials.")
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--outputs", type=Path, help="a built site: store its executed notebooks' outputs"
     )
-    parser.add_argument(
+    source.add_argument(
         "--keep-outputs",
         action="store_true",
         help="keep the outputs the committed notebooks hold (only the prose changed)",

@@ -258,3 +258,27 @@ def test_notebooks_made_again_keeping_their_outputs_are_the_committed_ones(tmp_p
     (other / "02-model-and-gradients.ipynb").write_text(json.dumps(first))
     with pytest.raises(SystemExit, match="ran other code than"):
         notebooks.write_committed(folder=tmp_path / "again", outputs=other)
+
+
+def test_the_keep_outputs_command_leaves_current_notebooks_as_they_are(tmp_path):
+    """`python hooks/notebooks.py --keep-outputs`, as contributing.md shows it, run in a
+    copy of the pages, the notebooks and the results they include: with every page
+    current, it writes each notebook back byte for byte."""
+    import shutil
+    import subprocess
+    import sys
+
+    for part in ("hooks", "docs", "benchmarks/results"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    done = subprocess.run(
+        [sys.executable, "hooks/notebooks.py", "--keep-outputs"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split()) == len(TUTORIALS)
+    for stored in COMMITTED.glob("*.ipynb"):
+        made = tmp_path / "docs" / "notebooks" / stored.name
+        assert made.read_bytes() == stored.read_bytes(), stored.name
