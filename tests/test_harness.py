@@ -202,7 +202,8 @@ def test_the_throughput_script_compares_every_path(tmp_path, real_data, monkeypa
 
     monkeypatch.setenv("EQX_FMNIST_DATA", str(real_data.source))
     # In this process, as `python` runs it: the suite's compiled programs are shared.
-    monkeypatch.setattr(sys, "argv", ["throughput.py", "--quick", "--out", str(tmp_path)])
+    argv = ["benchmarks/throughput.py", "--quick", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     runpy.run_path(str(ROOT / "benchmarks" / "throughput.py"), run_name="__main__")
     table = (tmp_path / "throughput.md").read_text()
@@ -224,7 +225,18 @@ def test_the_throughput_script_compares_every_path(tmp_path, real_data, monkeypa
         "projection",
     ):
         assert row in table, row
+    first = table.splitlines()[0]  # the machine, the command, its commit and day
+    assert PROVENANCE.match(first) and f"`python {' '.join(argv)}`" in first, first
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_precision_rows_leave_out_float16_products_on_a_tpu():
+    """A TPU has no float16 multiplier (a run there refuses `c=f16`): the throughput
+    table's precision rows leave that policy out there, and keep all three elsewhere."""
+    from harness.suite import PRECISION_ROWS, precision_specs
+
+    assert precision_specs("cpu") == PRECISION_ROWS == precision_specs("gpu")
+    assert precision_specs("tpu") == ("p=f32,c=f32,o=f32", "p=f32,c=bf16,o=f32")
 
 
 def test_a_results_files_first_line_names_the_commit_and_the_day(tmp_path, monkeypatch):

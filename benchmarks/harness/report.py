@@ -38,6 +38,8 @@ def _facts_line(facts: dict[str, Any]) -> str:
         line += f"; PyTorch on {facts['torch_device']}"
     if facts.get("XLA_FLAGS"):
         line += f"; XLA_FLAGS={facts['XLA_FLAGS']}"
+    if facts.get("made_by"):  # the command and its commit (older reports lack them)
+        line += f". {facts['made_by']}"
     return line + "."
 
 

@@ -187,12 +187,19 @@ def machine_line(command: str | None = None) -> str:
     """
     facts = machine_facts()
     flags = ", ".join(facts["flags"]) or f"none of {', '.join(CPU_FLAGS)}"
-    command = command or shlex.join(["python", *sys.argv])
     host = f"{facts['cpu'] or 'CPU model unknown'}, {facts['cores']} cores (flags: {flags})"
     if facts["backend"] != "cpu":
         runtime = f", {facts['runtime']}" if facts["runtime"] else ""
         host = f"{facts['devices']} ({facts['backend']}{runtime}) on a host of {host}"
-    return f"Machine: {host}; jax {facts['jax']}. Made by `{command}` {provenance()}."
+    return f"Machine: {host}; jax {facts['jax']}. {made_by(command)}."
+
+
+def made_by(command: str | None = None) -> str:
+    """`Made by `command` at commit 1a2b3c4 (clean) on 2026-12-07`: the command (by
+    default this process's: `python` and its arguments) and its code
+    (`provenance`)."""
+    command = command or shlex.join(["python", *sys.argv])
+    return f"Made by `{command}` {provenance()}"
 
 
 EXCLUDED = ":(top,exclude)benchmarks/results"
