@@ -286,10 +286,8 @@ MADE_BEFORE_PROVENANCE = {
     "answers.md",
     "distill_recipe.md",
     "folds_best.md",
-    "robust_accuracy.md",
     "throughput.md",
     "tpu-v5-lite/distill_ablation.md",
-    "tpu-v5-lite/throughput.md",
 }
 """Results files made before a results file named the code that made it: each is made
 again on the current code when it is next measured, and then leaves this list."""
