@@ -286,7 +286,6 @@ MADE_BEFORE_PROVENANCE = {
     "answers.md",
     "distill_recipe.md",
     "folds_best.md",
-    "throughput.md",
     "tpu-v5-lite/distill_ablation.md",
 }
 """Results files made before a results file named the code that made it: each is made
