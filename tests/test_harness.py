@@ -259,6 +259,22 @@ def test_a_results_files_first_line_names_the_commit_and_the_day(tmp_path, monke
     assert provenance() == f"at an unknown commit on {day}"
 
 
+def test_a_machine_handed_a_copy_of_the_tree_is_told_its_commit(monkeypatch):
+    """Where the checkout's git cannot say (a copy of the working tree on another
+    machine), `$EQX_FMNIST_CODE_COMMIT` names the commit and its state; a value in
+    another form is refused in one line naming the variable and the form."""
+    import datetime
+
+    from harness.timing import provenance
+
+    day = datetime.date.today().isoformat()
+    monkeypatch.setenv("EQX_FMNIST_CODE_COMMIT", "1619ba0 (clean)")
+    assert provenance() == f"at commit 1619ba0 (clean) on {day}"
+    monkeypatch.setenv("EQX_FMNIST_CODE_COMMIT", "1619ba0")
+    with pytest.raises(ValueError, match=r"EQX_FMNIST_CODE_COMMIT.*1a2b3c4 \(clean\)"):
+        provenance()
+
+
 def test_a_results_file_written_before_does_not_make_the_code_unclean(tmp_path, monkeypatch):
     """In a checkout whose only change is a results file (one a script wrote just
     before), the code is clean; a change to any other tracked file is not."""

@@ -206,13 +206,32 @@ EXCLUDED = ":(top,exclude)benchmarks/results"
 """What `provenance` does not count as a change to the code: the results files."""
 
 
+CODE_ENV = "EQX_FMNIST_CODE_COMMIT"
+"""Names the code where the checkout cannot: `1a2b3c4 (clean)`, as `provenance` would
+say it. A machine that is handed a copy of the working tree (the TPU machine, whose git
+folder lags behind) is told it by the checkout it came from (`../shared/tpu/prepare.sh`
+writes it into `.tpu/env.sh`)."""
+
+
 def provenance() -> str:
     """Which code made a results file and when: `at commit 1a2b3c4 (clean) on
     2026-12-07`, `(with uncommitted changes)` where the tracked files differ from it
     (other results files, written by a script run just before, do not count), or `at an
-    unknown commit` outside a git checkout."""
+    unknown commit` outside a git checkout. `$EQX_FMNIST_CODE_COMMIT` (`CODE_ENV`), when
+    set, says the commit and its state instead of git."""
     import datetime
+    import re
     import subprocess
+
+    day = datetime.date.today().isoformat()
+    told = os.environ.get(CODE_ENV)
+    if told:
+        if not re.fullmatch(r"[0-9a-f]{7,40} \((clean|with uncommitted changes)\)", told):
+            raise ValueError(
+                f"${CODE_ENV}={told!r}: write it as `1a2b3c4 (clean)` or "
+                "`1a2b3c4 (with uncommitted changes)`, or unset it to ask git."
+            )
+        return f"at commit {told} on {day}"
 
     def git(*args: str) -> str | None:
         try:
@@ -221,7 +240,6 @@ def provenance() -> str:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    day = datetime.date.today().isoformat()
     commit = git("rev-parse", "--short", "HEAD")
     if commit is None:
         return f"at an unknown commit on {day}"
