@@ -208,9 +208,8 @@ EXCLUDED = ":(top,exclude)benchmarks/results"
 
 CODE_ENV = "EQX_FMNIST_CODE_COMMIT"
 """Names the code where the checkout cannot: `1a2b3c4 (clean)`, as `provenance` would
-say it. A machine that is handed a copy of the working tree (the TPU machine, whose git
-folder lags behind) is told it by the checkout it came from (`../shared/tpu/prepare.sh`
-writes it into `.tpu/env.sh`)."""
+say it. A machine that is handed a copy of the working tree (whose git folder may lag
+behind) is told it by the checkout the copy came from."""
 
 
 def provenance() -> str:
