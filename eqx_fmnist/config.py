@@ -52,7 +52,7 @@ BEST_EPOCHS = 400
 TEACHER_EPOCHS = 50
 """The length of [`TrainConfig.teacher()`][eqx_fmnist.config.TrainConfig.teacher]."""
 PATIENT_EPOCHS = 5_000
-"""`distilled()`'s length on an accelerator (`--distilled --epochs 5000`): 0.9208 on a TPU
+"""`distilled()`'s length on an accelerator (`--distilled --epochs 5000`): 0.9212 on a TPU
 v5e (`benchmarks/results/tpu-v5-lite/distill_ablation.md`); 12.5 times the training of 400."""
 DISTILL_WEIGHT = 0.7
 """The soft targets' share of the loss in `distilled()`."""

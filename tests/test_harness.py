@@ -300,7 +300,6 @@ def test_a_results_file_written_before_does_not_make_the_code_unclean(tmp_path, 
 
 MADE_BEFORE_PROVENANCE = {
     "answers.md",
-    "tpu-v5-lite/distill_ablation.md",
 }
 """Results files made before a results file named the code that made it: each is made
 again on the current code when it is next measured, and then leaves this list."""
