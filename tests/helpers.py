@@ -680,18 +680,21 @@ def load_worker_result(path: Path) -> tuple[list[np.ndarray], dict]:
     return [data[k] for k in data.files if k != "info"], ast.literal_eval(str(data["info"]))
 
 
-def two_processes(script: Path, outs: list[Path], *args) -> None:
+def two_processes(script: Path, outs: list[Path], *args, beside=None):
     """The worker run as two processes under `jax.distributed` (a local coordinator;
     `args` before the coordinator's three), both waited for: a dead peer makes the other
-    time out, then both die."""
+    time out, then both die. `beside()`, if given, runs here while they do (a test's
+    reference); its result is returned."""
     port = free_local_port()
     procs = [start_worker(script, outs[i], *args, f"127.0.0.1:{port}", i, 2) for i in range(2)]
     try:
+        made = None if beside is None else beside()
         for p in procs:
             finish_worker(p, timeout=240)
     finally:
         for p in procs:
             p.kill()
+    return made
 
 
 def join_processes(coordinator: str, process_id: int, num_processes: int) -> None:

@@ -61,15 +61,20 @@ def test_sixteen_members_over_eight_devices_train_as_each_alone(tmp_path):
     """Two members a device (the same program holds 64, eight a device: their largest
     difference from each lone run was 3.0e-8, with nothing else changed)."""
     out = tmp_path / "m8.npz"
-    finish_worker(worker(out, 8, 16, env=EIGHT))
+    running = worker(out, 8, 16, env=EIGHT)
+    # The references are trained here while the worker runs.
+    straight = one_device(16)
+    seeds = (0, 7, 15)  # the first, one in the middle, the last device's last
+    lone = {seed: alone(seed) for seed in seeds}
+    finish_worker(running)
     sharded, info = load_worker_result(out)
     # Stopped after 3 steps, checkpointed, resumed: the same members as straight through.
     assert info["resumed_from"] == 3 and info["member_devices"] == 8
-    for a, b in zip(sharded, one_device(16), strict=True):
+    for a, b in zip(sharded, straight, strict=True):
         np.testing.assert_allclose(a, b, atol=ALONE_ATOL, rtol=0)
-    for seed in (0, 7, 15):  # the first, one in the middle, the last device's last
+    for seed in seeds:
         member = [x[seed] for x in sharded]
-        for a, b in zip(member, alone(seed), strict=True):
+        for a, b in zip(member, lone[seed], strict=True):
             np.testing.assert_allclose(a, b, atol=ALONE_ATOL, rtol=0)
     # Members on shared batches get their first member's batches on every device.
     assert info["shared_apart"] < ALONE_ATOL
@@ -86,12 +91,12 @@ def test_sixteen_members_over_eight_devices_train_as_each_alone(tmp_path):
 @pytest.mark.slow
 def test_two_processes_train_the_same_members_as_one(tmp_path):
     outs = [tmp_path / f"p{i}.npz" for i in range(2)]
-    two_processes(WORKER, outs, 2, 4)
+    straight = two_processes(WORKER, outs, 2, 4, beside=lambda: one_device(4))
     assert outs[0].exists() and not outs[1].exists()  # only process 0 writes
     members, info = load_worker_result(outs[0])
     assert info["process_count"] == 2 and info["member_devices"] == 2
     assert info["resumed_from"] == 3 and info["collectives"] == []
-    for a, b in zip(members, one_device(4), strict=True):
+    for a, b in zip(members, straight, strict=True):
         np.testing.assert_allclose(a, b, atol=ALONE_ATOL, rtol=0)
 
 
