@@ -182,12 +182,23 @@ def _executed_notebook(page: Path) -> tuple[nbformat.NotebookNode, float]:
     return notebook, run_notebook(notebook)
 
 
+def stored_seconds(page: Path) -> float:
+    """How long the page's notebook ran when its outputs were stored (`0.0` if unknown)."""
+    try:
+        stored = nbformat.read(DOCS / "notebooks" / f"{page.stem}.ipynb", as_version=4)
+        return float(stored.metadata["eqx_fmnist"]["seconds"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return 0.0
+
+
 def on_pre_build(config):
     """Run every tutorial's notebook, each in a fresh kernel, before any page is built:
     `$EQX_FMNIST_NOTEBOOK_JOBS` at a time (default: one per CPU core, at most 4), each
-    kernel its own process."""
+    kernel its own process, the longest first (by the stored notebooks' times), so that
+    no long one starts last while the other kernels have finished."""
     _executed.clear()
     pages = sorted((Path(config["docs_dir"]) / "tutorials").glob("*.md"))
+    pages.sort(key=stored_seconds, reverse=True)
     jobs = int(os.environ.get("EQX_FMNIST_NOTEBOOK_JOBS") or min(4, os.cpu_count() or 1))
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
         ran = pool.map(_executed_notebook, pages)

@@ -282,3 +282,33 @@ def test_the_keep_outputs_command_leaves_current_notebooks_as_they_are(tmp_path)
     for stored in COMMITTED.glob("*.ipynb"):
         made = tmp_path / "docs" / "notebooks" / stored.name
         assert made.read_bytes() == stored.read_bytes(), stored.name
+
+
+def test_the_build_runs_the_longest_notebooks_first(tmp_path, monkeypatch):
+    """`on_pre_build` starts the pages' kernels in the order of the seconds their stored
+    notebooks record (read here from the files' JSON), longest first; a page without a
+    stored notebook counts 0."""
+    import json
+
+    import nbformat
+
+    notebooks = hook()
+    started = []
+
+    def execute(page):
+        started.append(page.stem)
+        return nbformat.v4.new_notebook(), 0.0
+
+    monkeypatch.setattr(notebooks, "_executed_notebook", execute)
+    monkeypatch.setenv("EQX_FMNIST_NOTEBOOK_JOBS", "1")
+    notebooks.on_pre_build({"docs_dir": str(ROOT / "docs")})
+    recorded = {
+        page.stem: json.loads((COMMITTED / f"{page.stem}.ipynb").read_text())["metadata"][
+            "eqx_fmnist"
+        ]["seconds"]
+        for page in TUTORIALS
+    }
+    assert [notebooks.stored_seconds(page) for page in TUTORIALS] == list(recorded.values())
+    assert notebooks.stored_seconds(tmp_path / "no-such-page.md") == 0.0
+    assert started == sorted(recorded, key=lambda stem: -recorded[stem])
+    assert set(notebooks._executed) == set(recorded)  # every page's notebook, each once
