@@ -484,7 +484,7 @@ def test_a_run_folder_file_mutated_is_read_or_refused_in_one_line(
     import shutil
     from unittest import mock
 
-    from helpers import run_cli_here
+    from helpers import run_cli_here, use_a_slice
 
     folder = tmp_path_factory.mktemp("mutated") / "run"
     shutil.copytree(run_folder, folder)
@@ -493,8 +493,13 @@ def test_a_run_folder_file_mutated_is_read_or_refused_in_one_line(
         return
     (folder / name).write_bytes(mutated)
     before = _files(folder)
-    # The data found where the user keeps them (Debian's folder, or $EQX_FMNIST_DATA).
-    with mock.patch.dict(os.environ, {"EQX_FMNIST_DATA": str(real_data.source)}):
+    # The data found where the user keeps them (Debian's folder, or $EQX_FMNIST_DATA),
+    # the slice the run was trained on.
+    with (
+        mock.patch.dict(os.environ, {"EQX_FMNIST_DATA": str(real_data.source)}),
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        use_a_slice(real_data, patch, 2048, 500)
         if READ_BACK[name] == "evaluate":
             done = run_cli_here("evaluate", folder)
         else:
