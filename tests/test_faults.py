@@ -144,7 +144,7 @@ def test_a_second_run_refuses_a_folder_in_use_and_takes_over_a_stale_lock(tmp_pa
     first = start_cli("train", *args)
     try:
         assert wait_for(out / ".eqx-fmnist.lock")
-        second = run_cli("train", *args, "--overwrite", timeout=120)
+        second = run_cli_here("train", *args, "--overwrite")  # the lock is another process's
         assert second.returncode == 2, second.stderr
         assert f"another run (pid {first.pid} on " in second.stderr
     finally:
@@ -152,7 +152,7 @@ def test_a_second_run_refuses_a_folder_in_use_and_takes_over_a_stale_lock(tmp_pa
         first.communicate(timeout=60)
     # SIGKILL left the lock behind; its pid is gone, so the next run takes over.
     assert (out / ".eqx-fmnist.lock").exists()
-    third = run_cli(
+    third = run_cli_here(
         "train",
         "--steps",
         10,
