@@ -46,10 +46,10 @@ def test_runs_are_bitwise_deterministic(small):
     ]
 
 
-@pytest.mark.slow  # a CLI process
+@pytest.mark.slow  # trains a run of 40 steps
 def test_cli_reports_a_numerical_fault_and_keeps_the_last_good_checkpoint(tmp_path, real_data):
     out = tmp_path / "run"
-    result = run_cli(
+    result = run_cli_here(
         "train",
         "--steps",
         40,
