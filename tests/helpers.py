@@ -334,8 +334,8 @@ def run_cli(*args, env=None, timeout: float = 300):
 def run_cli_here(*args):
     """`eqx-fmnist ARGS` in this process, as `run_cli` runs it in a fresh one (no
     interpreter to start, the data read and the programs compiled shared with the
-    suite), output captured. Commands that must be a process of their own (a signal, a
-    lock held by another process, more devices) use `run_cli`."""
+    suite), output captured. Commands that must be a process of their own (a signal, the
+    holder of a lock another command meets, more devices) use `run_cli` or `start_cli`."""
     import contextlib
     import io
     import os
