@@ -169,6 +169,7 @@ def test_a_single_runs_checkpoint_is_not_a_sweep(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized  # 600 steps and 60 validations of two members
 def test_an_interrupted_sweep_resumes_to_the_end(tmp_path, real_data):
     import signal
     import time
