@@ -524,6 +524,7 @@ def test_sigterm_before_training_ends_as_interrupted_not_killed(real_data, monke
 
 
 @pytest.mark.slow  # trains a CNN teacher (stopped, continued) and its student
+@pytest.mark.optimized  # the teacher's table: its CNN on 50 views of every image
 def test_a_distilled_recipe_stopped_while_its_teacher_trains_continues_by_its_own_command(
     real_data, tmp_path, monkeypatch
 ):

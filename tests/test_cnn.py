@@ -342,6 +342,7 @@ def test_the_command_line_trains_a_cnn_and_refuses_to_export_it_as_onnx(
 
 
 @pytest.mark.slow  # trains a CNN teacher, then its student, at the command line
+@pytest.mark.optimized  # the teacher's table: its CNN on 50 views of every image
 def test_train_distilled_trains_its_cnn_teacher_first_then_the_mlp(
     real_data, tmp_path, monkeypatch
 ):

@@ -35,6 +35,7 @@ def test_a_new_run_is_refused_before_a_file_is_written_and_a_sweep_holds_out_its
 
 
 @pytest.mark.slow  # trains a CNN teacher and its student twice
+@pytest.mark.optimized  # the teacher's table: its CNN on 50 views of every image
 def test_a_distilled_run_interrupted_and_resumed_in_the_library_is_the_command_lines(
     real_data, tmp_path, monkeypatch
 ):
