@@ -252,8 +252,9 @@ def this_machine() -> str:
 
 def write_committed(folder: Path = DOCS / "notebooks", outputs: Path | None = None) -> list[Path]:
     """The notebooks as committed under `docs/notebooks/`: without outputs, or with those
-    of the executed notebooks in `outputs` (a built site's `notebooks/`), which must hold
-    the same code, and the machine they ran on named in the first cell."""
+    of the executed notebooks in `outputs` (a built site's `notebooks/`, or the stored
+    notebooks themselves), which must hold the same code, and the machine they ran on
+    named in the first cell (the one a stored notebook names, else this one)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for page in sorted((DOCS / "tutorials").glob("*.md")):
@@ -261,7 +262,8 @@ def write_committed(folder: Path = DOCS / "notebooks", outputs: Path | None = No
         notebook = page_to_notebook(page.read_text())
         if outputs is not None:
             ran = nbformat.read(outputs / path.name, as_version=4)
-            machine = this_machine()
+            # Outputs kept from a stored notebook keep the machine that made them.
+            machine = ran.metadata.get("eqx_fmnist", {}).get("machine") or this_machine()
             notebook = page_to_notebook(page.read_text(), made_on=machine)
             mine = [c for c in notebook.cells if c.cell_type == "code"]
             theirs = [c for c in ran.cells if c.cell_type == "code"]
