@@ -62,11 +62,12 @@ def test_sixteen_members_over_eight_devices_train_as_each_alone(tmp_path):
     difference from each lone run was 3.0e-8, with nothing else changed)."""
     out = tmp_path / "m8.npz"
     running = worker(out, 8, 16, env=EIGHT)
-    # The references are trained here while the worker runs.
-    straight = one_device(16)
     seeds = (0, 7, 15)  # the first, one in the middle, the last device's last
-    lone = {seed: alone(seed) for seed in seeds}
-    finish_worker(running)
+    try:  # the references are trained here while the worker runs
+        straight = one_device(16)
+        lone = {seed: alone(seed) for seed in seeds}
+    finally:  # a reference that fails leaves no worker behind
+        finish_worker(running)
     sharded, info = load_worker_result(out)
     # Stopped after 3 steps, checkpointed, resumed: the same members as straight through.
     assert info["resumed_from"] == 3 and info["member_devices"] == 8
